@@ -1,0 +1,37 @@
+# `make test` and `make run` do all setup on a fresh clone: they create .venv and install the project.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: test run lint typecheck contracts bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e ".[dev]"
+	touch $(STAMP)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+contracts: $(STAMP)
+	$(BIN)/lint-imports
+
+# pytest exits 5 when it collected nothing: a suite that runs no test has failed.
+test: lint typecheck contracts
+	$(BIN)/pytest -q; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
+
+run: $(STAMP)
+	$(BIN)/python -m vips.demo
+
+bench: $(STAMP)
+	$(BIN)/python -m bench.adult_blr
+	$(BIN)/python -m bench.blr_iteration
+
+clean:
+	rm -rf $(VENV) var .mypy_cache .pytest_cache .ruff_cache

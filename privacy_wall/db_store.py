@@ -1,0 +1,77 @@
+"""Row stores over the sensitive database: a uniform minibatch of exactly S distinct rows, drawn by id.
+
+Row ids are 0..N-1 per dataset, so the gate's generator picks S distinct ids and the database returns
+exactly those rows through the primary key, without scanning the table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from sqlalchemy import Engine, select
+
+from privacy_wall.sensitive_schema import rows, stored_datasets
+from privacy_wall.store import Batch, DatasetInfo
+
+#: Ids per IN (...) list: below SQLite's and PostgreSQL's bound-parameter limits.
+ID_CHUNK = 10_000
+
+
+class UnknownStoredDataset(LookupError):
+    """The sensitive database holds no dataset of that name."""
+
+
+def load_info(engine: Engine, name: str) -> DatasetInfo:
+    with engine.connect() as conn:
+        row = conn.execute(select(stored_datasets).where(stored_datasets.c.name == name)).one_or_none()
+    if row is None:
+        raise UnknownStoredDataset(f"no stored dataset named {name!r}")
+    return DatasetInfo(row.name, row.kind, row.population, row.dimension, row.public)
+
+
+def decode_tabular(payloads: list[bytes], dimension: int) -> np.ndarray:
+    """float64 feature rows from their little-endian encodings, as one (S, d) array."""
+    return np.frombuffer(b"".join(payloads), dtype="<f8").reshape(len(payloads), dimension).astype(np.float64)
+
+
+@dataclass
+class DatabaseTabularStore:
+    """A tabular dataset in the sensitive database."""
+
+    engine: Engine
+    name: str
+
+    def __post_init__(self) -> None:
+        self._info = load_info(self.engine, self.name)
+        if self._info.kind != "tabular":
+            raise ValueError(f"dataset {self.name!r} is {self._info.kind}, not tabular")
+
+    @property
+    def info(self) -> DatasetInfo:
+        return self._info
+
+    def sample(self, size: int, rng: np.random.Generator) -> Batch:
+        n = self._info.population
+        if not 0 < size <= n:
+            raise ValueError(f"batch size must be between 1 and the population {n}")
+        query = select(rows.c.payload, rows.c.label).where(rows.c.dataset == self.name)
+        payloads: list[bytes] = []
+        labels: list[float] = []
+        with self.engine.connect() as conn:
+            if size == n:
+                chunks = [conn.execute(query)]
+            else:
+                ids = np.sort(rng.choice(n, size=size, replace=False)).tolist()
+                chunks = [
+                    conn.execute(query.where(rows.c.row_id.in_(ids[i : i + ID_CHUNK])))
+                    for i in range(0, size, ID_CHUNK)
+                ]
+            for result in chunks:
+                for payload, label in result:
+                    payloads.append(payload)
+                    labels.append(label)
+        if len(payloads) != size:
+            raise RuntimeError(f"dataset {self.name!r}: the store returned a batch of the wrong size")
+        features = decode_tabular(payloads, self._info.dimension)
+        return Batch(features, np.asarray(labels, dtype=np.float64))

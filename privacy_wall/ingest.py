@@ -1,0 +1,185 @@
+"""Custodian-side ingestion: files into the sensitive database, public metadata into the control database.
+
+The wall enforces the bounds the sensitivities assume and rejects, never repairs: tabular rows must have
+L2 norm <= 1 and labels in {0, 1}; binary data must be 0/1; bag-of-words ids must match the public
+vocabulary. Errors name the file line, never a value. Nothing is written when anything fails: the rows go
+in one transaction, the catalogue entry in another, and a failure of the second removes the first.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal, cast
+
+import numpy as np
+from sqlalchemy import Engine, delete, insert, select
+
+from privacy_wall.control_schema import datasets
+from privacy_wall.formats import (
+    FIRST_DATA_LINE,
+    FormatError,
+    read_binary_csv,
+    read_docword,
+    read_tabular_csv,
+    read_vocabulary,
+)
+from privacy_wall.sensitive_schema import rows, stored_datasets
+from privacy_wall.store import ROW_NORM_TOLERANCE
+
+Kind = Literal["tabular", "bow", "binary"]
+KINDS: tuple[Kind, ...] = ("tabular", "bow", "binary")
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+INSERT_CHUNK = 5_000
+
+
+class IngestError(ValueError):
+    """A file or request that cannot be ingested. Never carries data values."""
+
+
+@dataclass(frozen=True)
+class Ingested:
+    """The public metadata of a newly ingested dataset."""
+
+    name: str
+    kind: Kind
+    population: int
+    dimension: int
+    schema: dict[str, Any]
+    public: bool
+
+
+@dataclass(frozen=True)
+class _Encoded:
+    payloads: list[bytes]
+    labels: list[float] | None
+    dimension: int
+    schema: dict[str, Any]
+
+
+def _tabular(path: Path, label: str | None) -> _Encoded:
+    if label is None:
+        raise IngestError("tabular data needs --label: the name of its 0/1 label column")
+    table = read_tabular_csv(path, label)
+    assert table.labels is not None
+    norms = np.linalg.norm(table.features, axis=1)
+    too_long = norms > 1.0 + ROW_NORM_TOLERANCE
+    if too_long.any():
+        line = int(np.argmax(too_long)) + FIRST_DATA_LINE
+        raise IngestError(
+            f"{path}: line {line}: the row's L2 norm is above 1 ({int(too_long.sum())} rows in all); "
+            "scale rows to norm <= 1 with public bounds before ingesting"
+        )
+    features = np.ascontiguousarray(table.features, dtype="<f8")
+    return _Encoded(
+        [row.tobytes() for row in features],
+        [float(v) for v in table.labels],
+        table.dimension,
+        {"features": list(table.feature_names), "label": label},
+    )
+
+
+def _bow(path: Path, vocab: Path | None) -> _Encoded:
+    if vocab is None:
+        raise IngestError("bag-of-words data needs --vocab: the public vocabulary, one word per line")
+    corpus = read_docword(path, read_vocabulary(vocab))
+    payloads = []
+    for d in range(corpus.documents):
+        lo, hi = corpus.indptr[d], corpus.indptr[d + 1]
+        ids = corpus.word_ids[lo:hi].astype("<i4")
+        counts = corpus.counts[lo:hi].astype("<i4")
+        payloads.append(ids.tobytes() + counts.tobytes())
+    return _Encoded(payloads, None, len(corpus.vocabulary), {"vocabulary": list(corpus.vocabulary)})
+
+
+def _binary(path: Path) -> _Encoded:
+    table = read_binary_csv(path)
+    packed = np.packbits(table.features.astype(np.uint8), axis=1)
+    return _Encoded(
+        [row.tobytes() for row in packed], None, table.dimension, {"columns": list(table.feature_names)}
+    )
+
+
+def encode_file(kind: str, path: Path, label: str | None = None, vocab: Path | None = None) -> _Encoded:
+    if kind == "tabular":
+        return _tabular(path, label)
+    if kind == "bow":
+        return _bow(path, vocab)
+    if kind == "binary":
+        return _binary(path)
+    raise IngestError(f"unknown kind {kind!r}; expected one of {', '.join(KINDS)}")
+
+
+def ingest(
+    *,
+    control: Engine,
+    sensitive: Engine,
+    name: str,
+    kind: str,
+    path: Path,
+    label: str | None = None,
+    vocab: Path | None = None,
+    public: bool = False,
+    owner: str | None = None,
+) -> Ingested:
+    """Validate and store a dataset; on any failure nothing stays written."""
+    if not NAME_PATTERN.match(name):
+        raise IngestError("a dataset name is 1-128 letters, digits, '_', '.' or '-', starting alphanumeric")
+    try:
+        encoded = encode_file(kind, Path(path), label, vocab)
+    except FormatError as exc:
+        raise IngestError(str(exc)) from None
+    population = len(encoded.payloads)
+    now = datetime.now(UTC)
+    with control.connect() as conn:
+        if conn.execute(select(datasets.c.name).where(datasets.c.name == name)).first() is not None:
+            raise IngestError(f"dataset {name!r} already exists")
+    with sensitive.begin() as conn:
+        if conn.execute(select(stored_datasets.c.name).where(stored_datasets.c.name == name)).first():
+            raise IngestError(f"dataset {name!r} already exists in the sensitive store")
+        conn.execute(
+            insert(stored_datasets).values(
+                name=name,
+                kind=kind,
+                population=population,
+                dimension=encoded.dimension,
+                public=public,
+                created_at=now,
+            )
+        )
+        for start in range(0, population, INSERT_CHUNK):
+            stop = min(start + INSERT_CHUNK, population)
+            conn.execute(
+                insert(rows),
+                [
+                    {
+                        "dataset": name,
+                        "row_id": i,
+                        "payload": encoded.payloads[i],
+                        "label": None if encoded.labels is None else encoded.labels[i],
+                    }
+                    for i in range(start, stop)
+                ],
+            )
+    try:
+        with control.begin() as conn:
+            conn.execute(
+                insert(datasets).values(
+                    name=name,
+                    kind=kind,
+                    population=population,
+                    dimension=encoded.dimension,
+                    schema=encoded.schema,
+                    public=public,
+                    owner=owner,
+                    created_at=now,
+                )
+            )
+    except Exception:
+        with sensitive.begin() as conn:
+            conn.execute(delete(rows).where(rows.c.dataset == name))
+            conn.execute(delete(stored_datasets).where(stored_datasets.c.name == name))
+        raise
+    return Ingested(name, cast(Kind, kind), population, encoded.dimension, encoded.schema, public)

@@ -1,0 +1,133 @@
+"""The budget ledger interface and its in-memory implementation.
+
+Protocol (DESIGN section 3): a job reserves its whole RDP curve at admission; each iteration commits its
+share, keyed by (job, t), before its release leaves the gate; cancel or failure refunds the uncommitted
+rest. A charge that is not covered by a reservation is admitted on its own if the budget allows it.
+A crash can only leave budget over-counted, never under-counted.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from privacy_wall.accounting import Event, RdpCurve, SubsampledGaussianEvent, rdp_curve, sum_curves
+
+
+class BudgetExceeded(RuntimeError):
+    """The ledger cannot admit a charge without exceeding the dataset's epsilon budget."""
+
+    def __init__(self, message: str, spent: float, requested: float, budget: float) -> None:
+        super().__init__(message)
+        self.spent = spent
+        self.requested = requested
+        self.budget = budget
+
+
+class DuplicateCharge(RuntimeError):
+    """An iteration (job, t) was already charged: reuse its stored release instead of paying twice."""
+
+
+@dataclass(frozen=True)
+class Charge:
+    """One iteration's release, as written to the ledger before the release leaves the gate.
+
+    Keyed by (job, iteration, attempt): attempt > 0 only when an earlier attempt was charged but its
+    release was lost before it was stored (a crash); the retry pays again rather than reuse a release
+    nobody kept.
+    """
+
+    dataset: str
+    job_id: str
+    iteration: int
+    event: SubsampledGaussianEvent
+    attempt: int = 0
+
+
+class Ledger(Protocol):
+    def commit(self, charge: Charge) -> None:
+        """Record the charge, or raise BudgetExceeded / DuplicateCharge without recording anything."""
+        ...
+
+
+@dataclass
+class _Reservation:
+    per_iteration: RdpCurve
+    remaining: int
+
+
+@dataclass
+class InMemoryLedger:
+    """A ledger for one process: the estimator and `vips fit --local` use a throwaway one.
+
+    epsilon_budget None means no cap (public data or a researcher's own accounting); delta is the
+    dataset's delta, used for every epsilon it reports.
+    """
+
+    delta: float
+    epsilon_budget: float | None = None
+    _committed: dict[tuple[str, int, int], Charge] = field(default_factory=dict)
+    _committed_curve: RdpCurve = field(default_factory=RdpCurve.zero)
+    _reservations: dict[str, _Reservation] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def spent_curve(self) -> RdpCurve:
+        return self._committed_curve
+
+    def reserved_curve(self) -> RdpCurve:
+        return sum_curves([r.per_iteration.scaled(r.remaining) for r in self._reservations.values()])
+
+    def epsilon_spent(self) -> float:
+        return self._committed_curve.epsilon(self.delta)
+
+    def charges(self) -> list[Charge]:
+        return list(self._committed.values())
+
+    def _admit(self, extra: RdpCurve) -> None:
+        if self.epsilon_budget is None:
+            return
+        spent = (self._committed_curve + self.reserved_curve()).epsilon(self.delta)
+        total = (self._committed_curve + self.reserved_curve() + extra).epsilon(self.delta)
+        if not total <= self.epsilon_budget:  # NaN fails closed
+            raise BudgetExceeded(
+                f"budget exceeded: epsilon {spent:.4g} spent or reserved, this would bring it to "
+                f"{total:.4g} > budget {self.epsilon_budget:.4g} (delta {self.delta:g})",
+                spent=spent,
+                requested=total,
+                budget=self.epsilon_budget,
+            )
+
+    def reserve(self, job_id: str, event: Event, iterations: int) -> None:
+        """Reserve `iterations` repetitions of a per-iteration event for a job, atomically."""
+        if not isinstance(event, SubsampledGaussianEvent):
+            raise TypeError("reserve takes the per-iteration event")
+        if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
+            raise ValueError("iterations must be an integer >= 1")
+        per_iteration = rdp_curve(event)
+        with self._lock:
+            if job_id in self._reservations:
+                raise ValueError(f"job {job_id} already holds a reservation")
+            self._admit(per_iteration.scaled(iterations))
+            self._reservations[job_id] = _Reservation(per_iteration, iterations)
+
+    def commit(self, charge: Charge) -> None:
+        key = (charge.job_id, charge.iteration, charge.attempt)
+        curve = rdp_curve(charge.event)
+        with self._lock:
+            if key in self._committed:
+                raise DuplicateCharge(
+                    f"iteration {charge.iteration} of job {charge.job_id} is already charged"
+                )
+            reservation = self._reservations.get(charge.job_id)
+            if reservation is not None and reservation.remaining > 0 and reservation.per_iteration == curve:
+                reservation.remaining -= 1
+            else:
+                self._admit(curve)
+            self._committed[key] = charge
+            self._committed_curve = self._committed_curve + curve
+
+    def refund(self, job_id: str) -> None:
+        """Release the uncommitted rest of a job's reservation (cancel, failure, or the job's end)."""
+        with self._lock:
+            self._reservations.pop(job_id, None)

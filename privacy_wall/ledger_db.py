@@ -1,0 +1,311 @@
+"""The budget ledger in the control database (DESIGN section 3), over the tables of control_schema.
+
+Every admission-changing operation runs in one transaction that first locks the dataset's budget row
+(SELECT ... FOR UPDATE in PostgreSQL; BEGIN IMMEDIATE in SQLite, see sqlengine), so concurrent
+submissions and commits on one dataset are serialised and can never jointly overspend.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import Connection, Engine, func, insert, select, update
+from sqlalchemy.exc import IntegrityError
+
+from privacy_wall.accounting import (
+    ACCOUNTANT_VERSION,
+    ORDERS,
+    RdpCurve,
+    SubsampledGaussianEvent,
+    event_to_dict,
+    rdp_curve,
+)
+from privacy_wall.control_schema import budgets, charges, reservations
+from privacy_wall.ledger import BudgetExceeded, Charge, DuplicateCharge
+
+
+class UnknownDataset(LookupError):
+    """No budget row exists for the dataset."""
+
+
+@dataclass(frozen=True)
+class BudgetStatus:
+    """A dataset's budget as the custodian sees it (epsilons at the dataset's delta)."""
+
+    dataset: str
+    epsilon_budget: float | None
+    delta: float
+    epsilon_spent: float
+    epsilon_reserved: float  # spent + open reservations
+
+    @property
+    def epsilon_remaining(self) -> float | None:
+        if self.epsilon_budget is None:
+            return None
+        return max(self.epsilon_budget - self.epsilon_reserved, 0.0)
+
+
+@dataclass(frozen=True)
+class Quote:
+    """What a job would cost and what would remain, without reserving anything."""
+
+    status: BudgetStatus
+    job_epsilon: float  # the job on its own
+    epsilon_after: float  # spent + reserved + this job
+    admissible: bool
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _curve(values: Any) -> RdpCurve:
+    return RdpCurve(tuple(math.inf if v is None else float(v) for v in values))
+
+
+def _json_curve(curve: RdpCurve) -> list[float | None]:
+    return [v if math.isfinite(v) else None for v in curve.values]
+
+
+def _lock_budget(conn: Connection, dataset: str) -> Any:
+    row = conn.execute(select(budgets).where(budgets.c.dataset == dataset).with_for_update()).one_or_none()
+    if row is None:
+        raise UnknownDataset(f"dataset {dataset!r} has no budget")
+    return row
+
+
+def _reserved_curve(conn: Connection, dataset: str) -> RdpCurve:
+    total = RdpCurve.zero()
+    rows = conn.execute(
+        select(reservations.c.per_iteration_curve, reservations.c.iterations, reservations.c.committed).where(
+            reservations.c.dataset == dataset, reservations.c.open.is_(True)
+        )
+    )
+    for curve, iterations, committed in rows:
+        total = total + _curve(curve).scaled(iterations - committed)
+    return total
+
+
+def _status(conn: Connection, row: Any) -> BudgetStatus:
+    committed = _curve(row.committed_curve)
+    reserved = _reserved_curve(conn, row.dataset)
+    return BudgetStatus(
+        dataset=row.dataset,
+        epsilon_budget=row.epsilon,
+        delta=row.delta,
+        epsilon_spent=committed.epsilon(row.delta),
+        epsilon_reserved=(committed + reserved).epsilon(row.delta),
+    )
+
+
+def _check(row: Any, conn: Connection, extra: RdpCurve) -> tuple[BudgetStatus, float]:
+    status = _status(conn, row)
+    after = (_curve(row.committed_curve) + _reserved_curve(conn, row.dataset) + extra).epsilon(row.delta)
+    return status, after
+
+
+def _refuse(status: BudgetStatus, after: float) -> BudgetExceeded:
+    assert status.epsilon_budget is not None
+    return BudgetExceeded(
+        f"dataset {status.dataset}: epsilon {status.epsilon_reserved:.4g} of {status.epsilon_budget:.4g} is "
+        f"spent or reserved (delta {status.delta:g}); this would bring it to {after:.4g}",
+        spent=status.epsilon_reserved,
+        requested=after,
+        budget=status.epsilon_budget,
+    )
+
+
+def set_budget(engine: Engine, dataset: str, epsilon: float | None, delta: float) -> BudgetStatus:
+    """Create or change a dataset's cap. Delta cannot change once anything was charged."""
+    if epsilon is not None and not epsilon > 0:
+        raise ValueError("epsilon budget must be > 0")
+    if not 0 < delta < 1:
+        raise ValueError("delta must be in (0, 1)")
+    with engine.begin() as conn:
+        row = conn.execute(
+            select(budgets).where(budgets.c.dataset == dataset).with_for_update()
+        ).one_or_none()
+        if row is None:
+            conn.execute(
+                insert(budgets).values(
+                    dataset=dataset,
+                    epsilon=epsilon,
+                    delta=delta,
+                    committed_curve=_json_curve(RdpCurve.zero()),
+                    orders=[float(a) for a in ORDERS],
+                    accountant=ACCOUNTANT_VERSION,
+                    updated_at=_now(),
+                )
+            )
+        else:
+            if delta != row.delta and _curve(row.committed_curve) != RdpCurve.zero():
+                raise ValueError("delta cannot change after releases were charged against it")
+            conn.execute(
+                update(budgets)
+                .where(budgets.c.dataset == dataset)
+                .values(epsilon=epsilon, delta=delta, updated_at=_now())
+            )
+        return _status(conn, _lock_budget(conn, dataset))
+
+
+def budget_status(engine: Engine, dataset: str) -> BudgetStatus:
+    with engine.connect() as conn:
+        row = conn.execute(select(budgets).where(budgets.c.dataset == dataset)).one_or_none()
+        if row is None:
+            raise UnknownDataset(f"dataset {dataset!r} has no budget")
+        return _status(conn, row)
+
+
+def quote(engine: Engine, dataset: str, event: SubsampledGaussianEvent, iterations: int) -> Quote:
+    """The cost of a job of `iterations` releases of `event`, and what would remain; reserves nothing."""
+    job_curve = rdp_curve(event).scaled(iterations)
+    with engine.connect() as conn:
+        row = conn.execute(select(budgets).where(budgets.c.dataset == dataset)).one_or_none()
+        if row is None:
+            raise UnknownDataset(f"dataset {dataset!r} has no budget")
+        status, after = _check(row, conn, job_curve)
+    admissible = status.epsilon_budget is None or after <= status.epsilon_budget  # NaN: not admissible
+    return Quote(status, job_curve.epsilon(status.delta), after, admissible)
+
+
+def reserve(
+    engine: Engine, dataset: str, job_id: str, event: SubsampledGaussianEvent, iterations: int
+) -> BudgetStatus:
+    """Admit a job by reserving its whole curve atomically, or raise BudgetExceeded reserving nothing."""
+    if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
+        raise ValueError("iterations must be an integer >= 1")
+    per_iteration = rdp_curve(event)
+    with engine.begin() as conn:
+        row = _lock_budget(conn, dataset)
+        status, after = _check(row, conn, per_iteration.scaled(iterations))
+        if status.epsilon_budget is not None and not after <= status.epsilon_budget:
+            raise _refuse(status, after)
+        conn.execute(
+            insert(reservations).values(
+                job_id=job_id,
+                dataset=dataset,
+                event=event_to_dict(event),
+                per_iteration_curve=_json_curve(per_iteration),
+                iterations=iterations,
+                committed=0,
+                open=True,
+                created_at=_now(),
+            )
+        )
+        return _status(conn, row)
+
+
+def refund(engine: Engine, job_id: str) -> int:
+    """Close a job's reservation: its uncommitted iterations stop counting. Returns how many were refunded."""
+    with engine.begin() as conn:
+        res = conn.execute(select(reservations).where(reservations.c.job_id == job_id)).one_or_none()
+        if res is None or not res.open:
+            return 0
+        _lock_budget(conn, res.dataset)
+        conn.execute(update(reservations).where(reservations.c.job_id == job_id).values(open=False))
+        return int(res.iterations - res.committed)
+
+
+def commit_charge(engine: Engine, charge: Charge) -> None:
+    """Write one iteration's charge: from the job's reservation if it has one, else admitted on its own."""
+    curve = rdp_curve(charge.event)
+    try:
+        with engine.begin() as conn:
+            row = _lock_budget(conn, charge.dataset)
+            res = conn.execute(
+                select(reservations).where(reservations.c.job_id == charge.job_id)
+            ).one_or_none()
+            covered = (
+                res is not None
+                and res.open
+                and res.dataset == charge.dataset
+                and res.committed < res.iterations
+                and _curve(res.per_iteration_curve) == curve
+            )
+            if covered:
+                conn.execute(
+                    update(reservations)
+                    .where(reservations.c.job_id == charge.job_id)
+                    .values(committed=reservations.c.committed + 1)
+                )
+            else:
+                status, after = _check(row, conn, curve)
+                if status.epsilon_budget is not None and not after <= status.epsilon_budget:
+                    raise _refuse(status, after)
+            conn.execute(
+                insert(charges).values(
+                    dataset=charge.dataset,
+                    job_id=charge.job_id,
+                    iteration=charge.iteration,
+                    attempt=charge.attempt,
+                    event=event_to_dict(charge.event),
+                    curve=_json_curve(curve),
+                    accountant=ACCOUNTANT_VERSION,
+                    created_at=_now(),
+                )
+            )
+            conn.execute(
+                update(budgets)
+                .where(budgets.c.dataset == charge.dataset)
+                .values(committed_curve=_json_curve(_curve(row.committed_curve) + curve), updated_at=_now())
+            )
+    except IntegrityError as exc:
+        raise DuplicateCharge(
+            f"iteration {charge.iteration} (attempt {charge.attempt}) of job {charge.job_id} "
+            "is already charged"
+        ) from exc
+
+
+def charged_iterations(engine: Engine, job_id: str) -> list[tuple[int, int]]:
+    """(iteration, attempt) of every charge of a job, in order."""
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(charges.c.iteration, charges.c.attempt)
+            .where(charges.c.job_id == job_id)
+            .order_by(charges.c.iteration, charges.c.attempt)
+        )
+        return [(int(r[0]), int(r[1])) for r in rows]
+
+
+def job_epsilon_spent(engine: Engine, job_id: str, delta: float) -> float:
+    """Epsilon of the charges a job has committed so far, on their own, at the given delta."""
+    total = RdpCurve.zero()
+    with engine.connect() as conn:
+        for (curve,) in conn.execute(select(charges.c.curve).where(charges.c.job_id == job_id)):
+            total = total + _curve(curve)
+    return total.epsilon(delta)
+
+
+def ledger_entries(engine: Engine, dataset: str) -> list[dict[str, Any]]:
+    """The audit log of a dataset: every charge with its event, in order."""
+    with engine.connect() as conn:
+        rows = conn.execute(select(charges).where(charges.c.dataset == dataset).order_by(charges.c.id))
+        return [
+            {
+                "job_id": r.job_id,
+                "iteration": r.iteration,
+                "attempt": r.attempt,
+                "event": r.event,
+                "accountant": r.accountant,
+                "created_at": r.created_at.isoformat(),
+            }
+            for r in rows
+        ]
+
+
+def count_charges(engine: Engine, dataset: str) -> int:
+    with engine.connect() as conn:
+        return int(conn.execute(select(func.count()).where(charges.c.dataset == dataset)).scalar_one())
+
+
+@dataclass(frozen=True)
+class SqlLedger:
+    """The gate's Ledger protocol over the control database."""
+
+    engine: Engine
+
+    def commit(self, charge: Charge) -> None:
+        commit_charge(self.engine, charge)

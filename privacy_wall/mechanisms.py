@@ -1,0 +1,98 @@
+"""Noise and the arithmetic around it: clipping factors, block normalisation, Analyze Gauss, PSD projection.
+
+There is one noise function, `gaussian_noise`. Private releases draw from `private_generator()`, a
+generator seeded from the operating system's cryptographic randomness (secrets), built anew for each
+release so no caller can seed it. A seeded generator is accepted only where the gate has checked that the
+dataset is public.
+
+Floating-point caveat (Mironov 2012): textbook floating-point Gaussian samples leak through their
+low-order bits. We release float64 values produced by numpy's ziggurat sampler; the released statistics
+are rounded by the M-step arithmetic immediately afterwards. This is the same exposure as Opacus and
+diffprivlib's Gaussian mechanism; a discrete Gaussian would remove it.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+Array = NDArray[np.float64]
+
+
+def private_generator() -> np.random.Generator:
+    """A fresh generator seeded with 256 bits from the OS's CSPRNG."""
+    return np.random.Generator(np.random.PCG64DXSM(secrets.randbits(256)))
+
+
+def gaussian_noise(shape: int | tuple[int, ...], std: float, rng: np.random.Generator) -> Array:
+    """i.i.d. N(0, std^2) noise of the given shape; zeros when std == 0."""
+    if std < 0:
+        raise ValueError("noise std must be >= 0")
+    if std == 0:
+        return np.zeros(shape)
+    return rng.normal(0.0, std, size=shape)
+
+
+def clip_factors(norms: Array, bound: float) -> Array:
+    """Per-record factors min(1, C / ||v||) that scale each contribution to L2 norm <= C."""
+    safe = np.maximum(norms, np.finfo(np.float64).tiny)
+    return np.minimum(1.0, bound / safe)
+
+
+def upper_triangle(matrix: Array) -> Array:
+    """Pack the upper triangle (with the diagonal) of a symmetric matrix, row-major."""
+    rows, cols = np.triu_indices(matrix.shape[0])
+    return matrix[rows, cols]
+
+
+def symmetric_from_upper(packed: Array, dim: int) -> Array:
+    """Inverse of upper_triangle: mirror the packed upper triangle into a symmetric matrix."""
+    out = np.zeros((dim, dim))
+    rows, cols = np.triu_indices(dim)
+    out[rows, cols] = packed
+    out[cols, rows] = packed
+    return out
+
+
+def project_psd(matrix: Array, floor: float = 0.0) -> Array:
+    """Nearest symmetric matrix (Frobenius) with eigenvalues >= floor."""
+    sym = (matrix + matrix.T) / 2
+    eigenvalues, vectors = np.linalg.eigh(sym)
+    clipped = np.maximum(eigenvalues, floor)
+    projected: Array = (vectors * clipped) @ vectors.T
+    return projected
+
+
+@dataclass(frozen=True)
+class BlockRelease:
+    """Noised blocks and the per-block noise std actually used."""
+
+    values: dict[str, Array]
+    noise_std: dict[str, float]
+
+
+def release_blocks(
+    sums: dict[str, Array],
+    sensitivities: dict[str, float],
+    sigma: float,
+    rng: np.random.Generator,
+) -> BlockRelease:
+    """One Gaussian mechanism with multiplier sigma over B blocks with their own sensitivities.
+
+    Each block b is divided by its sensitivity Delta_b (so it has sensitivity 1), the concatenation
+    (sensitivity sqrt(B)) gets N(0, B sigma^2) per coordinate, and each block is scaled back:
+    block b receives N(0, (sigma sqrt(B) Delta_b)^2) per coordinate.
+    """
+    if set(sums) != set(sensitivities):
+        raise ValueError("every block needs a declared sensitivity")
+    scale = sigma * np.sqrt(len(sums))
+    values: dict[str, Array] = {}
+    stds: dict[str, float] = {}
+    for name, block in sums.items():
+        std = float(scale * sensitivities[name])
+        values[name] = block + gaussian_noise(block.shape, std, rng)
+        stds[name] = std
+    return BlockRelease(values, stds)

@@ -1,0 +1,56 @@
+"""The protocol every data-touching query follows: declared blocks with per-record bounds, and one
+vectorised function from a batch and public parameters to clipped per-block sums."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+from numpy.typing import NDArray
+
+from privacy_wall.store import Batch
+
+Array = NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class Block:
+    """One released block: each record contributes a vector of L2 norm <= bound (after clipping).
+
+    Under replace-one neighbours the sum moves by at most 2 C in general, and by sqrt(2) C when every
+    contribution is entrywise non-negative or a PSD matrix (then <u, v> >= 0 and
+    ||u - v||^2 <= ||u||^2 + ||v||^2). The released mean divides by S.
+    """
+
+    name: str
+    bound: float
+    nonnegative_or_psd: bool = False
+
+    def sensitivity(self, batch_size: int) -> float:
+        """L2 sensitivity Delta_b of the block's batch mean under replace-one."""
+        factor = math.sqrt(2.0) if self.nonnegative_or_psd else 2.0
+        return factor * self.bound / batch_size
+
+
+class Query(Protocol):
+    """A model's E-step behind the wall."""
+
+    name: str
+
+    def blocks(self, dimension: int) -> tuple[Block, ...]:
+        """The released blocks for data of this dimension, with their per-record bounds."""
+        ...
+
+    def validate_params(self, params: dict[str, Array], dimension: int) -> None:
+        """Raise ValueError (naming the parameter, never data) if public parameters are malformed."""
+        ...
+
+    def clipped_sums(self, batch: Batch, params: dict[str, Array]) -> dict[str, Array]:
+        """Per-block sums over the batch of per-record contributions, each clipped to its bound."""
+        ...
+
+    def postprocess(self, noised_means: dict[str, Array], dimension: int) -> dict[str, Array]:
+        """Data-independent post-processing of the noised means (e.g. mirror and PSD projection)."""
+        ...

@@ -1,0 +1,112 @@
+"""Where sensitive rows live, and the one way the gate reads them: a uniform minibatch of S distinct rows.
+
+A store holds one dataset: a dense feature matrix with its labels (tabular), sparse word counts (bag of
+words) or binary rows. Only the gate calls `sample`. The in-memory store serves the in-process estimator
+and `vips fit --local`; the database store comes with the service.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+from numpy.typing import NDArray
+
+
+class BoundViolation(ValueError):
+    """Rows break a bound that a declared sensitivity assumes. Never carries data values."""
+
+
+@dataclass(frozen=True)
+class Batch:
+    """A minibatch of rows as one query sees it: features (S x d) and, for supervised data, labels (S,)."""
+
+    features: NDArray[np.float64]
+    labels: NDArray[np.float64] | None = None
+
+    @property
+    def size(self) -> int:
+        return int(self.features.shape[0])
+
+
+@dataclass(frozen=True)
+class DatasetInfo:
+    """Public metadata about a stored dataset: what a job may know without touching rows."""
+
+    name: str
+    kind: str
+    population: int
+    dimension: int
+    public: bool = False
+
+
+class RowStore(Protocol):
+    """A dataset's sensitive rows, readable only as uniform minibatches."""
+
+    @property
+    def info(self) -> DatasetInfo: ...
+
+    def sample(self, size: int, rng: np.random.Generator) -> Batch:
+        """Exactly `size` distinct rows drawn uniformly without replacement."""
+        ...
+
+
+@dataclass
+class InMemoryTabularStore:
+    """Tabular rows held in memory, checked against the sensitivity bounds on construction."""
+
+    name: str
+    features: NDArray[np.float64]
+    labels: NDArray[np.float64]
+    public: bool = False
+    _info: DatasetInfo = field(init=False)
+
+    def __post_init__(self) -> None:
+        features = np.ascontiguousarray(self.features, dtype=np.float64)
+        labels = np.ascontiguousarray(self.labels, dtype=np.float64).reshape(-1)
+        if features.ndim != 2 or features.shape[0] == 0:
+            raise BoundViolation("features must be a non-empty 2-D array")
+        if labels.shape[0] != features.shape[0]:
+            raise BoundViolation("features and labels have different numbers of rows")
+        check_tabular_bounds(features, labels)
+        self.features, self.labels = features, labels
+        self._info = DatasetInfo(
+            self.name, "tabular", int(features.shape[0]), int(features.shape[1]), self.public
+        )
+
+    @property
+    def info(self) -> DatasetInfo:
+        return self._info
+
+    def sample(self, size: int, rng: np.random.Generator) -> Batch:
+        n = self._info.population
+        if not 0 < size <= n:
+            raise ValueError(f"batch size must be between 1 and the population {n}")
+        if size == n:  # the whole dataset: order is irrelevant to sums, skip the copy
+            return Batch(self.features, self.labels)
+        rows = rng.choice(n, size=size, replace=False)
+        return Batch(self.features[rows], self.labels[rows])
+
+
+ROW_NORM_TOLERANCE = 1e-9
+
+
+def check_tabular_bounds(features: NDArray[np.float64], labels: NDArray[np.float64]) -> None:
+    """Rows have L2 norm <= 1 and labels are in {0, 1}; finite values only.
+
+    Raises BoundViolation naming the first offending row index, never its values.
+    """
+    finite = np.isfinite(features).all(axis=1) & np.isfinite(labels)
+    if not finite.all():
+        raise BoundViolation(f"row {int(np.argmin(finite))} has a non-finite value")
+    norms = np.linalg.norm(features, axis=1)
+    too_long = norms > 1.0 + ROW_NORM_TOLERANCE
+    if too_long.any():
+        raise BoundViolation(
+            f"row {int(np.argmax(too_long))} has L2 norm above 1 "
+            f"({int(too_long.sum())} rows in all); scale rows to norm <= 1"
+        )
+    bad_label = (labels != 0) & (labels != 1)
+    if bad_label.any():
+        raise BoundViolation(f"row {int(np.argmax(bad_label))} has a label outside {{0, 1}}")

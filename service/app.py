@@ -1,0 +1,108 @@
+"""The HTTP API (DESIGN section 6): `create_app()` builds the app with its engine and job queue.
+
+Run it with `uvicorn --factory service.app:create_app` (or `vips serve` / `vips up`, which migrate the
+control database first: the app assumes a migrated database). OpenAPI at /docs.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from sqlalchemy import Engine
+from sqlalchemy.exc import InterfaceError, OperationalError
+
+from service.db import create_control_engine
+from service.jobs import BudgetRefused, ServiceError, SpecError
+from service.queue import CeleryQueue, JobQueue
+from service.routes import budgets, datasets, health, jobs, keys, posteriors
+from service.settings import ServiceSettings, get_settings
+
+log = logging.getLogger(__name__)
+
+API_PREFIX = "/v1"
+
+DESCRIPTION = """Differentially private Bayesian model fitting (VIPS) as a service.
+
+Authenticate with `Authorization: Bearer <API key>`. Every released value is the output of a Gaussian
+mechanism whose privacy cost was first reserved in the dataset's budget ledger."""
+
+
+async def _service_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, ServiceError)
+    if isinstance(exc, BudgetRefused):
+        return JSONResponse(jsonable_encoder(exc.refusal), status_code=exc.status_code)
+    return JSONResponse({"detail": exc.detail}, status_code=exc.status_code)
+
+
+async def _spec_error(_: Request, exc: Exception) -> JSONResponse:
+    """Checks that need the dataset or the server's limits answer like FastAPI's own 422s."""
+    assert isinstance(exc, SpecError)
+    detail = [{"type": "value_error", "loc": ["body", *loc], "msg": msg} for loc, msg in exc.errors]
+    return JSONResponse({"detail": detail}, status_code=422)
+
+
+def _json_safe(value: Any) -> Any:
+    """JSON has no NaN or infinity (a request may still carry them: Python's parser accepts them)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+async def _validation_error(_: Request, exc: Exception) -> JSONResponse:
+    """FastAPI's 422, made safe to encode when the rejected input was not finite."""
+    assert isinstance(exc, RequestValidationError)
+    return JSONResponse({"detail": _json_safe(jsonable_encoder(exc.errors()))}, status_code=422)
+
+
+async def _database_error(_: Request, exc: Exception) -> JSONResponse:
+    log.error("control database error: %s", type(exc).__name__, exc_info=exc)
+    return JSONResponse({"detail": "the control database is unavailable; try again later"}, status_code=503)
+
+
+async def _unexpected_error(_: Request, exc: Exception) -> JSONResponse:
+    log.error("unexpected error", exc_info=exc)
+    return JSONResponse({"detail": "internal error (see the server log)"}, status_code=500)
+
+
+def create_app(
+    settings: ServiceSettings | None = None, *, queue: JobQueue | None = None, engine: Engine | None = None
+) -> FastAPI:
+    """The API with its own engine and queue (both replaceable, e.g. by a recording queue in tests)."""
+    settings = settings if settings is not None else get_settings()
+    engine = engine if engine is not None else create_control_engine(settings)
+    queue = queue if queue is not None else CeleryQueue(settings)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            app.state.queue.close()
+            app.state.engine.dispose()
+
+    app = FastAPI(title="VIPS", version="1", description=DESCRIPTION, lifespan=lifespan)
+    app.state.settings = settings
+    app.state.engine = engine
+    app.state.queue = queue
+    app.add_exception_handler(ServiceError, _service_error)
+    app.add_exception_handler(SpecError, _spec_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(OperationalError, _database_error)  # unreachable, locked, gone away
+    app.add_exception_handler(InterfaceError, _database_error)
+    app.add_exception_handler(Exception, _unexpected_error)
+    app.include_router(health.router)
+    for resource in (datasets, budgets, jobs, posteriors, keys):
+        app.include_router(resource.router, prefix=API_PREFIX)
+    return app

@@ -1,0 +1,100 @@
+"""Bearer-key authentication and the role rules.
+
+Missing or invalid key: 401 with `WWW-Authenticate: Bearer`. A key of the wrong role: 403. Another
+tenant's job or dataset: 404, the same answer as for one that does not exist.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated, Any
+
+from fastapi import Depends, HTTPException, status
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from service.deps import EngineDep
+from service.keys import Principal, Role, authenticate
+
+_bearer = HTTPBearer(auto_error=False, description="an API key: `Authorization: Bearer vips_<id>_<secret>`")
+
+
+def _unauthorized(detail: str) -> HTTPException:
+    return HTTPException(status.HTTP_401_UNAUTHORIZED, detail, headers={"WWW-Authenticate": "Bearer"})
+
+
+def current_key(
+    engine: EngineDep, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+) -> Principal:
+    if credentials is None:
+        raise _unauthorized("missing API key: send `Authorization: Bearer <key>`")
+    principal = authenticate(engine, credentials.credentials)
+    if principal is None:
+        raise _unauthorized("invalid or revoked API key")
+    return principal
+
+
+CurrentKey = Annotated[Principal, Depends(current_key)]
+
+#: Documented on every authenticated router.
+AUTH_RESPONSES: dict[int | str, dict[str, Any]] = {
+    401: {"description": "missing, invalid or revoked API key"},
+    403: {"description": "this key's role may not do this"},
+}
+
+
+def require_role(*roles: Role) -> Callable[[Principal], Principal]:
+    """A dependency that admits keys of the given roles and answers 403 to the others."""
+
+    def check(principal: CurrentKey) -> Principal:
+        if principal.role not in roles:
+            raise HTTPException(
+                status.HTTP_403_FORBIDDEN,
+                f"this needs a key with role {' or '.join(roles)}; this key's role is {principal.role}",
+            )
+        return principal
+
+    return check
+
+
+AdminKey = Annotated[Principal, Depends(require_role("admin"))]
+AnalystKey = Annotated[Principal, Depends(require_role("analyst"))]
+CustodianKey = Annotated[Principal, Depends(require_role("custodian", "admin"))]
+JobReaderKey = Annotated[Principal, Depends(require_role("analyst", "client", "admin"))]
+JobOwnerKey = Annotated[Principal, Depends(require_role("analyst", "admin"))]
+
+
+# ---- scope rules (pure functions over rows, so they are easy to audit and test) -------------------------
+
+
+def owns_dataset(principal: Principal, dataset: Any) -> bool:
+    """May this key administer (budget, ledger) the dataset row? Admins: all; custodians: their own."""
+    if principal.role == "admin":
+        return True
+    if principal.role != "custodian":
+        return False
+    return bool(dataset.owner == principal.key_id or dataset.name == principal.dataset)
+
+
+def sees_dataset(principal: Principal, dataset: Any) -> bool:
+    """May this key see the dataset's public metadata?"""
+    if principal.role == "custodian":
+        return owns_dataset(principal, dataset)
+    if principal.role == "client":
+        return principal.dataset is None or principal.dataset == dataset.name
+    return True
+
+
+def sees_job(principal: Principal, job: Any) -> bool:
+    """May this key read the job? Analysts: their own; clients: their scope; admins: all."""
+    if principal.role == "admin":
+        return True
+    if principal.role == "analyst":
+        return bool(job.owner == principal.key_id)
+    if principal.role == "client":
+        return principal.dataset is None or principal.dataset == job.dataset
+    return False
+
+
+def controls_job(principal: Principal, job: Any) -> bool:
+    """May this key cancel the job or read its releases? The analyst who owns it, or an admin."""
+    return principal.role == "admin" or (principal.role == "analyst" and job.owner == principal.key_id)

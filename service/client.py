@@ -1,0 +1,239 @@
+"""A small typed client of the HTTP API (the `vips` client commands use it).
+
+    client = VipsClient.from_env()            # VIPS_URL (default http://127.0.0.1:8000), VIPS_API_KEY
+    job = client.submit_job(dataset="adult", model="blr", iterations=100, batch_size=500, epsilon=1.0)
+    client.wait(job["id"])
+    document = client.posterior(job["id"])
+
+Every method returns the decoded JSON and raises ApiError on a non-2xx answer (ApiConnectionError,
+status 0, when the server cannot be reached).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+DEFAULT_URL = "http://127.0.0.1:8000"
+DEFAULT_TIMEOUT_SECONDS = 60.0
+TERMINAL = ("succeeded", "failed", "cancelled")
+
+
+class ApiError(Exception):
+    """A non-2xx answer: its status, a readable detail, and the decoded body (None if not JSON)."""
+
+    def __init__(self, status_code: int, detail: str, body: Any = None) -> None:
+        super().__init__(f"{status_code}: {detail}" if status_code else detail)
+        self.status_code = status_code
+        self.detail = detail
+        self.body = body
+
+
+class ApiConnectionError(ApiError):
+    """No HTTP answer at all (server down, wrong URL, timeout): status_code is 0."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(0, detail)
+
+
+def _detail(body: Any, fallback: str) -> str:
+    """FastAPI's `detail`: a message, or a list of validation errors rendered as `field: message`."""
+    detail = body.get("detail") if isinstance(body, dict) else None
+    if isinstance(detail, str):
+        return detail
+    if isinstance(detail, list):
+        parts = []
+        for error in detail:
+            if not isinstance(error, dict):
+                continue
+            loc = [str(p) for p in error.get("loc", []) if p not in ("body", "query", "path")]
+            parts.append(f"{'.'.join(loc) or 'request'}: {error.get('msg', 'invalid')}")
+        if parts:
+            return "; ".join(parts)
+    return fallback
+
+
+class VipsClient:
+    """Mirrors the routes of /v1 and the health probes."""
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None,
+        *,
+        timeout: float = DEFAULT_TIMEOUT_SECONDS,
+        http: httpx.Client | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._api_key = api_key
+        self._http = http if http is not None else httpx.Client(base_url=self.base_url, timeout=timeout)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> VipsClient:
+        env = os.environ if environ is None else environ
+        return cls(env.get("VIPS_URL") or DEFAULT_URL, env.get("VIPS_API_KEY") or None)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> VipsClient:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    # ---- transport --------------------------------------------------------------------------------
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: Mapping[str, Any] | None = None,
+        auth: bool = True,
+    ) -> Any:
+        headers = {"Accept": "application/json"}
+        if auth:
+            if not self._api_key:
+                raise ApiError(401, "no API key: set VIPS_API_KEY")
+            headers["Authorization"] = f"Bearer {self._api_key}"
+        query = {k: v for k, v in (params or {}).items() if v is not None}
+        try:
+            response = self._http.request(method, path, json=json, params=query, headers=headers)
+        except httpx.HTTPError as exc:
+            raise ApiConnectionError(f"cannot reach the VIPS service at {self.base_url} ({exc})") from None
+        try:
+            body = response.json()
+        except ValueError:
+            body = None
+        if not response.is_success:
+            raise ApiError(response.status_code, _detail(body, response.reason_phrase or "error"), body)
+        return body
+
+    # ---- probes -------------------------------------------------------------------------------------
+
+    def health(self) -> dict[str, Any]:
+        result: dict[str, Any] = self._request("GET", "/healthz", auth=False)
+        return result
+
+    def ready(self) -> dict[str, Any]:
+        result: dict[str, Any] = self._request("GET", "/readyz", auth=False)
+        return result
+
+    # ---- datasets and budgets -------------------------------------------------------------------------
+
+    def datasets(self) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self._request("GET", "/v1/datasets")
+        return result
+
+    def dataset(self, name: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._request("GET", f"/v1/datasets/{quote(name, safe='')}")
+        return result
+
+    def set_budget(self, name: str, epsilon: float | None, delta: float) -> dict[str, Any]:
+        body = {"epsilon": epsilon, "delta": delta}
+        result: dict[str, Any] = self._request(
+            "PUT", f"/v1/datasets/{quote(name, safe='')}/budget", json=body
+        )
+        return result
+
+    def ledger(self, name: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._request("GET", f"/v1/datasets/{quote(name, safe='')}/ledger")
+        return result
+
+    # ---- jobs ---------------------------------------------------------------------------------------
+
+    def submit_job(
+        self,
+        *,
+        dataset: str,
+        model: str,
+        iterations: int,
+        algorithm: str = "vips",
+        batch_size: int | None = None,
+        sigma: float | None = None,
+        epsilon: float | None = None,
+        options: Mapping[str, float] | None = None,
+        dry_run: bool = False,
+    ) -> dict[str, Any]:
+        """The queued job (202), or with dry_run the quote (nothing reserved)."""
+        spec: dict[str, Any] = {
+            "dataset": dataset,
+            "model": model,
+            "algorithm": algorithm,
+            "iterations": iterations,
+            "options": dict(options or {}),
+            "dry_run": dry_run,
+        }
+        for name, value in (("batch_size", batch_size), ("sigma", sigma), ("epsilon", epsilon)):
+            if value is not None:
+                spec[name] = value
+        result: dict[str, Any] = self._request("POST", "/v1/jobs", json=spec)
+        return result
+
+    def jobs(
+        self,
+        *,
+        dataset: str | None = None,
+        status: str | None = None,
+        limit: int | None = None,
+        offset: int | None = None,
+    ) -> list[dict[str, Any]]:
+        params = {"dataset": dataset, "status": status, "limit": limit, "offset": offset}
+        result: list[dict[str, Any]] = self._request("GET", "/v1/jobs", params=params)
+        return result
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._request("GET", f"/v1/jobs/{quote(job_id, safe='')}")
+        return result
+
+    def cancel(self, job_id: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._request("POST", f"/v1/jobs/{quote(job_id, safe='')}/cancel")
+        return result
+
+    def posterior(self, job_id: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._request("GET", f"/v1/jobs/{quote(job_id, safe='')}/posterior")
+        return result
+
+    def releases(self, job_id: str, *, after: int = 0, limit: int | None = None) -> list[dict[str, Any]]:
+        params = {"after": after, "limit": limit}
+        result: list[dict[str, Any]] = self._request(
+            "GET", f"/v1/jobs/{quote(job_id, safe='')}/releases", params=params
+        )
+        return result
+
+    def wait(
+        self,
+        job_id: str,
+        *,
+        interval: float = 1.0,
+        timeout: float | None = None,
+        on_progress: Callable[[dict[str, Any]], None] | None = None,
+    ) -> dict[str, Any]:
+        """Poll the job until it is succeeded, failed or cancelled; returns the final job.
+
+        `on_progress` gets the job after every poll (e.g. to drive a progress bar). Raises TimeoutError
+        after `timeout` seconds.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            job = self.job(job_id)
+            if on_progress is not None:
+                on_progress(job)
+            if job["status"] in TERMINAL:
+                return job
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"job {job_id} is still {job['status']} after {timeout} s")
+            time.sleep(interval)
+
+    # ---- keys ---------------------------------------------------------------------------------------
+
+    def create_key(self, role: str, dataset: str | None = None) -> dict[str, Any]:
+        result: dict[str, Any] = self._request("POST", "/v1/keys", json={"role": role, "dataset": dataset})
+        return result

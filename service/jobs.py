@@ -1,0 +1,455 @@
+"""Job submission and the job's life seen from the API: spec checks, admission, queueing, cancel, reads.
+
+Admission order (DESIGN section 3): check the spec against the dataset's public metadata, choose sigma
+(given, or calibrated to the job's own target epsilon at the dataset's delta), reserve the job's whole
+RDP curve atomically, insert the job row, then send the task by name. If the insert or the send fails,
+the reservation is refunded and the job marked failed: no budget stays reserved for a job that will not
+run. Errors are domain exceptions that service.app turns into HTTP answers; none carries data values.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import uuid
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, overload
+
+from sqlalchemy import Engine, Row, insert, select, update
+from sqlalchemy.exc import IntegrityError
+
+from privacy_wall import ledger_db
+from privacy_wall.accounting import CalibrationError, RdpCurve, SubsampledGaussianEvent, calibrate_sigma
+from privacy_wall.accounting import epsilon as job_epsilon
+from privacy_wall.control_schema import charges, datasets
+from privacy_wall.ledger import BudgetExceeded
+from service.auth import sees_job
+from service.keys import Principal
+from service.models import jobs, posteriors, releases
+from service.options import option_problem
+from service.queue import JobQueue
+from service.schemas import BudgetRefusal, JobCreate, JobPublic, JobQuote, ReleasePublic
+from service.settings import ServiceSettings
+
+log = logging.getLogger(__name__)
+
+#: The delta of the budget row created on a public dataset's first use (no epsilon cap).
+PUBLIC_DEFAULT_DELTA = 1e-5
+TERMINAL = ("succeeded", "failed", "cancelled")
+#: The dataset kind each model fits.
+MODEL_KINDS = {"blr": "tabular", "lda": "bow", "sbn": "binary"}
+
+Loc = tuple[str | int, ...]
+
+
+# ---- errors -------------------------------------------------------------------------------------------
+
+
+class ServiceError(Exception):
+    """An error with an HTTP status and a message that carries no data values."""
+
+    status_code = 500
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
+
+
+class NotFound(ServiceError):
+    status_code = 404
+
+
+class Conflict(ServiceError):
+    status_code = 409
+
+
+class QueueUnavailable(ServiceError):
+    status_code = 503
+
+
+class BudgetRefused(Conflict):
+    """The ledger cannot admit the job; carries the numbers of the 409 body."""
+
+    def __init__(self, refusal: BudgetRefusal) -> None:
+        super().__init__(refusal.detail)
+        self.refusal = refusal
+
+
+class SpecError(ValueError):
+    """A job spec that is well-typed but invalid for its dataset or the server: 422 naming the fields."""
+
+    def __init__(self, errors: Sequence[tuple[Loc, str]]) -> None:
+        super().__init__("; ".join(f"{'.'.join(map(str, loc))}: {msg}" for loc, msg in errors))
+        self.errors = list(errors)
+
+
+# ---- options --------------------------------------------------------------------------------------------
+
+
+def option_errors(model: str, options: dict[str, float]) -> list[tuple[Loc, str]]:
+    errors: list[tuple[Loc, str]] = []
+    for name, value in options.items():
+        problem = option_problem(model, name, value)
+        if problem is not None:
+            errors.append((("options", name), problem))
+    return errors
+
+
+# ---- helpers --------------------------------------------------------------------------------------------
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+@overload
+def aware(moment: datetime) -> datetime: ...
+@overload
+def aware(moment: None) -> None: ...
+@overload
+def aware(moment: datetime | None) -> datetime | None: ...
+def aware(moment: datetime | None) -> datetime | None:
+    """SQLite returns naive datetimes; every timestamp of the control database is written in UTC."""
+    if moment is None or moment.tzinfo is not None:
+        return moment
+    return moment.replace(tzinfo=UTC)
+
+
+def finite(value: float | None) -> float | None:
+    """JSON has no infinity: an unbounded epsilon (sigma 0) is reported as null."""
+    return value if value is not None and math.isfinite(value) else None
+
+
+def load_dataset(engine: Engine, name: str) -> Row[Any] | None:
+    with engine.connect() as conn:
+        return conn.execute(select(datasets).where(datasets.c.name == name)).one_or_none()
+
+
+def budget_or_none(engine: Engine, name: str) -> ledger_db.BudgetStatus | None:
+    try:
+        return ledger_db.budget_status(engine, name)
+    except ledger_db.UnknownDataset:
+        return None
+
+
+def ensure_budget(engine: Engine, dataset: Row[Any]) -> ledger_db.BudgetStatus:
+    """The dataset's budget; a public dataset gets an uncapped one on first use; a private one needs one."""
+    status = budget_or_none(engine, dataset.name)
+    if status is not None:
+        return status
+    if not dataset.public:
+        raise Conflict(f"the custodian has not set a budget for dataset {dataset.name}")
+    try:
+        return ledger_db.set_budget(engine, dataset.name, None, PUBLIC_DEFAULT_DELTA)
+    except IntegrityError:  # a concurrent first use created it
+        return ledger_db.budget_status(engine, dataset.name)
+
+
+# ---- submission -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A checked spec with everything admission needs."""
+
+    dataset: str
+    batch_size: int
+    population: int
+    sigma: float
+    delta: float
+    epsilon_job: float | None
+
+    @property
+    def event(self) -> SubsampledGaussianEvent:
+        return SubsampledGaussianEvent(self.sigma, self.batch_size, self.population)
+
+
+def check_spec(spec: JobCreate, dataset: Row[Any], settings: ServiceSettings) -> int:
+    """Raise SpecError naming every bad field; return the batch size (default N)."""
+    errors: list[tuple[Loc, str]] = []
+    if spec.iterations > settings.max_iterations:
+        errors.append((("iterations",), f"must be <= {settings.max_iterations} (the server's maximum)"))
+    kind = MODEL_KINDS[spec.model]
+    if dataset.kind != kind:
+        errors.append(
+            (("model",), f"model {spec.model} needs a {kind} dataset; {dataset.name} is {dataset.kind}")
+        )
+    batch_size = spec.batch_size if spec.batch_size is not None else int(dataset.population)
+    if batch_size > dataset.population:
+        errors.append(
+            (("batch_size",), f"must be <= the population of {dataset.name} (N = {dataset.population})")
+        )
+    if spec.sigma is None and spec.epsilon is None:
+        errors.append((("sigma",), "give exactly one of sigma (noise multiplier) or epsilon (target)"))
+    elif spec.sigma is not None and spec.epsilon is not None:
+        errors.append((("epsilon",), "give exactly one of sigma or epsilon, not both"))
+    elif spec.sigma == 0 and not dataset.public:
+        errors.append(
+            (("sigma",), f"sigma 0 (no noise) is allowed only on public datasets; {dataset.name} is private")
+        )
+    errors.extend(option_errors(spec.model, spec.options))
+    if errors:
+        raise SpecError(errors)
+    return batch_size
+
+
+def plan_job(engine: Engine, spec: JobCreate, dataset: Row[Any], settings: ServiceSettings) -> Plan:
+    """Check the spec, find the budget (409 without one) and choose sigma."""
+    batch_size = check_spec(spec, dataset, settings)
+    budget = ensure_budget(engine, dataset)
+    population = int(dataset.population)
+    if spec.epsilon is not None:
+        try:
+            sigma = calibrate_sigma(spec.epsilon, batch_size, population, spec.iterations, budget.delta)
+        except CalibrationError as exc:
+            raise SpecError([(("epsilon",), str(exc))]) from None
+    else:
+        assert spec.sigma is not None
+        sigma = spec.sigma
+    eps = job_epsilon(sigma, batch_size, population, spec.iterations, budget.delta) if sigma > 0 else None
+    return Plan(dataset.name, batch_size, population, sigma, budget.delta, finite(eps))
+
+
+def quote_job(engine: Engine, spec: JobCreate, plan: Plan) -> JobQuote:
+    """The dry run: the job's cost and the dataset's budget after it; reserves nothing."""
+    quote = ledger_db.quote(engine, plan.dataset, plan.event, spec.iterations)
+    return JobQuote(
+        dataset=plan.dataset,
+        iterations=spec.iterations,
+        batch_size=plan.batch_size,
+        sigma=plan.sigma,
+        delta=plan.delta,
+        epsilon_job=plan.epsilon_job,
+        epsilon_spent=quote.status.epsilon_spent,
+        epsilon_reserved=quote.status.epsilon_reserved,
+        epsilon_after=finite(quote.epsilon_after),
+        epsilon_budget=quote.status.epsilon_budget,
+        epsilon_remaining=quote.status.epsilon_remaining,
+        admissible=quote.admissible,
+    )
+
+
+def _refusal(exc: BudgetExceeded) -> BudgetRefusal:
+    return BudgetRefusal(
+        detail=str(exc),
+        epsilon_spent_or_reserved=exc.spent,
+        epsilon_requested_total=finite(exc.requested),
+        epsilon_budget=exc.budget,
+        epsilon_remaining=max(exc.budget - exc.spent, 0.0),
+    )
+
+
+def submit_job(engine: Engine, queue: JobQueue, owner: Principal, spec: JobCreate, plan: Plan) -> Row[Any]:
+    """Reserve, insert, queue; returns the job row. Raises BudgetRefused, QueueUnavailable."""
+    job_id = uuid.uuid4().hex
+    try:
+        ledger_db.reserve(engine, plan.dataset, job_id, plan.event, spec.iterations)
+    except BudgetExceeded as exc:
+        raise BudgetRefused(_refusal(exc)) from None
+    except ledger_db.UnknownDataset:
+        raise Conflict(f"the custodian has not set a budget for dataset {plan.dataset}") from None
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                insert(jobs).values(
+                    id=job_id,
+                    dataset=plan.dataset,
+                    owner=owner.key_id,
+                    model=spec.model,
+                    algorithm=spec.algorithm,
+                    options=dict(spec.options),
+                    iterations=spec.iterations,
+                    batch_size=plan.batch_size,
+                    sigma=plan.sigma,
+                    epsilon_target=spec.epsilon,
+                    epsilon_job=plan.epsilon_job,
+                    delta=plan.delta,
+                    status="queued",
+                    iteration=0,
+                    cancel_requested=False,
+                    created_at=_now(),
+                )
+            )
+    except BaseException:
+        ledger_db.refund(engine, job_id)
+        raise
+    try:
+        queue.send_run_job(job_id)
+    except Exception:
+        log.exception("could not queue job %s", job_id)
+        if _fail_unsent(engine, job_id):
+            raise QueueUnavailable(
+                f"the job queue is unavailable: job {job_id} was not queued and its budget reservation "
+                "was refunded; try again later"
+            ) from None
+    job = get_job(engine, job_id)
+    assert job is not None
+    return job
+
+
+def _fail_unsent(engine: Engine, job_id: str) -> bool:
+    """Mark a job whose task could not be sent as failed and refund it, unless a worker already took it
+    (a send can fail after the broker got the message). Returns whether the job was failed."""
+    try:
+        with engine.begin() as conn:
+            changed = conn.execute(
+                update(jobs)
+                .where(jobs.c.id == job_id, jobs.c.status == "queued", jobs.c.started_at.is_(None))
+                .values(status="failed", error="the job queue did not accept the job", finished_at=_now())
+            ).rowcount
+    except Exception:
+        ledger_db.refund(engine, job_id)  # the job was never sent: it must not hold budget
+        raise
+    if changed:
+        ledger_db.refund(engine, job_id)
+    return bool(changed)
+
+
+# ---- reading and cancelling -----------------------------------------------------------------------------
+
+
+def get_job(engine: Engine, job_id: str) -> Row[Any] | None:
+    with engine.connect() as conn:
+        return conn.execute(select(jobs).where(jobs.c.id == job_id)).one_or_none()
+
+
+def visible_job(engine: Engine, principal: Principal, job_id: str) -> Row[Any]:
+    """The job if this key may read it; otherwise 404, as if it did not exist."""
+    job = get_job(engine, job_id)
+    if job is None or not sees_job(principal, job):
+        raise NotFound(f"job {job_id} not found")
+    return job
+
+
+def list_jobs(
+    engine: Engine,
+    principal: Principal,
+    *,
+    dataset: str | None = None,
+    status: str | None = None,
+    limit: int = 100,
+    offset: int = 0,
+) -> list[Row[Any]]:
+    """The jobs this key may read, newest first."""
+    query = select(jobs).order_by(jobs.c.created_at.desc(), jobs.c.id).limit(limit).offset(offset)
+    if principal.role == "analyst":
+        query = query.where(jobs.c.owner == principal.key_id)
+    elif principal.role == "client" and principal.dataset is not None:
+        query = query.where(jobs.c.dataset == principal.dataset)
+    elif principal.role not in ("admin", "client"):
+        return []
+    if dataset is not None:
+        query = query.where(jobs.c.dataset == dataset)
+    if status is not None:
+        query = query.where(jobs.c.status == status)
+    with engine.connect() as conn:
+        return list(conn.execute(query).all())
+
+
+def _curve(values: Iterable[float | None]) -> RdpCurve:
+    return RdpCurve(tuple(math.inf if v is None else float(v) for v in values))
+
+
+def epsilon_spent(engine: Engine, deltas: dict[str, float]) -> dict[str, float]:
+    """Epsilon of the charges each job has committed so far, on their own, at the job's delta.
+
+    Sums the ledger's stored curves; the charges of one job almost always share one curve, so identical
+    curves are counted rather than added one by one.
+    """
+    counts: dict[str, Counter[tuple[float | None, ...]]] = {job_id: Counter() for job_id in deltas}
+    ids = list(deltas)
+    with engine.connect() as conn:
+        for start in range(0, len(ids), 500):
+            chunk = ids[start : start + 500]
+            rows = conn.execute(select(charges.c.job_id, charges.c.curve).where(charges.c.job_id.in_(chunk)))
+            for job_id, curve in rows:
+                counts[job_id][tuple(curve)] += 1
+    spent: dict[str, float] = {}
+    for job_id, counter in counts.items():
+        total = RdpCurve.zero()
+        for curve, n in counter.items():
+            total = total + _curve(curve).scaled(n)
+        spent[job_id] = total.epsilon(deltas[job_id])
+    return spent
+
+
+def to_public(engine: Engine, rows: Sequence[Row[Any]]) -> list[JobPublic]:
+    spent = epsilon_spent(engine, {row.id: row.delta for row in rows})
+    return [
+        JobPublic(
+            id=row.id,
+            dataset=row.dataset,
+            model=row.model,
+            algorithm=row.algorithm,
+            status=row.status,
+            iteration=row.iteration,
+            iterations=row.iterations,
+            batch_size=row.batch_size,
+            sigma=row.sigma,
+            epsilon_target=row.epsilon_target,
+            epsilon_job=row.epsilon_job,
+            epsilon_spent=finite(spent[row.id]),
+            delta=row.delta,
+            options=dict(row.options),
+            cancel_requested=bool(row.cancel_requested),
+            error=row.error,
+            created_at=aware(row.created_at),
+            started_at=aware(row.started_at),
+            finished_at=aware(row.finished_at),
+        )
+        for row in rows
+    ]
+
+
+def cancel_job(engine: Engine, job: Row[Any]) -> None:
+    """Ask the job to stop. A queued job that has not started is cancelled now and its reservation
+    refunded; a running one stops before its next release (the worker refunds the rest)."""
+    if job.status in ("succeeded", "failed"):
+        raise Conflict(f"job {job.id} has already {job.status}")
+    if job.status == "cancelled":
+        return
+    with engine.begin() as conn:
+        conn.execute(update(jobs).where(jobs.c.id == job.id).values(cancel_requested=True))
+        cancelled = conn.execute(
+            update(jobs)
+            .where(jobs.c.id == job.id, jobs.c.status == "queued", jobs.c.started_at.is_(None))
+            .values(status="cancelled", finished_at=_now())
+        ).rowcount
+    if cancelled:
+        ledger_db.refund(engine, job.id)
+
+
+def job_releases(
+    engine: Engine, job_id: str, after: int = 0, limit: int | None = None
+) -> list[ReleasePublic]:
+    query = (
+        select(releases)
+        .where(releases.c.job_id == job_id, releases.c.iteration > after)
+        .order_by(releases.c.iteration)
+    )
+    if limit is not None:
+        query = query.limit(limit)
+    with engine.connect() as conn:
+        rows = conn.execute(query).all()
+    return [
+        ReleasePublic(
+            iteration=r.iteration,
+            statistics=dict(r.statistics),
+            noise_std=dict(r.noise_std),
+            created_at=aware(r.created_at),
+        )
+        for r in rows
+    ]
+
+
+def job_posterior(engine: Engine, job: Row[Any]) -> dict[str, Any]:
+    if job.status != "succeeded":
+        raise Conflict(f"job {job.id} is {job.status}: a posterior exists once the job has succeeded")
+    with engine.connect() as conn:
+        document = conn.execute(select(posteriors.c.document).where(posteriors.c.job_id == job.id)).scalar()
+    if document is None:
+        raise NotFound(f"job {job.id} has no stored posterior")
+    return dict(document)

@@ -1,0 +1,79 @@
+"""The service's tables in the control database: API keys, jobs, per-iteration releases, posteriors.
+
+They share the control database (and its MetaData, hence one Alembic history) with the privacy wall's
+catalogue and ledger tables (privacy_wall.control_schema). Nothing here holds sensitive rows: a release
+is the noised output of the gate.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    Column,
+    DateTime,
+    Float,
+    ForeignKey,
+    Integer,
+    PrimaryKeyConstraint,
+    String,
+    Table,
+    Text,
+)
+
+from privacy_wall.control_schema import metadata
+
+api_keys = Table(
+    "api_keys",
+    metadata,
+    Column("id", String(32), primary_key=True),  # public key id, the prefix of the key
+    Column("key_hash", String(64), nullable=False, unique=True),  # sha256 of the whole key
+    Column("role", String(16), nullable=False),  # admin | custodian | analyst | client
+    Column("dataset", String(128), nullable=True),  # scope for custodian and client keys
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("revoked", Boolean, nullable=False, default=False),
+)
+
+jobs = Table(
+    "jobs",
+    metadata,
+    Column("id", String(32), primary_key=True),
+    Column("dataset", String(128), ForeignKey("datasets.name"), nullable=False, index=True),
+    Column("owner", String(32), ForeignKey("api_keys.id"), nullable=False, index=True),
+    Column("model", String(16), nullable=False),
+    Column("algorithm", String(16), nullable=False),
+    Column("options", JSON, nullable=False),
+    Column("iterations", Integer, nullable=False),
+    Column("batch_size", Integer, nullable=False),
+    Column("sigma", Float, nullable=False),
+    Column("epsilon_target", Float, nullable=True),
+    Column("epsilon_job", Float, nullable=True),  # the whole job on its own; None when sigma = 0
+    Column("delta", Float, nullable=False),
+    Column("status", String(16), nullable=False, index=True),  # queued running succeeded failed cancelled
+    Column("iteration", Integer, nullable=False, default=0),
+    Column("cancel_requested", Boolean, nullable=False, default=False),
+    Column("error", Text, nullable=True),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("started_at", DateTime(timezone=True), nullable=True),
+    Column("finished_at", DateTime(timezone=True), nullable=True),
+    Column("heartbeat_at", DateTime(timezone=True), nullable=True),
+)
+
+releases = Table(
+    "releases",
+    metadata,
+    Column("job_id", String(32), ForeignKey("jobs.id"), nullable=False),
+    Column("iteration", Integer, nullable=False),
+    Column("statistics", JSON, nullable=False),
+    Column("noise_std", JSON, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    PrimaryKeyConstraint("job_id", "iteration"),
+)
+
+posteriors = Table(
+    "posteriors",
+    metadata,
+    Column("job_id", String(32), ForeignKey("jobs.id"), primary_key=True),
+    Column("document", JSON, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+)

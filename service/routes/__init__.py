@@ -1,0 +1,1 @@
+"""One APIRouter per resource, mounted under /v1 by service.app (health probes at the root)."""

@@ -1,0 +1,65 @@
+"""Datasets: their public metadata with the budget and its spend."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+from sqlalchemy import Engine, Row, select
+
+from privacy_wall import ledger_db
+from privacy_wall.control_schema import datasets
+from service.auth import AUTH_RESPONSES, CurrentKey, owns_dataset, sees_dataset
+from service.deps import EngineDep
+from service.jobs import NotFound, aware, budget_or_none, load_dataset
+from service.keys import Principal
+from service.schemas import BudgetPublic, DatasetDetail, DatasetPublic, Message
+
+router = APIRouter(prefix="/datasets", tags=["datasets"], responses=AUTH_RESPONSES)
+
+
+def budget_public(status: ledger_db.BudgetStatus) -> BudgetPublic:
+    return BudgetPublic(
+        epsilon=status.epsilon_budget,
+        delta=status.delta,
+        epsilon_spent=status.epsilon_spent,
+        epsilon_reserved=status.epsilon_reserved,
+        epsilon_remaining=status.epsilon_remaining,
+    )
+
+
+def visible_dataset(engine: Engine, principal: Principal, name: str, *, administer: bool = False) -> Row[Any]:
+    """The dataset row if this key may see (or administer) it; otherwise 404, as if it did not exist."""
+    row = load_dataset(engine, name)
+    allowed = owns_dataset if administer else sees_dataset
+    if row is None or not allowed(principal, row):
+        raise NotFound(f"dataset {name} not found")
+    return row
+
+
+def _public(engine: Engine, row: Row[Any]) -> dict[str, Any]:
+    status = budget_or_none(engine, row.name)
+    return {
+        "name": row.name,
+        "kind": row.kind,
+        "population": row.population,
+        "dimension": row.dimension,
+        "public": bool(row.public),
+        "created_at": aware(row.created_at),
+        "budget": None if status is None else budget_public(status),
+    }
+
+
+@router.get("", response_model=list[DatasetPublic])
+def list_datasets(engine: EngineDep, principal: CurrentKey) -> list[DatasetPublic]:
+    """The datasets this key may see (custodians: their own; scoped clients: their one)."""
+    with engine.connect() as conn:
+        rows = conn.execute(select(datasets).order_by(datasets.c.name)).all()
+    return [DatasetPublic(**_public(engine, row)) for row in rows if sees_dataset(principal, row)]
+
+
+@router.get("/{name}", response_model=DatasetDetail, responses={404: {"model": Message}})
+def show_dataset(name: str, engine: EngineDep, principal: CurrentKey) -> DatasetDetail:
+    """One dataset with its schema (column names or vocabulary) and its budget."""
+    row = visible_dataset(engine, principal, name)
+    return DatasetDetail(**_public(engine, row), data_schema=dict(row.schema))

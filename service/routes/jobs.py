@@ -1,0 +1,109 @@
+"""Jobs: submit (analysts), read, cancel, and the per-iteration releases."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Response, status
+
+from service.auth import AUTH_RESPONSES, AnalystKey, JobOwnerKey, JobReaderKey, controls_job
+from service.deps import EngineDep, QueueDep, SettingsDep
+from service.jobs import (
+    NotFound,
+    cancel_job,
+    job_releases,
+    list_jobs,
+    plan_job,
+    quote_job,
+    submit_job,
+    to_public,
+    visible_job,
+)
+from service.routes.datasets import visible_dataset
+from service.schemas import BudgetRefusal, JobCreate, JobPublic, JobQuote, JobStatus, Message, ReleasePublic
+
+router = APIRouter(prefix="/jobs", tags=["jobs"], responses=AUTH_RESPONSES)
+
+
+@router.post(
+    "",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=JobPublic | JobQuote,
+    responses={
+        200: {"model": JobQuote, "description": "dry run: the quote; nothing is reserved or queued"},
+        404: {"model": Message},
+        409: {"model": BudgetRefusal, "description": "the budget cannot admit the job (or none is set)"},
+        503: {"model": Message, "description": "the job queue is unavailable; nothing stays reserved"},
+    },
+)
+def submit(
+    spec: JobCreate,
+    response: Response,
+    engine: EngineDep,
+    queue: QueueDep,
+    settings: SettingsDep,
+    principal: AnalystKey,
+) -> JobPublic | JobQuote:
+    """Submit a fitting job: 202 with the queued job, after its whole privacy cost was reserved.
+
+    Give `sigma` (noise multiplier) or `epsilon` (the job's own target; the server reports the sigma it
+    chose). With `dry_run` the answer is a quote (200) and nothing is reserved.
+    """
+    dataset = visible_dataset(engine, principal, spec.dataset)
+    plan = plan_job(engine, spec, dataset, settings)
+    if spec.dry_run:
+        response.status_code = status.HTTP_200_OK
+        return quote_job(engine, spec, plan)
+    job = submit_job(engine, queue, principal, spec, plan)
+    return to_public(engine, [job])[0]
+
+
+@router.get("", response_model=list[JobPublic])
+def jobs(
+    engine: EngineDep,
+    principal: JobReaderKey,
+    dataset: str | None = None,
+    status: JobStatus | None = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    offset: Annotated[int, Query(ge=0)] = 0,
+) -> list[JobPublic]:
+    """The jobs this key may read, newest first (analysts: their own; clients: their dataset scope)."""
+    rows = list_jobs(engine, principal, dataset=dataset, status=status, limit=limit, offset=offset)
+    return to_public(engine, rows)
+
+
+@router.get("/{job_id}", response_model=JobPublic, responses={404: {"model": Message}})
+def job(job_id: str, engine: EngineDep, principal: JobReaderKey) -> JobPublic:
+    """A job's status, progress and privacy: epsilon_spent covers the iterations charged so far."""
+    return to_public(engine, [visible_job(engine, principal, job_id)])[0]
+
+
+@router.post(
+    "/{job_id}/cancel",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=JobPublic,
+    responses={404: {"model": Message}, 409: {"model": Message}},
+)
+def cancel(job_id: str, engine: EngineDep, principal: JobOwnerKey) -> JobPublic:
+    """Cancel: a queued job stops now and its reservation is refunded; a running one stops before its
+    next release."""
+    row = visible_job(engine, principal, job_id)
+    if not controls_job(principal, row):
+        raise NotFound(f"job {job_id} not found")
+    cancel_job(engine, row)
+    return to_public(engine, [visible_job(engine, principal, job_id)])[0]
+
+
+@router.get("/{job_id}/releases", response_model=list[ReleasePublic], responses={404: {"model": Message}})
+def releases(
+    job_id: str,
+    engine: EngineDep,
+    principal: JobOwnerKey,
+    after: Annotated[int, Query(ge=0, description="only iterations after this one")] = 0,
+    limit: Annotated[int | None, Query(ge=1, le=100_000)] = None,
+) -> list[ReleasePublic]:
+    """The released (noised) statistics of each iteration, in order."""
+    row = visible_job(engine, principal, job_id)
+    if not controls_job(principal, row):
+        raise NotFound(f"job {job_id} not found")
+    return job_releases(engine, job_id, after=after, limit=limit)

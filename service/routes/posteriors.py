@@ -1,0 +1,24 @@
+"""Posteriors of finished jobs: the owning analyst, clients (within their scope) and admins."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+
+from service.auth import AUTH_RESPONSES, JobReaderKey
+from service.deps import EngineDep
+from service.jobs import job_posterior, visible_job
+from service.schemas import Message
+
+router = APIRouter(prefix="/jobs", tags=["posteriors"], responses=AUTH_RESPONSES)
+
+
+@router.get(
+    "/{job_id}/posterior",
+    response_model=dict[str, Any],
+    responses={404: {"model": Message}, 409: {"model": Message, "description": "the job has not succeeded"}},
+)
+def posterior(job_id: str, engine: EngineDep, principal: JobReaderKey) -> dict[str, Any]:
+    """The released posterior document (DESIGN section 6), once the job has succeeded."""
+    return job_posterior(engine, visible_job(engine, principal, job_id))

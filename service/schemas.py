@@ -1,0 +1,205 @@
+"""Request and response schemas, in families per resource (Create / Update / Public / Quote ...)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from service.keys import Role
+
+Model = Literal["blr", "lda", "sbn"]
+Algorithm = Literal["vips", "dpvi", "dpsep"]
+JobStatus = Literal["queued", "running", "succeeded", "failed", "cancelled"]
+DatasetKind = Literal["tabular", "bow", "binary"]
+
+#: Models and algorithms that run today; the others are part of the contract but answer 422.
+AVAILABLE_MODELS: tuple[str, ...] = ("blr",)
+AVAILABLE_ALGORITHMS: tuple[str, ...] = ("vips",)
+
+FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# ---- health -------------------------------------------------------------------------------------------
+
+
+class Health(BaseModel):
+    status: Literal["ok"] = "ok"
+
+
+class Readiness(BaseModel):
+    status: Literal["ok", "unavailable"]
+    checks: dict[str, str] = Field(description='"ok" or what failed, per check (database, broker)')
+
+
+# ---- budgets and the ledger ---------------------------------------------------------------------------
+
+
+class BudgetUpdate(_Strict):
+    epsilon: FiniteFloat | None = Field(
+        gt=0, description="the epsilon cap; null (no cap) only for datasets marked public"
+    )
+    delta: FiniteFloat = Field(gt=0, lt=1)
+
+
+class BudgetPublic(BaseModel):
+    epsilon: float | None = Field(description="the cap; null means no cap (public datasets)")
+    delta: float
+    epsilon_spent: float = Field(description="committed releases, at the dataset's delta")
+    epsilon_reserved: float = Field(description="committed releases plus open reservations")
+    epsilon_remaining: float | None = Field(description="cap minus reserved; null without a cap")
+
+
+class LedgerEntry(BaseModel):
+    job_id: str
+    iteration: int
+    attempt: int
+    event: dict[str, Any]
+    accountant: str
+    created_at: datetime
+
+
+class LedgerPublic(BaseModel):
+    dataset: str
+    budget: BudgetPublic | None = Field(description="null until the custodian sets a budget")
+    entries: list[LedgerEntry]
+
+
+# ---- datasets -----------------------------------------------------------------------------------------
+
+
+class DatasetPublic(BaseModel):
+    name: str
+    kind: str
+    population: int = Field(description="N, public by the custodian's declaration")
+    dimension: int
+    public: bool = Field(description="marked non-sensitive by the custodian (sigma 0 allowed)")
+    created_at: datetime
+    budget: BudgetPublic | None = Field(description="null until the custodian sets a budget")
+
+
+class DatasetDetail(DatasetPublic):
+    data_schema: dict[str, Any] = Field(
+        serialization_alias="schema", description="column names or the vocabulary: public metadata"
+    )
+
+
+# ---- jobs ---------------------------------------------------------------------------------------------
+
+
+class JobCreate(_Strict):
+    dataset: str = Field(min_length=1, max_length=128)
+    model: Model
+    algorithm: Algorithm = "vips"
+    iterations: int = Field(ge=1, description="T, at most the server's max_iterations")
+    batch_size: int | None = Field(default=None, ge=1, description="S, 1..N; default N (batch mode)")
+    sigma: FiniteFloat | None = Field(
+        default=None, ge=0, description="noise multiplier; give sigma or epsilon"
+    )
+    epsilon: FiniteFloat | None = Field(
+        default=None, gt=0, description="target epsilon of this job on its own; the server solves for sigma"
+    )
+    options: dict[str, FiniteFloat] = Field(default_factory=dict)
+    dry_run: bool = Field(default=False, description="quote the cost without reserving or queueing anything")
+
+    @field_validator("model")
+    @classmethod
+    def _model_available(cls, value: str) -> str:
+        if value not in AVAILABLE_MODELS:
+            raise ValueError(
+                f"model {value!r} is not available yet (available: {', '.join(AVAILABLE_MODELS)})"
+            )
+        return value
+
+    @field_validator("algorithm")
+    @classmethod
+    def _algorithm_available(cls, value: str) -> str:
+        if value not in AVAILABLE_ALGORITHMS:
+            raise ValueError(
+                f"algorithm {value!r} is not available yet (available: {', '.join(AVAILABLE_ALGORITHMS)})"
+            )
+        return value
+
+
+class JobPublic(BaseModel):
+    id: str
+    dataset: str
+    model: str
+    algorithm: str
+    status: JobStatus
+    iteration: int = Field(description="iterations released so far")
+    iterations: int
+    batch_size: int
+    sigma: float
+    epsilon_target: float | None = Field(description="the epsilon asked for, if the job was given one")
+    epsilon_job: float | None = Field(description="the whole job on its own; null when sigma = 0")
+    epsilon_spent: float | None = Field(description="epsilon of the iterations charged so far")
+    delta: float
+    options: dict[str, float]
+    cancel_requested: bool
+    error: str | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+class JobQuote(BaseModel):
+    """A dry run: what the job would cost and what would remain; nothing is reserved."""
+
+    dataset: str
+    iterations: int
+    batch_size: int
+    sigma: float
+    delta: float
+    epsilon_job: float | None = Field(description="the job on its own; null when sigma = 0 (no guarantee)")
+    epsilon_spent: float = Field(description="the dataset's committed releases now")
+    epsilon_reserved: float = Field(description="committed releases plus open reservations now")
+    epsilon_after: float | None = Field(
+        description="reserved plus this job; null when it would be unbounded (sigma 0)"
+    )
+    epsilon_budget: float | None
+    epsilon_remaining: float | None = Field(description="budget minus reserved now; null without a cap")
+    admissible: bool
+
+
+class BudgetRefusal(BaseModel):
+    """409 body when the ledger cannot admit a job."""
+
+    detail: str
+    epsilon_spent_or_reserved: float
+    epsilon_requested_total: float | None
+    epsilon_budget: float
+    epsilon_remaining: float
+
+
+class ReleasePublic(BaseModel):
+    iteration: int
+    statistics: dict[str, Any] = Field(description="the noisy released statistics, per block")
+    noise_std: dict[str, Any]
+    created_at: datetime
+
+
+class Message(BaseModel):
+    detail: str
+
+
+# ---- keys ---------------------------------------------------------------------------------------------
+
+
+class KeyCreate(_Strict):
+    role: Role
+    dataset: str | None = Field(
+        default=None, min_length=1, max_length=128, description="scope (custodian and client keys)"
+    )
+
+
+class KeyCreated(BaseModel):
+    id: str
+    key: str = Field(description="shown once; only its sha256 is stored")
+    role: Role
+    dataset: str | None

@@ -1,0 +1,182 @@
+"""Running the real service for end-to-end tests: `vips up` (embedded), or `vips serve` + `vips worker`
+on PostgreSQL and Redis, as subprocesses on free ports; plus the CLI as users run it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+
+from tests.dbservers import fresh_database
+
+REDIS_URL = os.environ.get("VIPS_TEST_REDIS", "redis://127.0.0.1:6379")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def require_redis() -> None:
+    import redis
+
+    try:
+        redis.Redis.from_url(REDIS_URL, socket_connect_timeout=2).ping()
+    except redis.RedisError:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"Redis at {REDIS_URL} is down under CI; .ci/run should have started it")
+        pytest.skip(f"SKIPPED: no Redis at {REDIS_URL} (start it to run this test)")
+
+
+@dataclass
+class Service:
+    """A running service: its URL, the environment of its server-side CLI, and its processes."""
+
+    url: str
+    env: dict[str, str]
+    worker_env: dict[str, str] = field(default_factory=dict)
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    def vips(
+        self, *argv: str, key: str | None = None, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        env = {**self.env, "VIPS_URL": self.url}
+        if key is not None:
+            env["VIPS_API_KEY"] = key
+        done = subprocess.run(
+            [sys.executable, "-m", "vips.cli", *argv], env=env, text=True, capture_output=True
+        )
+        if check:
+            assert done.returncode == 0, f"vips {' '.join(argv)}: {done.stderr}"
+        return done
+
+    def key(self, role: str, dataset: str | None = None) -> str:
+        argv = ["admin", "create-key", "--role", role] + ([] if dataset is None else ["--dataset", dataset])
+        return self.vips(*argv).stdout.strip()
+
+
+def _clean_env() -> dict[str, str]:
+    env = dict(os.environ)
+    for name in list(env):
+        if name.startswith("VIPS_"):
+            del env[name]
+    return env
+
+
+def start_vips(argv: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    """A `vips` server process in its own session (so a test can kill its whole group), logging to `log`."""
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "vips.cli", *argv],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+def _wait_ready(url: str, processes: dict[str, subprocess.Popen[bytes]], logs: list[Path]) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        for name, process in processes.items():
+            if process.poll() is not None:
+                text = "\n".join(p.read_text() for p in logs if p.exists())
+                raise RuntimeError(f"{name} exited with {process.returncode}:\n{text[-3000:]}")
+        try:
+            if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError("the service did not become ready within 60 s")
+
+
+def _stop(processes: dict[str, subprocess.Popen[bytes]]) -> None:
+    for process in processes.values():
+        if process.poll() is None:
+            process.send_signal(signal.SIGINT)
+    for process in processes.values():
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+@contextmanager
+def embedded_service(home: Path) -> Iterator[Service]:
+    """`vips up`: API + one real Celery worker, SQLite and a file-system broker, no Redis or PostgreSQL."""
+    port = free_port()
+    env = {**_clean_env(), "VIPS_HOME": str(home)}
+    service = Service(f"http://127.0.0.1:{port}", env)
+    log = home / "test-up.log"
+    home.mkdir(parents=True, exist_ok=True)
+    service.processes["up"] = start_vips(["up", "--port", str(port)], env, log)
+    try:
+        _wait_ready(service.url, service.processes, [log, home / "worker.log"])
+        yield service
+    finally:
+        _stop(service.processes)
+
+
+@contextmanager
+def production_service(tmp_path: Path, heartbeat_timeout: float = 60.0) -> Iterator[Service]:
+    """`vips serve` and `vips worker` on fresh PostgreSQL databases and a private Redis database."""
+    import redis
+
+    require_redis()
+    with ExitStack() as stack:
+        control = stack.enter_context(fresh_database("postgresql", tmp_path))
+        sensitive = stack.enter_context(fresh_database("postgresql", tmp_path))
+        db_index = 1 + uuid.uuid4().int % 15
+        broker = f"{REDIS_URL}/{db_index}"
+        redis.Redis.from_url(broker).flushdb()
+        stack.callback(lambda: redis.Redis.from_url(broker).flushdb())
+        base = {
+            **_clean_env(),
+            "VIPS_HOME": str(tmp_path / "home"),
+            "VIPS_HEARTBEAT_TIMEOUT_SECONDS": str(heartbeat_timeout),
+        }
+        wall_env = {**base, "VIPS_CONTROL_DATABASE_URL": control, "VIPS_SENSITIVE_DATABASE_URL": sensitive}
+        api_env = {**base, "VIPS_CONTROL_DATABASE_URL": control, "VIPS_BROKER_URL": broker}
+        worker_env = {**wall_env, "VIPS_BROKER_URL": broker}
+        subprocess.run(
+            [sys.executable, "-m", "vips.cli", "migrate", "all"],
+            env=wall_env,
+            check=True,
+            capture_output=True,
+        )
+        port = free_port()
+        service = Service(f"http://127.0.0.1:{port}", wall_env, worker_env)
+        logs = [tmp_path / "api.log", tmp_path / "worker.log"]
+        service.processes["api"] = start_vips(["serve", "--port", str(port)], api_env, logs[0])
+        service.processes["worker"] = start_vips(["worker"], worker_env, logs[1])
+        stack.callback(_stop, service.processes)
+        _wait_ready(service.url, service.processes, logs)
+        yield service
+
+
+def synthetic_csv(path: Path, n: int = 2000, d: int = 5, seed: int = 0) -> np.ndarray:
+    """Logistic data with known weights, rows scaled to norm <= 1; returns the true weights."""
+    rng = np.random.default_rng(seed)
+    weights = rng.normal(size=d) * 4
+    x = rng.normal(size=(n, d))
+    x /= np.maximum(1.0, np.linalg.norm(x, axis=1, keepdims=True))
+    y = (rng.random(n) < 1 / (1 + np.exp(-x @ weights))).astype(int)
+    header = ",".join([f"x{j}" for j in range(d)] + ["label"])
+    lines = [",".join(f"{v:.17g}" for v in row) + f",{label}" for row, label in zip(x, y, strict=True)]
+    path.write_text("\n".join([header, *lines]) + "\n")
+    return weights

@@ -1,0 +1,755 @@
+"""The HTTP API in process (TestClient) over a migrated SQLite control database and a recording queue.
+
+Datasets are inserted straight into the control tables (their rows never matter here: the API never
+sees them). Role boundaries, admission and refunds, validation (422 naming the field), probes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import Engine, insert, select, update
+
+from privacy_wall import ledger_db
+from privacy_wall.accounting import SubsampledGaussianEvent, epsilon
+from privacy_wall.control_schema import budgets, datasets, reservations
+from privacy_wall.ledger import Charge
+from privacy_wall.sqlengine import create_db_engine
+from service.app import create_app
+from service.client import ApiError, VipsClient
+from service.keys import create_key, revoke_key
+from service.models import api_keys, jobs, posteriors, releases
+from service.queue import RecordingQueue
+from service.settings import ServiceSettings
+from tests.dbservers import fresh_database
+from vips.migrate import upgrade
+
+DELTA = 1e-5
+PRIVATE_BUDGET = 3.0
+# One (sigma, S, N) for most submissions: the accountant caches its curve.
+SIGMA, BATCH, N = 2.0, 100, 1000
+MAX_ITERATIONS = 500
+
+
+@dataclass
+class Api:
+    client: TestClient
+    engine: Engine
+    queue: RecordingQueue
+    keys: dict[str, str]  # name -> key
+    ids: dict[str, str]  # name -> key id
+
+    def call(self, method: str, path: str, who: str | None = None, **kwargs: Any) -> Any:
+        headers = {"Authorization": f"Bearer {self.keys[who]}"} if who else {}
+        return self.client.request(method, path, headers=headers, **kwargs)
+
+    def submit(self, who: str = "analyst", **spec: Any) -> Any:
+        body = {"dataset": "priv", "model": "blr", "iterations": 5, "batch_size": BATCH, "sigma": SIGMA}
+        body.update(spec)
+        return self.call("POST", "/v1/jobs", who, json={k: v for k, v in body.items() if v is not None})
+
+
+def add_dataset(
+    engine: Engine,
+    name: str,
+    *,
+    population: int = N,
+    public: bool = False,
+    owner: str | None = None,
+    kind: str = "tabular",
+) -> None:
+    with engine.begin() as conn:
+        conn.execute(
+            insert(datasets).values(
+                name=name,
+                kind=kind,
+                population=population,
+                dimension=3,
+                schema={"features": ["a", "b", "c"], "label": "label"},
+                public=public,
+                owner=owner,
+                created_at=datetime.now(UTC),
+            )
+        )
+
+
+def populate(engine: Engine) -> tuple[dict[str, str], dict[str, str]]:
+    """Keys of every role and the datasets: priv (owned by cust), other (cust2 by its key's scope),
+    pub (public, no budget yet), nobudget (private, no budget), docs (bag of words)."""
+    specs: dict[str, tuple[str, str | None]] = {
+        "admin": ("admin", None),
+        "cust": ("custodian", None),
+        "cust2": ("custodian", "other"),
+        "analyst": ("analyst", None),
+        "analyst2": ("analyst", None),
+        "client": ("client", None),
+        "client_other": ("client", "other"),
+    }
+    keys: dict[str, str] = {}
+    ids: dict[str, str] = {}
+    for name, (role, scope) in specs.items():
+        ids[name], keys[name] = create_key(engine, role, scope)
+    add_dataset(engine, "priv", owner=ids["cust"])
+    add_dataset(engine, "other")
+    add_dataset(engine, "pub", population=200, public=True)
+    add_dataset(engine, "nobudget", owner=ids["cust"])
+    add_dataset(engine, "docs", kind="bow", owner=ids["cust"])
+    ledger_db.set_budget(engine, "priv", PRIVATE_BUDGET, DELTA)
+    ledger_db.set_budget(engine, "other", PRIVATE_BUDGET, DELTA)
+    ledger_db.set_budget(engine, "docs", PRIVATE_BUDGET, DELTA)
+    return keys, ids
+
+
+def make_api(url: str, tmp_path: Path) -> Iterator[Api]:
+    upgrade("control", url)
+    engine = create_db_engine(url)
+    keys, ids = populate(engine)
+    queue = RecordingQueue()
+    settings = ServiceSettings(home=tmp_path, control_database_url=url, max_iterations=MAX_ITERATIONS)
+    try:
+        with TestClient(create_app(settings, queue=queue)) as client:
+            yield Api(client, engine, queue, keys, ids)
+    finally:
+        engine.dispose()
+
+
+@pytest.fixture
+def api(tmp_path: Path) -> Iterator[Api]:
+    with fresh_database("sqlite", tmp_path) as url:
+        yield from make_api(url, tmp_path)
+
+
+def reserved(engine: Engine, dataset: str = "priv") -> float:
+    return ledger_db.budget_status(engine, dataset).epsilon_reserved
+
+
+def open_reservations(engine: Engine) -> int:
+    with engine.connect() as conn:
+        return len(conn.execute(select(reservations.c.job_id).where(reservations.c.open.is_(True))).all())
+
+
+def job_count(engine: Engine) -> int:
+    with engine.connect() as conn:
+        return len(conn.execute(select(jobs.c.id)).all())
+
+
+def finish(engine: Engine, job_id: str, document: dict[str, Any] | None = None) -> None:
+    """Do what the worker does at the end of a successful job."""
+    with engine.begin() as conn:
+        conn.execute(
+            update(jobs)
+            .where(jobs.c.id == job_id)
+            .values(status="succeeded", started_at=datetime.now(UTC), finished_at=datetime.now(UTC))
+        )
+        if document is not None:
+            conn.execute(
+                insert(posteriors).values(job_id=job_id, document=document, created_at=datetime.now(UTC))
+            )
+    ledger_db.refund(engine, job_id)
+
+
+def charge(engine: Engine, job_id: str, iteration: int, sigma: float = SIGMA) -> None:
+    event = SubsampledGaussianEvent(sigma, BATCH, N)
+    ledger_db.commit_charge(engine, Charge("priv", job_id, iteration, event))
+
+
+# ---- authentication and roles ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "authorization",
+    [None, "Bearer vips_0123456789abcdef_wrong", "Bearer not-a-key", "Basic dXNlcjpwYXNz", "Bearer "],
+)
+def test_missing_or_invalid_key_is_401_with_bearer_challenge(api: Api, authorization: str | None) -> None:
+    headers = {"Authorization": authorization} if authorization else {}
+    for method, path in (("GET", "/v1/datasets"), ("POST", "/v1/jobs"), ("GET", "/v1/jobs/x")):
+        r = api.client.request(method, path, headers=headers, json={})
+        assert r.status_code == 401, (path, r.text)
+        assert r.headers["www-authenticate"] == "Bearer"
+        assert r.json()["detail"]
+
+
+def test_a_tampered_or_revoked_key_is_401(api: Api) -> None:
+    key = api.keys["analyst"]
+    tampered = key[:-1] + ("A" if key[-1] != "A" else "B")
+    r = api.client.get("/v1/jobs", headers={"Authorization": f"Bearer {tampered}"})
+    assert r.status_code == 401
+    assert revoke_key(api.engine, api.ids["analyst"])
+    assert api.call("GET", "/v1/jobs", "analyst").status_code == 401
+
+
+@pytest.mark.parametrize(
+    ("who", "method", "path", "body"),
+    [
+        ("client", "POST", "/v1/jobs", {"dataset": "priv", "model": "blr", "iterations": 1, "sigma": 1}),
+        ("cust", "POST", "/v1/jobs", {"dataset": "priv", "model": "blr", "iterations": 1, "sigma": 1}),
+        ("admin", "POST", "/v1/jobs", {"dataset": "priv", "model": "blr", "iterations": 1, "sigma": 1}),
+        ("analyst", "PUT", "/v1/datasets/priv/budget", {"epsilon": 9.0, "delta": DELTA}),
+        ("client", "PUT", "/v1/datasets/priv/budget", {"epsilon": 9.0, "delta": DELTA}),
+        ("analyst", "GET", "/v1/datasets/priv/ledger", None),
+        ("analyst", "POST", "/v1/keys", {"role": "admin"}),
+        ("cust", "POST", "/v1/keys", {"role": "admin"}),
+        ("client", "POST", "/v1/keys", {"role": "admin"}),
+        ("cust", "GET", "/v1/jobs", None),
+        ("client", "POST", "/v1/jobs/abc/cancel", None),
+        ("client", "GET", "/v1/jobs/abc/releases", None),
+        ("cust", "GET", "/v1/jobs/abc/posterior", None),
+    ],
+)
+def test_wrong_role_is_403(api: Api, who: str, method: str, path: str, body: Any) -> None:
+    r = api.call(method, path, who, json=body)
+    assert r.status_code == 403, r.text
+    assert "role" in r.json()["detail"]
+    assert job_count(api.engine) == 0
+    assert ledger_db.budget_status(api.engine, "priv").epsilon_budget == PRIVATE_BUDGET
+
+
+def test_custodians_see_and_administer_only_their_datasets(api: Api) -> None:
+    budget = {"epsilon": 5.0, "delta": DELTA}
+    # cust2's key is scoped to "other": it owns it without being its datasets.owner
+    assert api.call("PUT", "/v1/datasets/other/budget", "cust2", json=budget).status_code == 200
+    assert api.call("GET", "/v1/datasets/other/ledger", "cust2").status_code == 200
+    for method, path, body in (
+        ("PUT", "/v1/datasets/priv/budget", budget),
+        ("GET", "/v1/datasets/priv/ledger", None),
+        ("GET", "/v1/datasets/priv", None),
+    ):
+        foreign = api.call(method, path, "cust2", json=body)
+        missing = api.call(method, path.replace("priv", "nosuch"), "cust2", json=body)
+        assert foreign.status_code == missing.status_code == 404
+        assert foreign.json()["detail"] == missing.json()["detail"].replace("nosuch", "priv")
+    assert ledger_db.budget_status(api.engine, "priv").epsilon_budget == PRIVATE_BUDGET
+    assert [d["name"] for d in api.call("GET", "/v1/datasets", "cust").json()] == ["docs", "nobudget", "priv"]
+    assert [d["name"] for d in api.call("GET", "/v1/datasets", "cust2").json()] == ["other"]
+    assert [d["name"] for d in api.call("GET", "/v1/datasets", "client_other").json()] == ["other"]
+    assert len(api.call("GET", "/v1/datasets", "analyst").json()) == 5
+    # the admin may administer every dataset
+    assert api.call("PUT", "/v1/datasets/priv/budget", "admin", json=budget).json()["epsilon"] == 5.0
+
+
+def test_analysts_cannot_reach_each_others_jobs(api: Api) -> None:
+    job_id = api.submit("analyst").json()["id"]
+    for method, path in (
+        ("GET", f"/v1/jobs/{job_id}"),
+        ("POST", f"/v1/jobs/{job_id}/cancel"),
+        ("GET", f"/v1/jobs/{job_id}/releases"),
+        ("GET", f"/v1/jobs/{job_id}/posterior"),
+    ):
+        r = api.call(method, path, "analyst2")
+        assert r.status_code == 404, path
+        assert r.json()["detail"] == f"job {job_id} not found"
+        assert api.call(method, path.replace(job_id, "f" * 32), "analyst2").status_code == 404
+    assert api.call("GET", "/v1/jobs", "analyst2").json() == []
+    assert [j["id"] for j in api.call("GET", "/v1/jobs", "analyst").json()] == [job_id]
+    assert [j["id"] for j in api.call("GET", "/v1/jobs", "admin").json()] == [job_id]
+    assert api.call("GET", f"/v1/jobs/{job_id}", "analyst").json()["status"] == "queued"
+
+
+# ---- submission and admission ----------------------------------------------------------------------------
+
+
+def test_submit_reserves_queues_and_answers_202(api: Api) -> None:
+    r = api.submit(options={"a0": 2.0, "kappa": 0.7})
+    assert r.status_code == 202, r.text
+    job = r.json()
+    assert api.queue.sent == [job["id"]]
+    expected = epsilon(SIGMA, BATCH, N, 5, DELTA)
+    assert job["status"] == "queued"
+    assert job["sigma"] == SIGMA
+    assert job["epsilon_target"] is None
+    assert job["epsilon_job"] == pytest.approx(expected)
+    assert job["epsilon_spent"] == 0.0
+    assert job["delta"] == DELTA
+    assert (job["iteration"], job["iterations"], job["batch_size"]) == (0, 5, BATCH)
+    assert job["options"] == {"a0": 2.0, "kappa": 0.7}
+    assert reserved(api.engine) == pytest.approx(expected)
+    shown = api.call("GET", "/v1/datasets/priv", "analyst").json()
+    assert shown["budget"]["epsilon_reserved"] == pytest.approx(expected)
+    assert shown["budget"]["epsilon_remaining"] == pytest.approx(PRIVATE_BUDGET - expected)
+    assert shown["schema"] == {"features": ["a", "b", "c"], "label": "label"}
+    with api.engine.connect() as conn:
+        assert conn.execute(select(jobs.c.owner)).scalar_one() == api.ids["analyst"]
+
+
+def test_batch_size_defaults_to_the_population(api: Api) -> None:
+    r = api.submit(dataset="pub", batch_size=None, sigma=1.0, iterations=1)
+    assert r.status_code == 202, r.text
+    assert r.json()["batch_size"] == 200
+
+
+def test_epsilon_target_is_calibrated_to_a_sigma_that_meets_it(api: Api) -> None:
+    # batch mode (S = N) keeps the accountant's search fast; subsampled calibration takes the same path
+    target = 1.0
+    r = api.submit(sigma=None, epsilon=target, iterations=10, batch_size=N)
+    assert r.status_code == 202, r.text
+    job = r.json()
+    assert job["epsilon_target"] == target
+    assert job["sigma"] > 0
+    assert job["epsilon_job"] == pytest.approx(epsilon(job["sigma"], N, N, 10, DELTA))
+    assert 0.99 * target <= job["epsilon_job"] <= target
+    assert reserved(api.engine) <= target
+
+
+def test_over_budget_is_409_with_the_numbers_and_reserves_nothing(api: Api) -> None:
+    before = reserved(api.engine)
+    r = api.submit(sigma=0.5, iterations=400)
+    assert r.status_code == 409, r.text
+    body = r.json()
+    assert "epsilon" in body["detail"] and "priv" in body["detail"]
+    assert body["epsilon_budget"] == PRIVATE_BUDGET
+    assert body["epsilon_spent_or_reserved"] == pytest.approx(before)
+    assert body["epsilon_requested_total"] > PRIVATE_BUDGET
+    assert body["epsilon_remaining"] == pytest.approx(PRIVATE_BUDGET - before)
+    assert reserved(api.engine) == before
+    assert open_reservations(api.engine) == 0
+    assert job_count(api.engine) == 0
+    assert api.queue.sent == []
+
+
+def test_budget_admits_jobs_until_it_is_spent(api: Api) -> None:
+    expected = 0  # RDP composes sub-additively: k jobs of T iterations cost what one job of k T costs
+    while epsilon(SIGMA, BATCH, N, 5 * (expected + 1), DELTA) <= PRIVATE_BUDGET:
+        expected += 1
+    admitted = 0
+    while api.submit(iterations=5).status_code == 202:
+        admitted += 1
+    assert admitted == expected > 1
+    assert reserved(api.engine) <= PRIVATE_BUDGET
+    assert len(api.queue.sent) == admitted == open_reservations(api.engine) == job_count(api.engine)
+
+
+def test_dry_run_quotes_and_reserves_nothing(api: Api) -> None:
+    r = api.submit(dry_run=True)
+    assert r.status_code == 200, r.text
+    quote = r.json()
+    expected = epsilon(SIGMA, BATCH, N, 5, DELTA)
+    assert quote["sigma"] == SIGMA
+    assert quote["epsilon_job"] == pytest.approx(expected)
+    assert quote["epsilon_spent"] == quote["epsilon_reserved"] == 0.0
+    assert quote["epsilon_after"] == pytest.approx(expected)
+    assert quote["epsilon_budget"] == quote["epsilon_remaining"] == PRIVATE_BUDGET
+    assert quote["admissible"] is True
+    assert (reserved(api.engine), job_count(api.engine), api.queue.sent) == (0.0, 0, [])
+    api.submit()  # one job reserved: the next quote counts it
+    quote = api.submit(dry_run=True).json()
+    assert quote["epsilon_spent"] == 0.0
+    assert quote["epsilon_reserved"] == pytest.approx(expected)
+    assert quote["epsilon_after"] == pytest.approx(epsilon(SIGMA, BATCH, N, 10, DELTA))
+    refused = api.submit(sigma=0.5, iterations=400, dry_run=True).json()
+    assert refused["admissible"] is False
+    assert reserved(api.engine) == pytest.approx(expected)
+    assert job_count(api.engine) == len(api.queue.sent) == open_reservations(api.engine) == 1
+
+
+def test_a_private_dataset_without_a_budget_is_409(api: Api) -> None:
+    r = api.submit(dataset="nobudget")
+    assert r.status_code == 409
+    assert r.json()["detail"] == "the custodian has not set a budget for dataset nobudget"
+    assert job_count(api.engine) == 0
+
+
+def test_sigma_zero_runs_on_a_public_dataset_with_an_uncapped_budget(api: Api) -> None:
+    r = api.submit(dataset="pub", sigma=0, batch_size=50)
+    assert r.status_code == 202, r.text
+    assert r.json()["epsilon_job"] is None
+    status = ledger_db.budget_status(api.engine, "pub")
+    assert (status.epsilon_budget, status.delta) == (None, 1e-5)
+    listed = {d["name"]: d for d in api.call("GET", "/v1/datasets", "analyst").json()}
+    assert listed["pub"]["budget"]["epsilon"] is None
+    assert listed["pub"]["budget"]["epsilon_remaining"] is None
+    assert listed["nobudget"]["budget"] is None
+    quote = api.submit(dataset="pub", sigma=0, batch_size=50, dry_run=True).json()
+    assert quote["epsilon_after"] is None
+    assert quote["admissible"] is True
+
+
+def test_unknown_dataset_is_404(api: Api) -> None:
+    r = api.submit(dataset="nosuch")
+    assert r.status_code == 404
+    assert r.json()["detail"] == "dataset nosuch not found"
+    assert api.call("GET", "/v1/datasets/nosuch", "analyst").status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("spec", "field", "words"),
+    [
+        ({"iterations": -1}, ["body", "iterations"], "greater than or equal to 1"),
+        ({"iterations": 0}, ["body", "iterations"], "greater than or equal to 1"),
+        ({"iterations": MAX_ITERATIONS + 1}, ["body", "iterations"], "maximum"),
+        ({"iterations": "many"}, ["body", "iterations"], "integer"),
+        ({"batch_size": N + 1}, ["body", "batch_size"], "N = 1000"),
+        ({"batch_size": 0}, ["body", "batch_size"], "greater than or equal to 1"),
+        ({"epsilon": 1.0}, ["body", "epsilon"], "not both"),
+        ({"sigma": None}, ["body", "sigma"], "exactly one"),
+        ({"sigma": 0}, ["body", "sigma"], "public"),
+        ({"sigma": -1}, ["body", "sigma"], "greater than or equal to 0"),
+        ({"sigma": None, "epsilon": 0}, ["body", "epsilon"], "greater than 0"),
+        ({"options": {"alpha": 1.0}}, ["body", "options", "alpha"], "unknown option"),
+        ({"options": {"kappa": 2.0}}, ["body", "options", "kappa"], "[0, 1]"),
+        ({"options": {"a0": 0}}, ["body", "options", "a0"], "> 0"),
+        ({"options": {"a0": "x"}}, ["body", "options", "a0"], "number"),
+        ({"model": "foo"}, ["body", "model"], "'blr'"),
+        ({"model": "lda"}, ["body", "model"], "not available yet"),
+        ({"model": "sbn"}, ["body", "model"], "not available yet"),
+        ({"algorithm": "dpvi"}, ["body", "algorithm"], "not available yet"),
+        ({"dataset": "docs"}, ["body", "model"], "tabular"),
+        ({"seed": 3}, ["body", "seed"], "not permitted"),
+    ],
+)
+def test_invalid_specs_are_422_naming_the_field(
+    api: Api, spec: dict[str, Any], field: list[str], words: str
+) -> None:
+    body = {"dataset": "priv", "model": "blr", "iterations": 5, "batch_size": BATCH, "sigma": SIGMA, **spec}
+    r = api.call("POST", "/v1/jobs", "analyst", json={k: v for k, v in body.items() if v is not None})
+    assert r.status_code == 422, r.text
+    errors = r.json()["detail"]
+    matching = [e for e in errors if e["loc"] == field]
+    assert matching, errors
+    assert words in matching[0]["msg"]
+    assert job_count(api.engine) == 0
+    assert open_reservations(api.engine) == 0
+
+
+def test_non_finite_numbers_and_broken_json_are_422(api: Api) -> None:
+    headers = {"Authorization": f"Bearer {api.keys['analyst']}", "Content-Type": "application/json"}
+    for raw in (
+        '{"dataset": "priv", "model": "blr", "iterations": 5, "sigma": NaN}',
+        '{"dataset": "priv", "model": "blr", "iterations": 5, "sigma": Infinity}',
+        '{"dataset": "priv", "model": "blr", "iterations": 5, "sigma": 1, "options": {"a0": Infinity}}',
+        '{"dataset": "priv", ',
+    ):
+        r = api.client.post("/v1/jobs", content=raw, headers=headers)
+        assert r.status_code == 422, raw
+    assert job_count(api.engine) == 0
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [
+        ("POST", "/v1/jobs", []),
+        ("POST", "/v1/jobs", "blr"),
+        ("POST", "/v1/jobs", {"dataset": "priv", "model": "blr", "iterations": 10**30, "sigma": 1}),
+        ("POST", "/v1/jobs", {"dataset": "x" * 500, "model": "blr", "iterations": 1, "sigma": 1}),
+        ("POST", "/v1/jobs", {"dataset": "priv", "model": "blr", "iterations": 1, "sigma": 1e-300}),
+        ("POST", "/v1/jobs", {"dataset": "priv", "model": "blr", "iterations": 1, "epsilon": 1e-300}),
+        (
+            "POST",
+            "/v1/jobs",
+            {"dataset": "priv", "model": "blr", "iterations": 3, "batch_size": 7, "sigma": 1e-9},
+        ),
+        ("POST", "/v1/jobs", {"dataset": "priv", "model": "blr", "iterations": 1, "options": []}),
+        ("GET", "/v1/jobs?limit=0", None),
+        ("GET", "/v1/jobs?status=sleeping", None),
+        ("GET", "/v1/jobs?offset=-1", None),
+        ("GET", "/v1/jobs/%00%ff", None),
+        ("GET", "/v1/datasets/..%2F..%2Fetc", None),
+        ("PUT", "/v1/datasets/priv/budget", {"epsilon": "lots", "delta": 0}),
+        ("POST", "/v1/keys", None),
+    ],
+)
+def test_bad_input_is_a_4xx_with_a_message(api: Api, method: str, path: str, body: Any) -> None:
+    who = "cust" if method == "PUT" else "admin" if path.startswith("/v1/keys") else "analyst"
+    r = api.call(method, path, who, json=body)
+    assert 400 <= r.status_code < 500, r.text
+    assert r.json()["detail"]
+    assert open_reservations(api.engine) == 0
+
+
+def test_a_failed_send_refunds_and_fails_the_job(api: Api) -> None:
+    api.queue.fail = True
+    r = api.submit()
+    assert r.status_code == 503
+    assert "refunded" in r.json()["detail"]
+    assert reserved(api.engine) == 0.0
+    assert open_reservations(api.engine) == 0
+    with api.engine.connect() as conn:
+        status, error = conn.execute(select(jobs.c.status, jobs.c.error)).one()
+    assert status == "failed"
+    assert "queue" in error
+
+
+# ---- progress, cancel, posteriors, releases --------------------------------------------------------------
+
+
+def test_epsilon_spent_follows_the_charges_of_the_job(api: Api) -> None:
+    job_id = api.submit().json()["id"]
+    charge(api.engine, job_id, 1)
+    charge(api.engine, job_id, 2)
+    job = api.call("GET", f"/v1/jobs/{job_id}", "analyst").json()
+    assert job["epsilon_spent"] == pytest.approx(epsilon(SIGMA, BATCH, N, 2, DELTA))
+    assert job["epsilon_spent"] < job["epsilon_job"]
+    ledger = api.call("GET", "/v1/datasets/priv/ledger", "cust").json()
+    assert [(e["job_id"], e["iteration"]) for e in ledger["entries"]] == [(job_id, 1), (job_id, 2)]
+    assert ledger["entries"][0]["event"]["noise_multiplier"] == SIGMA
+    assert ledger["budget"]["epsilon_spent"] == pytest.approx(job["epsilon_spent"])
+    assert ledger["budget"]["epsilon_reserved"] == pytest.approx(job["epsilon_job"])
+    assert api.call("GET", "/v1/datasets/nobudget/ledger", "cust").json() == {
+        "dataset": "nobudget",
+        "budget": None,
+        "entries": [],
+    }
+
+
+def test_cancel_of_a_queued_job_refunds_its_reservation(api: Api) -> None:
+    job_id = api.submit().json()["id"]
+    assert reserved(api.engine) > 0
+    r = api.call("POST", f"/v1/jobs/{job_id}/cancel", "analyst")
+    assert r.status_code == 202
+    assert r.json()["status"] == "cancelled"
+    assert r.json()["cancel_requested"] is True
+    assert r.json()["finished_at"] is not None
+    assert ledger_db.budget_status(api.engine, "priv").epsilon_reserved == 0.0
+    again = api.call("POST", f"/v1/jobs/{job_id}/cancel", "admin")
+    assert again.status_code == 202
+    assert again.json()["status"] == "cancelled"
+
+
+def test_cancel_of_a_running_job_only_asks_it_to_stop(api: Api) -> None:
+    job_id = api.submit().json()["id"]
+    with api.engine.begin() as conn:
+        conn.execute(
+            update(jobs).where(jobs.c.id == job_id).values(status="running", started_at=datetime.now(UTC))
+        )
+    job = api.call("POST", f"/v1/jobs/{job_id}/cancel", "analyst").json()
+    assert (job["status"], job["cancel_requested"]) == ("running", True)
+    assert reserved(api.engine) > 0  # the worker refunds what it did not release when it stops
+
+
+def test_cancel_of_a_finished_job_is_409(api: Api) -> None:
+    job_id = api.submit().json()["id"]
+    finish(api.engine, job_id, {"model": "blr"})
+    r = api.call("POST", f"/v1/jobs/{job_id}/cancel", "analyst")
+    assert r.status_code == 409
+    assert r.json()["detail"] == f"job {job_id} has already succeeded"
+
+
+def test_posterior_is_409_before_success_and_200_after(api: Api) -> None:
+    job_id = api.submit().json()["id"]
+    r = api.call("GET", f"/v1/jobs/{job_id}/posterior", "analyst")
+    assert r.status_code == 409
+    assert "queued" in r.json()["detail"]
+    document = {"model": "blr", "job_id": job_id, "privacy": {"epsilon": 0.1}, "mean": [0.5, -1.0, 2.0]}
+    finish(api.engine, job_id, document)
+    for who in ("analyst", "client", "admin"):
+        r = api.call("GET", f"/v1/jobs/{job_id}/posterior", who)
+        assert r.status_code == 200, who
+        assert r.json() == document
+    assert api.call("GET", f"/v1/jobs/{job_id}/posterior", "client_other").status_code == 404
+    assert [j["id"] for j in api.call("GET", "/v1/jobs", "client").json()] == [job_id]
+    assert api.call("GET", "/v1/jobs", "client_other").json() == []
+    assert api.call("GET", f"/v1/jobs/{job_id}", "client").json()["status"] == "succeeded"
+    assert [j["id"] for j in api.call("GET", "/v1/jobs?status=succeeded", "analyst").json()] == [job_id]
+    assert api.call("GET", "/v1/jobs?status=queued", "analyst").json() == []
+
+
+def test_releases_are_listed_in_order(api: Api) -> None:
+    job_id = api.submit().json()["id"]
+    assert api.call("GET", f"/v1/jobs/{job_id}/releases", "analyst").json() == []
+    with api.engine.begin() as conn:
+        for t in (2, 1, 3):
+            conn.execute(
+                insert(releases).values(
+                    job_id=job_id,
+                    iteration=t,
+                    statistics={"s1": [0.1 * t, 0.2], "s2": [[1.0, 0.0], [0.0, 1.0]]},
+                    noise_std={"s1": 0.01, "s2": 0.02},
+                    created_at=datetime.now(UTC),
+                )
+            )
+    listed = api.call("GET", f"/v1/jobs/{job_id}/releases", "analyst").json()
+    assert [r["iteration"] for r in listed] == [1, 2, 3]
+    assert listed[0]["statistics"]["s1"] == [0.1, 0.2]
+    assert listed[0]["noise_std"] == {"s1": 0.01, "s2": 0.02}
+    assert listed[0]["created_at"].endswith(("Z", "+00:00"))
+    later = api.call("GET", f"/v1/jobs/{job_id}/releases?after=1&limit=1", "admin").json()
+    assert [r["iteration"] for r in later] == [2]
+
+
+# ---- budgets ---------------------------------------------------------------------------------------------
+
+
+def test_budget_updates_are_checked(api: Api) -> None:
+    r = api.call("PUT", "/v1/datasets/nobudget/budget", "cust", json={"epsilon": 2.0, "delta": 1e-6})
+    assert r.status_code == 200
+    assert r.json() == {
+        "epsilon": 2.0,
+        "delta": 1e-6,
+        "epsilon_spent": 0.0,
+        "epsilon_reserved": 0.0,
+        "epsilon_remaining": 2.0,
+    }
+    for body, field in (
+        ({"epsilon": None, "delta": DELTA}, "epsilon"),
+        ({"epsilon": -1, "delta": DELTA}, "epsilon"),
+        ({"epsilon": 1, "delta": 1.5}, "delta"),
+        ({"epsilon": 1}, "delta"),
+    ):
+        r = api.call("PUT", "/v1/datasets/nobudget/budget", "cust", json=body)
+        assert r.status_code == 422, body
+        assert ["body", field] in [e["loc"] for e in r.json()["detail"]]
+    r = api.call("PUT", "/v1/datasets/pub/budget", "admin", json={"epsilon": None, "delta": DELTA})
+    assert r.status_code == 200
+    assert r.json()["epsilon"] is None
+    # delta is fixed once something was charged against it
+    job_id = api.submit().json()["id"]
+    charge(api.engine, job_id, 1)
+    r = api.call("PUT", "/v1/datasets/priv/budget", "cust", json={"epsilon": 5.0, "delta": 1e-6})
+    assert r.status_code == 409
+    assert "delta" in r.json()["detail"]
+
+
+# ---- keys ------------------------------------------------------------------------------------------------
+
+
+def test_keys_are_created_by_admins_and_stored_hashed(api: Api) -> None:
+    r = api.call("POST", "/v1/keys", "admin", json={"role": "client", "dataset": "priv"})
+    assert r.status_code == 201, r.text
+    created = r.json()
+    key = created["key"]
+    assert key.startswith(f"vips_{created['id']}_")
+    assert (created["role"], created["dataset"]) == ("client", "priv")
+    with api.engine.connect() as conn:
+        rows = [tuple(row) for row in conn.execute(select(api_keys)).all()]
+        stored = conn.execute(select(api_keys.c.key_hash).where(api_keys.c.id == created["id"])).scalar_one()
+    assert stored == hashlib.sha256(key.encode()).hexdigest()
+    secret = key.rsplit("_", 1)[-1]
+    assert not any(secret in str(value) for row in rows for value in row)
+    assert (
+        api.client.get("/v1/datasets", headers={"Authorization": f"Bearer {key}"}).json()[0]["name"] == "priv"
+    )
+    for body, field in (({"role": "root"}, "role"), ({"role": "admin", "dataset": "priv"}, "dataset")):
+        r = api.call("POST", "/v1/keys", "admin", json=body)
+        assert r.status_code == 422
+        assert ["body", field] in [e["loc"] for e in r.json()["detail"]]
+
+
+# ---- probes and documentation ----------------------------------------------------------------------------
+
+
+def test_health_readiness_and_docs(api: Api) -> None:
+    assert api.client.get("/healthz").json() == {"status": "ok"}
+    r = api.client.get("/readyz")
+    assert r.status_code == 200
+    assert r.json() == {"status": "ok", "checks": {"database": "ok", "broker": "ok"}}
+    api.queue.fail = True
+    r = api.client.get("/readyz")
+    assert r.status_code == 503
+    assert r.json()["checks"]["database"] == "ok"
+    assert r.json()["checks"]["broker"] != "ok"
+    assert api.client.get("/docs").status_code == 200
+    spec = api.client.get("/openapi.json").json()
+    assert {"/v1/jobs", "/v1/datasets/{name}/budget", "/v1/jobs/{job_id}/posterior"} <= set(spec["paths"])
+
+
+def test_readyz_is_503_when_the_database_is_unreachable(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'missing' / 'dir' / 'control.db'}"
+    settings = ServiceSettings(home=tmp_path, control_database_url=url)
+    with TestClient(create_app(settings, queue=RecordingQueue())) as client:
+        assert client.get("/healthz").status_code == 200
+        r = client.get("/readyz")
+        assert r.status_code == 503
+        assert r.json()["status"] == "unavailable"
+        assert r.json()["checks"]["database"] != "ok"
+        assert r.json()["checks"]["broker"] == "ok"
+        assert str(tmp_path) not in r.text
+        r = client.get("/v1/datasets", headers={"Authorization": "Bearer vips_0123456789abcdef_x"})
+        assert r.status_code == 503
+        assert r.json()["detail"] == "the control database is unavailable; try again later"
+
+
+def test_embedded_broker_readiness_checks_its_folders(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'control.db'}"
+    upgrade("control", url)
+    with TestClient(create_app(ServiceSettings(home=tmp_path, control_database_url=url))) as client:
+        assert client.get("/readyz").status_code == 200
+        (tmp_path / "broker" / "processed").rmdir()
+        r = client.get("/readyz")
+        assert r.status_code == 503
+        assert r.json()["checks"] == {"database": "ok", "broker": r.json()["checks"]["broker"]}
+        assert r.json()["checks"]["broker"] != "ok"
+
+
+# ---- the Python client -----------------------------------------------------------------------------------
+
+
+def test_the_client_mirrors_the_routes(api: Api) -> None:
+    analyst = VipsClient("http://testserver", api.keys["analyst"], http=api.client)
+    custodian = VipsClient("http://testserver", api.keys["cust"], http=api.client)
+    admin = VipsClient("http://testserver", api.keys["admin"], http=api.client)
+    assert analyst.health() == {"status": "ok"}
+    assert analyst.ready()["status"] == "ok"
+    assert {d["name"] for d in analyst.datasets()} >= {"priv", "pub"}
+    assert analyst.dataset("priv")["population"] == N
+    assert custodian.set_budget("nobudget", 1.0, DELTA)["epsilon"] == 1.0
+    quote = analyst.submit_job(
+        dataset="priv", model="blr", iterations=5, batch_size=BATCH, sigma=SIGMA, dry_run=True
+    )
+    assert quote["admissible"] is True
+    job = analyst.submit_job(dataset="priv", model="blr", iterations=5, batch_size=BATCH, sigma=SIGMA)
+    assert analyst.job(job["id"])["status"] == "queued"
+    assert [j["id"] for j in analyst.jobs()] == [job["id"]]
+    assert analyst.releases(job["id"]) == []
+    assert analyst.cancel(job["id"])["status"] == "cancelled"
+    assert analyst.wait(job["id"], interval=0.01)["status"] == "cancelled"
+    assert custodian.ledger("priv")["entries"] == []
+    created = admin.create_key("analyst")
+    assert created["role"] == "analyst"
+    with pytest.raises(ApiError) as refused:
+        analyst.submit_job(dataset="priv", model="blr", iterations=400, batch_size=BATCH, sigma=0.5)
+    assert refused.value.status_code == 409
+    assert refused.value.body["epsilon_budget"] == PRIVATE_BUDGET
+    with pytest.raises(ApiError) as invalid:
+        analyst.submit_job(dataset="priv", model="blr", iterations=0, sigma=1.0)
+    assert invalid.value.status_code == 422
+    assert invalid.value.detail.startswith("iterations: ")
+    with pytest.raises(ApiError) as denied:
+        analyst.posterior(job["id"])
+    assert denied.value.status_code == 409
+    with pytest.raises(ApiError) as anonymous:
+        VipsClient("http://testserver", "vips_0123456789abcdef_x", http=api.client).datasets()
+    assert anonymous.value.status_code == 401
+
+
+def test_the_client_reads_its_environment() -> None:
+    client = VipsClient.from_env({"VIPS_URL": "http://example.invalid:9/", "VIPS_API_KEY": "vips_a_b"})
+    assert client.base_url == "http://example.invalid:9"
+    with pytest.raises(ApiError) as missing:
+        VipsClient.from_env({}).datasets()
+    assert missing.value.status_code == 401
+    assert "VIPS_API_KEY" in missing.value.detail
+    with pytest.raises(ApiError) as unreachable:
+        VipsClient("http://127.0.0.1:9", "k", timeout=2).health()
+    assert unreachable.value.status_code == 0
+
+
+# ---- PostgreSQL ------------------------------------------------------------------------------------------
+
+
+def test_submit_path_on_postgresql(tmp_path: Path) -> None:
+    with fresh_database("postgresql", tmp_path) as url:
+        for api in make_api(url, tmp_path):
+            r = api.submit()
+            assert r.status_code == 202, r.text
+            job_id = r.json()["id"]
+            assert api.queue.sent == [job_id]
+            assert reserved(api.engine) == pytest.approx(epsilon(SIGMA, BATCH, N, 5, DELTA))
+            assert api.submit(sigma=0.5, iterations=400).status_code == 409
+            charge(api.engine, job_id, 1)
+            job = api.call("GET", f"/v1/jobs/{job_id}", "analyst").json()
+            assert job["epsilon_spent"] == pytest.approx(epsilon(SIGMA, BATCH, N, 1, DELTA))
+            assert api.call("POST", f"/v1/jobs/{job_id}/cancel", "analyst").json()["status"] == "cancelled"
+            status = ledger_db.budget_status(api.engine, "priv")
+            assert status.epsilon_reserved == pytest.approx(status.epsilon_spent)
+            assert math.isfinite(status.epsilon_spent)
+            with api.engine.connect() as conn:
+                assert (
+                    conn.execute(select(budgets.c.dataset).where(budgets.c.dataset == "pub")).first() is None
+                )

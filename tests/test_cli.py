@@ -1,0 +1,385 @@
+"""The `vips` CLI in-process (main(argv) with capsys), plus one run of the installed console script."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from sklearn.metrics import roc_auc_score
+
+from vips.cli import main
+
+TRUE_WEIGHTS = np.array([6.0, -4.0, 3.0, 0.0, 5.0])
+PAPER_LDA = ["--batch-size", "20000", "--population", "400000", "--iterations", "20", "--delta", "1e-4"]
+
+
+@dataclass(frozen=True)
+class Synthetic:
+    train: Path
+    test: Path
+    train_rows: int
+    test_rows: int
+    true_auc: float
+
+
+def _logistic_rows(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of norm <= 1 (Gaussian, the longer ones scaled onto the unit sphere), y ~ Bernoulli(sigmoid)."""
+    x = rng.normal(size=(n, TRUE_WEIGHTS.size)) * 0.55
+    x /= np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1.0)
+    y = (rng.random(n) < 1 / (1 + np.exp(-x @ TRUE_WEIGHTS))).astype(np.float64)
+    return x, y
+
+
+def _write_csv(path: Path, x: np.ndarray, y: np.ndarray | None) -> Path:
+    names = [f"x{i}" for i in range(x.shape[1])]
+    table = x if y is None else np.column_stack([x, y])
+    header = ",".join(names + ([] if y is None else ["label"]))
+    np.savetxt(path, table, delimiter=",", header=header, comments="", fmt="%.17g")
+    return path
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> Synthetic:
+    root = tmp_path_factory.mktemp("synthetic")
+    rng = np.random.default_rng(20240601)
+    x_train, y_train = _logistic_rows(rng, 3000)
+    x_test, y_test = _logistic_rows(rng, 3000)
+    return Synthetic(
+        train=_write_csv(root / "train.csv", x_train, y_train),
+        test=_write_csv(root / "test.csv", x_test, y_test),
+        train_rows=3000,
+        test_rows=3000,
+        true_auc=float(roc_auc_score(y_test, x_test @ TRUE_WEIGHTS)),
+    )
+
+
+def run_ok(capsys: pytest.CaptureFixture[str], argv: list[str]) -> dict[str, Any]:
+    """Run a verb that prints one JSON line; check the exit code and that line."""
+    code = main(argv)
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    lines = out.splitlines()
+    assert len(lines) == 1, out
+    result: dict[str, Any] = json.loads(lines[0])
+    return result
+
+
+def run_error(capsys: pytest.CaptureFixture[str], argv: list[str], code: int = 2) -> str:
+    """Run a verb that must fail: the exit code, one stderr line `vips: error: ...`, nothing on stdout."""
+    assert main(argv) == code
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.startswith("vips: error: "), err
+    assert len(err.strip().splitlines()) == 1, err
+    assert "Traceback" not in err
+    return err
+
+
+def fit_argv(data: Path, *extra: str) -> list[str]:
+    local = ["fit", "--local", "--kind", "tabular", "--input", str(data), "--label", "label"]
+    return [*local, "--model", "blr", *extra]
+
+
+# --- vips privacy -------------------------------------------------------------------------------------
+
+
+def test_privacy_epsilon_reproduces_the_paper_lda_schedule(capsys: pytest.CaptureFixture[str]) -> None:
+    result = run_ok(capsys, ["privacy", "epsilon", "--sigma", "1.24", *PAPER_LDA])
+    assert result["epsilon"] == pytest.approx(2.38, rel=0.01)
+    assert result["epsilon_is_infinite"] is False
+    assert result["sigma"] == 1.24
+    assert (result["batch_size"], result["population"], result["iterations"]) == (20000, 400000, 20)
+    assert result["delta"] == 1e-4
+    assert result["sampling_rate"] == pytest.approx(0.05)
+    assert result["accountant"].startswith("autodp")
+
+
+def test_privacy_sigma_round_trips_through_epsilon(capsys: pytest.CaptureFixture[str]) -> None:
+    eps = run_ok(capsys, ["privacy", "epsilon", "--sigma", "1.24", *PAPER_LDA])["epsilon"]
+    result = run_ok(capsys, ["privacy", "sigma", "--epsilon", repr(eps), *PAPER_LDA])
+    assert result["sigma"] == pytest.approx(1.24, rel=1e-3)
+    assert result["epsilon"] <= eps  # calibration errs on the safe side
+    assert result["target_epsilon"] == eps
+
+
+def test_privacy_epsilon_at_sigma_zero_is_infinite(capsys: pytest.CaptureFixture[str]) -> None:
+    result = run_ok(capsys, ["privacy", "epsilon", "--sigma", "0", *PAPER_LDA])
+    assert result["epsilon"] is None and result["epsilon_is_infinite"] is True
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragment"),
+    [
+        (
+            ["epsilon", "--sigma", "1", "--batch-size", "500", "--population", "400"],
+            "larger than --population",
+        ),
+        (["epsilon", "--sigma", "-1", "--batch-size", "5", "--population", "400"], "--sigma"),
+        (["epsilon", "--sigma", "1", "--batch-size", "5", "--population", "400", "--delta", "1"], "delta"),
+        (["epsilon", "--sigma", "1", "--batch-size", "5", "--population", "400", "--delta", "0"], "delta"),
+        (["epsilon", "--sigma", "x", "--batch-size", "5", "--population", "400"], "--sigma"),
+        (["epsilon", "--sigma", "1", "--batch-size", "0", "--population", "400"], "--batch-size"),
+        (["sigma", "--epsilon", "1e-9", "--batch-size", "5", "--population", "400"], "unreachable"),
+        (["sigma", "--epsilon", "-1", "--batch-size", "5", "--population", "400"], "--epsilon"),
+        (["epsilon", "--batch-size", "5", "--population", "400"], "--sigma"),
+    ],
+)
+def test_privacy_bad_input_is_a_one_line_usage_error(
+    capsys: pytest.CaptureFixture[str], argv: list[str], fragment: str
+) -> None:
+    defaults = [] if "--delta" in argv else ["--delta", "1e-5"]
+    err = run_error(capsys, ["privacy", *argv, "--iterations", "10", *defaults])
+    assert fragment in err
+
+
+# --- vips fit --local, evaluate, predict ---------------------------------------------------------------
+
+
+def test_fit_local_sigma_zero_recovers_the_weights(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, data: Synthetic
+) -> None:
+    posterior = tmp_path / "posterior.json"
+    result = run_ok(capsys, fit_argv(data.train, "--sigma", "0", "--option", "kappa=0", "-o", str(posterior)))
+    assert result["epsilon"] is None and result["epsilon_is_infinite"] is True
+    assert result["sigma"] == 0
+    assert result["delta"] == 1e-5 and result["iterations"] == 10
+    assert result["batch_size"] == result["population"] == data.train_rows  # default: the whole dataset
+    assert (result["model"], result["algorithm"]) == ("blr", "vips")
+    assert result["options"] == {"kappa": 0.0}
+    assert not list(tmp_path.glob("*.tmp"))
+
+    document = json.loads(posterior.read_text())
+    assert document["model"] == "blr" and document["privacy"]["epsilon_is_infinite"] is True
+    mean = np.asarray(document["mean"])
+    cosine = mean @ TRUE_WEIGHTS / (np.linalg.norm(mean) * np.linalg.norm(TRUE_WEIGHTS))
+    assert cosine > 0.98
+
+    metrics = run_ok(capsys, ["evaluate", "--posterior", str(posterior), "--input", str(data.test)])
+    assert set(metrics) == {"auc", "accuracy", "log_loss", "n"}
+    assert metrics["n"] == data.test_rows
+    assert metrics["auc"] == pytest.approx(data.true_auc, abs=0.02)
+    assert 0.5 < metrics["accuracy"] <= 1 and 0 < metrics["log_loss"] < math.log(2)
+
+
+def test_fit_local_with_epsilon_spends_at_most_epsilon(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, data: Synthetic
+) -> None:
+    posterior = tmp_path / "private.json"
+    argv = fit_argv(
+        data.train, "--epsilon", "1", "--batch-size", "300", "--iterations", "5", "-o", str(posterior)
+    )
+    result = run_ok(capsys, argv)
+    assert 0.9 < result["epsilon"] <= 1.0
+    assert result["epsilon_is_infinite"] is False
+    assert result["sigma"] > 0 and result["target_epsilon"] == 1.0
+    assert (result["batch_size"], result["population"], result["iterations"]) == (300, 3000, 5)
+    assert json.loads(posterior.read_text())["privacy"]["epsilon"] == result["epsilon"]
+
+
+def test_predict_writes_one_probability_per_row(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, data: Synthetic
+) -> None:
+    posterior = tmp_path / "posterior.json"
+    run_ok(capsys, fit_argv(data.train, "--sigma", "0", "--iterations", "3", "-o", str(posterior)))
+
+    out_file = tmp_path / "predictions.csv"
+    argv = ["predict", "--posterior", str(posterior), "--input", str(data.test), "--label", "label"]
+    assert main([*argv, "-o", str(out_file)]) == 0
+    lines = out_file.read_text().splitlines()
+    assert lines[0] == "p" and len(lines) == data.test_rows + 1
+    p = np.array([float(v) for v in lines[1:]])
+    assert np.all((p >= 0) & (p <= 1))
+
+    capsys.readouterr()
+    assert main(argv) == 0  # without -o: the same CSV on stdout
+    assert capsys.readouterr().out.splitlines() == lines
+
+
+def test_predict_without_label_on_a_file_with_a_label_is_a_dimension_error(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, data: Synthetic
+) -> None:
+    posterior = tmp_path / "posterior.json"
+    run_ok(capsys, fit_argv(data.train, "--sigma", "0", "--iterations", "1", "-o", str(posterior)))
+    err = run_error(capsys, ["predict", "--posterior", str(posterior), "--input", str(data.test)])
+    assert "6 feature columns" in err and "expects 5" in err and "--label" in err
+
+
+def test_predict_with_a_broken_posterior(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, data: Synthetic
+) -> None:
+    broken = tmp_path / "broken.json"
+    broken.write_text("{not json")
+    assert "not JSON" in run_error(capsys, ["predict", "--posterior", str(broken), "--input", str(data.test)])
+    missing = tmp_path / "missing.json"
+    assert "does not exist" in run_error(
+        capsys, ["predict", "--posterior", str(missing), "--input", str(data.test)]
+    )
+
+
+# --- vips fit errors ------------------------------------------------------------------------------------
+
+
+def test_malformed_csv_names_the_line_not_the_value(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    bad = tmp_path / "bad.csv"
+    bad.write_text("x0,x1,label\n0.1,0.2,1\n0.3,0.4,0\n0.5,hidden_value,1\n")
+    err = run_error(capsys, fit_argv(bad, "--sigma", "0"))
+    assert "line 4" in err and "'x1'" in err
+    assert "hidden_value" not in err
+
+
+def test_row_above_norm_one_is_refused_without_its_values(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    rng = np.random.default_rng(3)
+    x, y = _logistic_rows(rng, 20)
+    x[7] = [0.61803, 0.73205, 0.41421, 0.0, 0.0]  # norm ~1.04
+    path = _write_csv(tmp_path / "long_row.csv", x, y)
+    for noise in (["--sigma", "0"], ["--epsilon", "1"]):
+        err = run_error(capsys, fit_argv(path, *noise))
+        assert "row 7" in err and "norm" in err
+        for value in ("0.61803", "0.73205", "0.41421"):
+            assert value not in err
+
+
+def test_label_outside_zero_one(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = tmp_path / "labels.csv"
+    path.write_text("x0,label\n0.5,1\n0.5,3\n")
+    assert "line 3" in run_error(capsys, fit_argv(path, "--sigma", "0"))
+
+
+def test_unknown_option_lists_the_valid_names(capsys: pytest.CaptureFixture[str], data: Synthetic) -> None:
+    err = run_error(capsys, fit_argv(data.train, "--sigma", "0", "--option", "topics=5"))
+    assert "'topics'" in err and "a0, b0, kappa, tau0" in err
+
+
+@pytest.mark.parametrize(
+    ("option", "fragment"),
+    [
+        ("a0=abc", "needs a number"),
+        ("a0", "key=value"),
+        ("b0=0", "must be > 0"),
+        ("kappa=2", "[0, 1]"),
+        ("tau0=-1", ">= 0"),
+        ("a0=nan", "must be > 0"),
+    ],
+)
+def test_bad_option_values(
+    capsys: pytest.CaptureFixture[str], data: Synthetic, option: str, fragment: str
+) -> None:
+    assert fragment in run_error(capsys, fit_argv(data.train, "--sigma", "0", "--option", option))
+
+
+def test_repeated_option(capsys: pytest.CaptureFixture[str], data: Synthetic) -> None:
+    argv = fit_argv(data.train, "--sigma", "0", "--option", "a0=1", "--option", "a0=2")
+    assert "more than once" in run_error(capsys, argv)
+
+
+def test_batch_larger_than_the_dataset(capsys: pytest.CaptureFixture[str], data: Synthetic) -> None:
+    err = run_error(capsys, fit_argv(data.train, "--sigma", "1", "--batch-size", "3001"))
+    assert "--batch-size 3001" in err and "3000 rows" in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragment"),
+    [
+        (["--sigma", "1", "--epsilon", "1"], "not allowed with"),
+        ([], "exactly one of --sigma and --epsilon"),
+        (["--sigma", "1", "--model", "lda"], "not available yet"),
+        (["--sigma", "1", "--algorithm", "dpvi"], "not available yet"),
+        (["--sigma", "1", "--kind", "bow"], "not available yet"),
+        (["--sigma", "1", "--model", "gpt"], "invalid choice"),
+        (["--sigma", "1", "--iterations", "0"], "--iterations"),
+    ],
+)
+def test_fit_usage_errors(
+    capsys: pytest.CaptureFixture[str], data: Synthetic, argv: list[str], fragment: str
+) -> None:
+    assert fragment in run_error(capsys, fit_argv(data.train, *argv))
+
+
+def test_fit_without_local_talks_to_the_server(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Server mode goes over HTTP: with no server at VIPS_URL it says so in one line (exit 1)."""
+    monkeypatch.setenv("VIPS_URL", "http://127.0.0.1:9")
+    monkeypatch.setenv("VIPS_API_KEY", "vips_x_y")
+    argv = ["fit", "--dataset", "adult", "--model", "blr", "--iterations", "5", "--batch-size", "100"]
+    err = run_error(capsys, [*argv, "--sigma", "1", "--wait"], code=1)
+    assert "cannot reach the VIPS service at http://127.0.0.1:9" in err
+    err = run_error(capsys, [*argv, "--input", "x.csv", "--sigma", "1"])
+    assert "--input and --kind are for --local" in err
+
+
+def test_missing_input_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    assert "no such file" in run_error(capsys, fit_argv(tmp_path / "nothing.csv", "--sigma", "0"))
+
+
+def test_unwritable_output_is_a_runtime_failure(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, data: Synthetic
+) -> None:
+    target = tmp_path / "no_such_dir" / "posterior.json"
+    err = run_error(
+        capsys, fit_argv(data.train, "--sigma", "0", "--iterations", "1", "-o", str(target)), code=1
+    )
+    assert "cannot write" in err
+
+
+def test_no_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    run_error(capsys, [])
+
+
+def test_help_exits_zero(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["fit", "--help"]) == 0
+    assert "--local" in capsys.readouterr().out
+
+
+# --- the installed console script ----------------------------------------------------------------------
+
+
+def test_console_script_entry_point() -> None:
+    script = Path(sys.executable).parent / "vips"
+    executable = str(script) if script.exists() else shutil.which("vips")
+    assert executable is not None, "the vips console script is not installed"
+    completed = subprocess.run(
+        [executable, "privacy", "epsilon", "--sigma", "1.24", *PAPER_LDA],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert json.loads(completed.stdout)["epsilon"] == pytest.approx(2.38, rel=0.01)
+
+    failed = subprocess.run(
+        [
+            executable,
+            "privacy",
+            "sigma",
+            "--epsilon",
+            "1",
+            "--batch-size",
+            "9",
+            "--population",
+            "3",
+            "--iterations",
+            "1",
+            "--delta",
+            "1e-5",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert failed.returncode == 2
+    assert failed.stderr.startswith("vips: error:") and "Traceback" not in failed.stderr

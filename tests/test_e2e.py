@@ -1,0 +1,221 @@
+"""End to end over real HTTP: the embedded mode (`vips up`) and PostgreSQL + Redis with a real Celery
+worker subprocess. Under CI these run; elsewhere, without the servers, they say plainly what they skip."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+from sqlalchemy import select
+
+from privacy_wall.accounting import SubsampledGaussianEvent, rdp_curve
+from privacy_wall.control_schema import charges
+from privacy_wall.sqlengine import create_db_engine
+from service.client import VipsClient
+from service.models import releases
+from tests.e2e import Service, embedded_service, production_service, start_vips, synthetic_csv
+
+DELTA = 1e-5
+
+
+def full_flow(service: Service, tmp_path: Path) -> None:
+    """Custodian ingests and sets a budget; the analyst fits over HTTP; a client evaluates the posterior."""
+    train, test = tmp_path / "train.csv", tmp_path / "test.csv"
+    weights = synthetic_csv(train, seed=1)
+    synthetic_csv(test, seed=2)
+    custodian, analyst = service.key("custodian", "synth"), service.key("analyst")
+    ingested = json.loads(
+        service.vips(
+            "data", "ingest", "synth", "--kind", "tabular", "--input", str(train), "--label", "label"
+        ).stdout
+    )
+    assert ingested["population"] == 2000
+    service.vips("budget", "set", "synth", "--epsilon", "3", "--delta", str(DELTA), key=custodian)
+
+    posterior = tmp_path / "posterior.json"
+    fit = service.vips(
+        "fit",
+        "--dataset",
+        "synth",
+        "--model",
+        "blr",
+        "--iterations",
+        "8",
+        "--batch-size",
+        "500",
+        "--epsilon",
+        "2",
+        "--option",
+        "tau0=1",
+        "--option",
+        "kappa=0.7",
+        "--wait",
+        "-o",
+        str(posterior),
+        key=analyst,
+    )
+    job = json.loads(fit.stdout.strip().splitlines()[-1])
+    assert job["status"] == "succeeded" and job["iteration"] == 8
+    assert 0 < job["epsilon_spent"] <= 2.0
+    document = json.loads(posterior.read_text())
+    mean = np.asarray(document["mean"])
+    assert mean @ weights / np.linalg.norm(mean) / np.linalg.norm(weights) > 0.9
+    assert document["privacy"]["epsilon"] == pytest.approx(job["epsilon_spent"])
+    metrics = json.loads(
+        service.vips(
+            "evaluate", "--posterior", str(posterior), "--input", str(test), "--label", "label"
+        ).stdout
+    )
+    assert metrics["auc"] > 0.75
+
+    with VipsClient(service.url, analyst) as api:
+        assert [r["iteration"] for r in api.releases(job["id"])] == list(range(1, 9))
+    with VipsClient(service.url, custodian) as api:
+        ledger = api.ledger("synth")
+        assert sorted(e["iteration"] for e in ledger["entries"]) == list(range(1, 9))
+        assert ledger["budget"]["epsilon_spent"] == pytest.approx(job["epsilon_spent"])
+
+    refused = service.vips(
+        "fit",
+        "--dataset",
+        "synth",
+        "--model",
+        "blr",
+        "--iterations",
+        "8",
+        "--epsilon",
+        "2",
+        key=analyst,
+        check=False,
+    )
+    assert refused.returncode == 1 and "409" in refused.stderr
+    client = service.key("client")
+    downloaded = tmp_path / "downloaded.json"
+    service.vips("posterior", job["id"], "-o", str(downloaded), key=client)
+    assert json.loads(downloaded.read_text())["mean"] == document["mean"]
+
+
+def test_embedded_mode_end_to_end(tmp_path: Path) -> None:
+    with embedded_service(tmp_path / "home") as service:
+        full_flow(service, tmp_path)
+
+
+def test_postgres_redis_celery_end_to_end(tmp_path: Path) -> None:
+    with production_service(tmp_path) as service:
+        full_flow(service, tmp_path)
+
+
+def test_fifty_concurrent_submissions_admit_exactly_k(tmp_path: Path) -> None:
+    k, submissions, iterations, batch = 6, 50, 4, 200
+    event = SubsampledGaussianEvent(2.0, batch, 2000)
+    per_job = rdp_curve(event).scaled(iterations)
+    cap = (per_job.scaled(k).epsilon(DELTA) + per_job.scaled(k + 1).epsilon(DELTA)) / 2
+    with production_service(tmp_path) as service:
+        synthetic_csv(tmp_path / "train.csv")
+        service.vips(
+            "data",
+            "ingest",
+            "synth",
+            "--kind",
+            "tabular",
+            "--input",
+            str(tmp_path / "train.csv"),
+            "--label",
+            "label",
+        )
+        custodian, analyst = service.key("custodian", "synth"), service.key("analyst")
+        service.vips("budget", "set", "synth", "--epsilon", repr(cap), "--delta", str(DELTA), key=custodian)
+        spec = {
+            "dataset": "synth",
+            "model": "blr",
+            "iterations": iterations,
+            "batch_size": batch,
+            "sigma": 2.0,
+        }
+        codes: list[int] = []
+        start = threading.Barrier(submissions)
+
+        def submit() -> None:
+            with httpx.Client(base_url=service.url, timeout=60) as http:
+                start.wait()
+                response = http.post("/v1/jobs", json=spec, headers={"Authorization": f"Bearer {analyst}"})
+                codes.append(response.status_code)
+
+        threads = [threading.Thread(target=submit) for _ in range(submissions)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert sorted(set(codes)) == [202, 409]
+        assert codes.count(202) == k and codes.count(409) == submissions - k
+        with VipsClient(service.url, analyst) as api:
+            for job in api.jobs():
+                assert api.wait(job["id"], interval=0.2, timeout=120)["status"] == "succeeded"
+        with VipsClient(service.url, custodian) as api:
+            budget = api.dataset("synth")["budget"]
+        assert budget["epsilon_spent"] <= cap
+        assert budget["epsilon_spent"] == pytest.approx(per_job.scaled(k).epsilon(DELTA), rel=1e-9)
+
+
+def test_worker_killed_mid_job_leaves_no_uncharged_release(tmp_path: Path) -> None:
+    with production_service(tmp_path, heartbeat_timeout=2.0) as service:
+        synthetic_csv(tmp_path / "train.csv")
+        service.vips(
+            "data",
+            "ingest",
+            "synth",
+            "--kind",
+            "tabular",
+            "--input",
+            str(tmp_path / "train.csv"),
+            "--label",
+            "label",
+        )
+        custodian, analyst = service.key("custodian", "synth"), service.key("analyst")
+        service.vips("budget", "set", "synth", "--epsilon", "1000", "--delta", str(DELTA), key=custodian)
+        with VipsClient(service.url, analyst) as api:
+            job = api.submit_job(dataset="synth", model="blr", iterations=2000, batch_size=2000, sigma=5.0)
+            deadline = time.monotonic() + 60
+            while api.job(job["id"])["iteration"] < 3:
+                assert time.monotonic() < deadline, "the job made no progress"
+                time.sleep(0.05)
+            worker = service.processes["worker"]
+            os.killpg(worker.pid, signal.SIGKILL)
+            worker.wait()
+            assert api.job(job["id"])["status"] == "running"
+            # A new worker reaps the job whose heartbeat went stale and refunds what was never released.
+            time.sleep(2.5)
+            service.processes["worker"] = start_vips(["worker"], service.worker_env, tmp_path / "worker2.log")
+            deadline = time.monotonic() + 60
+            while (final := api.job(job["id"]))["status"] == "running":
+                assert time.monotonic() < deadline, "the reaper did not fail the lost job"
+                time.sleep(0.2)
+        assert final["status"] == "failed" and "lost" in (final["error"] or "")
+        engine = create_db_engine(service.env["VIPS_CONTROL_DATABASE_URL"])
+        try:
+            with engine.connect() as conn:
+                stored = {
+                    r[0]
+                    for r in conn.execute(select(releases.c.iteration).where(releases.c.job_id == job["id"]))
+                }
+                charged = [
+                    r[0]
+                    for r in conn.execute(select(charges.c.iteration).where(charges.c.job_id == job["id"]))
+                ]
+        finally:
+            engine.dispose()
+        assert stored and stored <= set(charged)  # every stored release has its charge
+        assert len(charged) - len(stored) in (0, 1)  # at most the release the kill interrupted
+        per_iteration = rdp_curve(SubsampledGaussianEvent(5.0, 2000, 2000))
+        with VipsClient(service.url, custodian) as api:
+            budget = api.dataset("synth")["budget"]
+        exact = per_iteration.scaled(len(charged)).epsilon(DELTA)
+        assert budget["epsilon_spent"] == pytest.approx(exact, rel=1e-9)
+        assert budget["epsilon_reserved"] == pytest.approx(exact, rel=1e-9)  # the rest was refunded

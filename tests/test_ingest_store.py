@@ -1,0 +1,174 @@
+"""Ingestion into the sensitive database and the database row store, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from sqlalchemy import Engine, func, select
+
+from privacy_wall import ledger_db
+from privacy_wall.control_schema import datasets
+from privacy_wall.db_store import DatabaseTabularStore
+from privacy_wall.gate import Gate
+from privacy_wall.ingest import IngestError, ingest
+from privacy_wall.queries.blr import LogisticRegressionQuery
+from privacy_wall.sensitive_schema import rows, stored_datasets
+from privacy_wall.sqlengine import create_db_engine
+from tests.dbservers import fresh_database
+from vips.migrate import upgrade
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def engines(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Engine, Engine]]:
+    with (
+        fresh_database(request.param, tmp_path) as control_url,
+        fresh_database(request.param, tmp_path) as sensitive_url,
+    ):
+        upgrade("control", control_url)
+        upgrade("sensitive", sensitive_url)
+        control, sensitive = create_db_engine(control_url), create_db_engine(sensitive_url)
+        try:
+            yield control, sensitive
+        finally:
+            control.dispose()
+            sensitive.dispose()
+
+
+def write_tabular(path: Path, features: np.ndarray, labels: np.ndarray) -> Path:
+    header = ",".join([f"x{j}" for j in range(features.shape[1])] + ["label"])
+    body = [
+        ",".join(f"{v:.17g}" for v in row) + f",{int(y)}" for row, y in zip(features, labels, strict=True)
+    ]
+    path.write_text("\n".join([header, *body]) + "\n")
+    return path
+
+
+def tabular_data(n: int = 500, d: int = 4, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, d))
+    x /= np.maximum(1.0, np.linalg.norm(x, axis=1, keepdims=True))
+    return x, (rng.random(n) < 0.5).astype(float)
+
+
+def row_count(engine: Engine) -> int:
+    with engine.connect() as conn:
+        return int(conn.execute(select(func.count()).select_from(rows)).scalar_one())
+
+
+def test_tabular_round_trip_and_uniform_distinct_batches(
+    engines: tuple[Engine, Engine], tmp_path: Path
+) -> None:
+    control, sensitive = engines
+    x, y = tabular_data()
+    meta = ingest(
+        control=control,
+        sensitive=sensitive,
+        name="t",
+        kind="tabular",
+        path=write_tabular(tmp_path / "t.csv", x, y),
+        label="label",
+    )
+    assert (meta.population, meta.dimension) == (500, 4)
+    store = DatabaseTabularStore(sensitive, "t")
+    assert store.info.population == 500 and not store.info.public
+    whole = store.sample(500, np.random.default_rng(0))
+    np.testing.assert_array_equal(whole.features, x)  # exact float64 round trip
+    np.testing.assert_array_equal(whole.labels, y)
+
+    rng = np.random.default_rng(1)
+    counts = np.zeros(500)
+    lookup = {row.tobytes(): i for i, row in enumerate(x)}
+    for _ in range(200):
+        batch = store.sample(50, rng)
+        ids = [lookup[row.tobytes()] for row in batch.features]
+        assert len(set(ids)) == 50  # exactly S distinct rows
+        counts[ids] += 1
+    # Each row is in a batch with probability 0.1: 20 expected inclusions, binomial sd ~4.2.
+    chi2 = float(((counts - 20) ** 2 / (20 * 0.9)).sum())
+    assert chi2 < 500 + 4 * np.sqrt(2 * 500)  # chi-square(499) mean 499, sd ~32
+
+
+def test_gate_over_database_store_and_ledger(engines: tuple[Engine, Engine], tmp_path: Path) -> None:
+    control, sensitive = engines
+    x, y = tabular_data()
+    ingest(
+        control=control,
+        sensitive=sensitive,
+        name="t",
+        kind="tabular",
+        path=write_tabular(tmp_path / "t.csv", x, y),
+        label="label",
+    )
+    ledger_db.set_budget(control, "t", 10.0, 1e-5)
+    gate = Gate(DatabaseTabularStore(sensitive, "t"), ledger_db.SqlLedger(control))
+    release = gate.release(
+        LogisticRegressionQuery(),
+        {"second_moment": np.eye(4)},
+        job_id="j",
+        iteration=1,
+        sigma=2.0,
+        batch_size=100,
+    )
+    assert release.statistics["s1"].shape == (4,)
+    assert ledger_db.charged_iterations(control, "j") == [(1, 0)]
+
+
+def test_bad_row_writes_nothing(engines: tuple[Engine, Engine], tmp_path: Path) -> None:
+    control, sensitive = engines
+    x, y = tabular_data()
+    x[37] = [3.14159, 0, 0, 0]  # norm > 1 on data row 37 (file line 39)
+    with pytest.raises(IngestError) as err:
+        ingest(
+            control=control,
+            sensitive=sensitive,
+            name="t",
+            kind="tabular",
+            path=write_tabular(tmp_path / "t.csv", x, y),
+            label="label",
+        )
+    assert "line 39" in str(err.value) and "3.14" not in str(err.value)
+    assert row_count(sensitive) == 0
+    with control.connect() as conn:
+        assert conn.execute(select(func.count()).select_from(datasets)).scalar_one() == 0
+    with sensitive.connect() as conn:
+        assert conn.execute(select(func.count()).select_from(stored_datasets)).scalar_one() == 0
+
+
+def test_duplicate_name_and_bad_kind(engines: tuple[Engine, Engine], tmp_path: Path) -> None:
+    control, sensitive = engines
+    path = write_tabular(tmp_path / "t.csv", *tabular_data(20))
+    ingest(control=control, sensitive=sensitive, name="t", kind="tabular", path=path, label="label")
+    with pytest.raises(IngestError, match="already exists"):
+        ingest(control=control, sensitive=sensitive, name="t", kind="tabular", path=path, label="label")
+    with pytest.raises(IngestError, match="unknown kind"):
+        ingest(control=control, sensitive=sensitive, name="u", kind="images", path=path)
+    with pytest.raises(IngestError, match="--label"):
+        ingest(control=control, sensitive=sensitive, name="u", kind="tabular", path=path)
+    with pytest.raises(IngestError, match="dataset name"):
+        ingest(control=control, sensitive=sensitive, name="../x", kind="tabular", path=path, label="label")
+    assert row_count(sensitive) == 20
+
+
+def test_bow_and_binary(engines: tuple[Engine, Engine], tmp_path: Path) -> None:
+    control, sensitive = engines
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("apple\nbanana\ncherry\n")
+    docword = tmp_path / "docword.txt"
+    docword.write_text("3\n3\n4\n1 1 2\n1 3 1\n3 2 5\n3 3 1\n")
+    meta = ingest(control=control, sensitive=sensitive, name="b", kind="bow", path=docword, vocab=vocab)
+    assert (meta.population, meta.dimension) == (3, 3)  # the empty document 2 is kept
+    docword.write_text("3\n3\n1\n1 4 2\n")
+    with pytest.raises(IngestError, match="line 4.*wordID"):
+        ingest(control=control, sensitive=sensitive, name="b2", kind="bow", path=docword, vocab=vocab)
+
+    binary = tmp_path / "bin.csv"
+    binary.write_text("p0,p1,p2\n1,0,1\n0,0,1\n")
+    meta = ingest(control=control, sensitive=sensitive, name="img", kind="binary", path=binary, public=True)
+    assert (meta.population, meta.dimension, meta.public) == (2, 3, True)
+    binary.write_text("p0,p1,p2\n1,0,1\n0,2,1\n")
+    with pytest.raises(IngestError, match="line 3.*p1"):
+        ingest(control=control, sensitive=sensitive, name="img2", kind="binary", path=binary)
+    assert row_count(sensitive) == 5

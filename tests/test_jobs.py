@@ -1,0 +1,242 @@
+"""Running jobs against real databases: stored releases, resume without paying twice, crash windows,
+cancel, the reaper. The Celery layer is exercised end to end in the service tests."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from sqlalchemy import Engine, func, insert, select, update
+
+from privacy_wall import ledger_db
+from privacy_wall.accounting import SubsampledGaussianEvent, rdp_curve
+from privacy_wall.control_schema import charges
+from privacy_wall.gate import Gate
+from privacy_wall.ingest import ingest
+from privacy_wall.sqlengine import create_db_engine
+from service.models import api_keys, jobs, posteriors, releases
+from tests.dbservers import fresh_database
+from tests.test_ingest_store import tabular_data, write_tabular
+from vips.migrate import upgrade
+from worker import jobs as job_runner
+
+DELTA = 1e-5
+
+
+class Crash(BaseException):
+    """Stands for the process dying: not an Exception, so nothing in the job catches it."""
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def engines(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Engine, Engine]]:
+    with (
+        fresh_database(request.param, tmp_path) as control_url,
+        fresh_database(request.param, tmp_path) as sensitive_url,
+    ):
+        upgrade("control", control_url)
+        upgrade("sensitive", sensitive_url)
+        control, sensitive = create_db_engine(control_url), create_db_engine(sensitive_url)
+        x, y = tabular_data(n=400, d=3, seed=3)
+        ingest(
+            control=control,
+            sensitive=sensitive,
+            name="t",
+            kind="tabular",
+            path=write_tabular(tmp_path / "t.csv", x, y),
+            label="label",
+        )
+        ledger_db.set_budget(control, "t", 50.0, DELTA)
+        with control.begin() as conn:
+            conn.execute(
+                insert(api_keys).values(
+                    id="k1", key_hash="0" * 64, role="analyst", created_at=datetime.now(UTC), revoked=False
+                )
+            )
+        try:
+            yield control, sensitive
+        finally:
+            control.dispose()
+            sensitive.dispose()
+
+
+def submit(control: Engine, iterations: int = 6, sigma: float = 3.0, batch_size: int = 100) -> str:
+    job_id = uuid.uuid4().hex
+    ledger_db.reserve(control, "t", job_id, SubsampledGaussianEvent(sigma, batch_size, 400), iterations)
+    with control.begin() as conn:
+        conn.execute(
+            insert(jobs).values(
+                id=job_id,
+                dataset="t",
+                owner="k1",
+                model="blr",
+                algorithm="vips",
+                options={},
+                iterations=iterations,
+                batch_size=batch_size,
+                sigma=sigma,
+                epsilon_target=None,
+                epsilon_job=None,
+                delta=DELTA,
+                status="queued",
+                iteration=0,
+                cancel_requested=False,
+                created_at=datetime.now(UTC),
+            )
+        )
+    return job_id
+
+
+def job_row(control: Engine, job_id: str) -> Any:
+    with control.connect() as conn:
+        return conn.execute(select(jobs).where(jobs.c.id == job_id)).one()
+
+
+def charge_keys(control: Engine, job_id: str) -> list[tuple[int, int]]:
+    return ledger_db.charged_iterations(control, job_id)
+
+
+def stored_iterations(control: Engine, job_id: str) -> list[int]:
+    with control.connect() as conn:
+        rows = conn.execute(select(releases.c.iteration).where(releases.c.job_id == job_id))
+        return sorted(int(r[0]) for r in rows)
+
+
+def crash_on_gate_call(monkeypatch: pytest.MonkeyPatch, call: int) -> None:
+    real = Gate.release
+    calls = {"n": 0}
+
+    def release(self: Gate, *args: Any, **kwargs: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == call:
+            raise Crash
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Gate, "release", release)
+
+
+def test_job_runs_stores_every_release_and_charges_each_once(engines: tuple[Engine, Engine]) -> None:
+    control, sensitive = engines
+    job_id = submit(control)
+    assert job_runner.execute_job(job_id, control, sensitive) == "succeeded"
+    assert stored_iterations(control, job_id) == list(range(1, 7))
+    assert charge_keys(control, job_id) == [(t, 0) for t in range(1, 7)]
+    status = ledger_db.budget_status(control, "t")
+    expected = rdp_curve(SubsampledGaussianEvent(3.0, 100, 400)).scaled(6).epsilon(DELTA)
+    assert status.epsilon_spent == pytest.approx(expected, rel=1e-9)
+    assert status.epsilon_reserved == pytest.approx(expected, rel=1e-9)  # nothing left reserved
+    with control.connect() as conn:
+        document = conn.execute(
+            select(posteriors.c.document).where(posteriors.c.job_id == job_id)
+        ).scalar_one()
+    assert document["privacy"]["epsilon"] == pytest.approx(expected, rel=1e-9)
+    assert len(document["mean"]) == 3
+    # Redelivery of a finished job does nothing and pays nothing.
+    assert job_runner.execute_job(job_id, control, sensitive) == "succeeded"
+    assert len(charge_keys(control, job_id)) == 6
+
+
+def test_resume_after_crash_reuses_stored_releases(
+    engines: tuple[Engine, Engine], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    control, sensitive = engines
+    job_id = submit(control)
+    crash_on_gate_call(monkeypatch, 3)  # dies before iteration 3 is charged
+    with pytest.raises(Crash):
+        job_runner.execute_job(job_id, control, sensitive)
+    assert job_row(control, job_id).status == "running"
+    assert stored_iterations(control, job_id) == [1, 2]
+    monkeypatch.undo()
+    # A fresh heartbeat means another worker owns the job: leave it.
+    assert job_runner.execute_job(job_id, control, sensitive, heartbeat_timeout=60) == "running"
+    # Stale: the redelivered task resumes, reusing 1 and 2 without paying again.
+    assert job_runner.execute_job(job_id, control, sensitive, heartbeat_timeout=0) == "succeeded"
+    assert charge_keys(control, job_id) == [(t, 0) for t in range(1, 7)]
+    assert stored_iterations(control, job_id) == list(range(1, 7))
+
+
+def test_release_lost_after_its_charge_is_paid_again_never_reused(
+    engines: tuple[Engine, Engine], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    control, sensitive = engines
+    job_id = submit(control)
+    real_insert = job_runner.insert
+    calls = {"n": 0}
+
+    def crashing_insert(table: Any) -> Any:
+        if table is releases:
+            calls["n"] += 1
+            if calls["n"] == 3:
+                raise Crash  # iteration 3 was charged and computed, then the process died
+        return real_insert(table)
+
+    monkeypatch.setattr(job_runner, "insert", crashing_insert)
+    with pytest.raises(Crash):
+        job_runner.execute_job(job_id, control, sensitive)
+    monkeypatch.undo()
+    assert charge_keys(control, job_id) == [(1, 0), (2, 0), (3, 0)]
+    assert job_runner.execute_job(job_id, control, sensitive, heartbeat_timeout=0) == "succeeded"
+    keys = charge_keys(control, job_id)
+    assert keys == [(1, 0), (2, 0), (3, 0), (3, 1), (4, 0), (5, 0), (6, 0)]
+    # Every stored release has its charge, and the ledger over-counts by exactly the lost one.
+    assert set(stored_iterations(control, job_id)) <= {t for t, _ in keys}
+    per_iteration = rdp_curve(SubsampledGaussianEvent(3.0, 100, 400))
+    assert ledger_db.budget_status(control, "t").epsilon_spent == pytest.approx(
+        per_iteration.scaled(7).epsilon(DELTA), rel=1e-9
+    )
+
+
+def test_cancel_between_iterations_refunds_the_rest(
+    engines: tuple[Engine, Engine], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    control, sensitive = engines
+    job_id = submit(control)
+    real = job_runner.StoredReleases.release
+
+    def cancel_after_two(self: job_runner.StoredReleases, *args: Any, **kwargs: Any) -> Any:
+        if kwargs["iteration"] == 3:
+            with control.begin() as conn:
+                conn.execute(update(jobs).where(jobs.c.id == job_id).values(cancel_requested=True))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(job_runner.StoredReleases, "release", cancel_after_two)
+    assert job_runner.execute_job(job_id, control, sensitive) == "cancelled"
+    assert charge_keys(control, job_id) == [(1, 0), (2, 0)]
+    status = ledger_db.budget_status(control, "t")
+    assert status.epsilon_reserved == pytest.approx(status.epsilon_spent, rel=1e-12)
+
+
+def test_reaper_fails_stale_jobs_and_refunds(
+    engines: tuple[Engine, Engine], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    control, sensitive = engines
+    job_id = submit(control)
+    crash_on_gate_call(monkeypatch, 4)
+    with pytest.raises(Crash):
+        job_runner.execute_job(job_id, control, sensitive)
+    monkeypatch.undo()
+    fresh = submit(control)
+    with control.begin() as conn:
+        conn.execute(
+            update(jobs).where(jobs.c.id == fresh).values(status="running", heartbeat_at=datetime.now(UTC))
+        )
+        conn.execute(
+            update(jobs)
+            .where(jobs.c.id == job_id)
+            .values(heartbeat_at=datetime.now(UTC) - timedelta(seconds=120))
+        )
+    assert job_runner.reap(control, timeout_seconds=60) == [job_id]
+    assert job_row(control, job_id).status == "failed"
+    assert job_row(control, fresh).status == "running"
+    per_iteration = rdp_curve(SubsampledGaussianEvent(3.0, 100, 400))
+    status = ledger_db.budget_status(control, "t")
+    assert status.epsilon_spent == pytest.approx(per_iteration.scaled(3).epsilon(DELTA), rel=1e-9)
+    # What remains reserved is exactly the fresh job's whole curve on top of the three charges.
+    assert status.epsilon_reserved == pytest.approx(per_iteration.scaled(9).epsilon(DELTA), rel=1e-9)
+    with control.connect() as conn:
+        assert conn.execute(select(func.count()).select_from(charges)).scalar_one() == 3
+    assert np.isfinite(status.epsilon_spent)

@@ -1,0 +1,211 @@
+"""Bayesian logistic regression's E-step behind the wall: the query contract, plus BLR-specific checks."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from privacy_wall.gate import Gate
+from privacy_wall.ledger import InMemoryLedger
+from privacy_wall.mechanisms import upper_triangle
+from privacy_wall.queries.blr import LogisticRegressionQuery, polya_gamma_mean
+from privacy_wall.store import Batch, InMemoryTabularStore, RowStore
+from tests.contracts import Params, QueryContract
+
+# The extreme public parameters overflow on purpose; numpy's warnings about it are expected.
+pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
+
+D = 3
+
+#: A finite, symmetric, (in exact arithmetic) PSD second moment that validate_params accepts and whose
+#: quadratic form x^T M x overflows in floating point for ordinary unit-norm rows.
+OVERFLOWING_MOMENT = 1.5e308 * np.ones((D, D))
+
+
+def unit(vector: list[float]) -> np.ndarray:
+    v = np.asarray(vector, dtype=np.float64)
+    return v / np.linalg.norm(v)
+
+
+def record(x: np.ndarray, y: float) -> Batch:
+    return Batch(np.asarray(x, dtype=np.float64).reshape(1, -1), np.array([float(y)]))
+
+
+class TestBlrQuery(QueryContract):
+    dimension = D
+
+    def make_query(self) -> LogisticRegressionQuery:
+        return LogisticRegressionQuery()
+
+    def make_batch(self, rng: np.random.Generator, size: int) -> Batch:
+        directions = rng.normal(size=(size, D))
+        directions /= np.linalg.norm(directions, axis=1, keepdims=True)
+        radii = np.where(rng.random(size) < 0.3, 1.0, rng.random(size))  # many rows exactly on the sphere
+        labels = (rng.random(size) < 0.5).astype(np.float64)
+        return Batch(directions * radii[:, None], labels)
+
+    def random_record(self, rng: np.random.Generator) -> Batch:
+        return self.make_batch(rng, 1)
+
+    def make_params(self, rng: np.random.Generator) -> list[Params]:
+        mean = rng.normal(scale=3.0, size=D)
+        factor = rng.normal(size=(D, D))
+        posterior_like = factor @ factor.T / D + np.outer(mean, mean)
+        return [
+            {"second_moment": np.eye(D)},  # the prior's E[w w^T] with a0 = b0 = 1
+            {"second_moment": np.zeros((D, D))},  # E[xi] = 1/4 for every record: s2 at its largest
+            {"second_moment": posterior_like},
+            {"second_moment": np.diag([1e4, 1e-4, 0.0])},  # E[xi] from ~0 to 1/4 depending on direction
+            {"second_moment": 1e6 * np.eye(D)},  # E[xi] ~ 0 for all but tiny rows
+            {"second_moment": np.array([[1.0, 2.0, 0.0], [2.0, -5.0, 0.0], [0.0, 0.0, -1.0]])},  # not PSD
+            {"second_moment": OVERFLOWING_MOMENT},
+        ]
+
+    def adversarial_records(self, params: Params) -> list[Batch]:
+        moment = params["second_moment"]
+        scale = float(np.max(np.abs(moment))) or 1.0
+        symmetric = moment / scale / 2 + moment.T / scale / 2  # scaled first: no overflow
+        _, vectors = np.linalg.eigh(symmetric)
+        directions = [
+            vectors[:, -1],  # top eigenvector: largest x^T M x, smallest E[xi]
+            -vectors[:, -1],
+            vectors[:, 0],  # orthogonal to it
+            vectors[:, 1],
+            *np.eye(D),  # basis vectors: x x^T puts all its mass on one packed coordinate
+            unit([1.0, 1.0, 0.0]),
+            unit([1.0, -1.0, 0.0]),
+            unit([1.0, 1.0, 1.0]),
+            np.zeros(D),
+        ]
+        return [record(x, y) for x in directions for y in (0.0, 1.0)]
+
+    def out_of_bound_records(self, rng: np.random.Generator) -> list[Batch]:
+        return [
+            record(5 * unit(rng.normal(size=D)), 1.0),
+            record(5 * np.eye(D)[0], 0.0),
+            record(1e6 * unit([1.0, -2.0, 0.5]), 1.0),
+            record(np.eye(D)[1], 3.0),
+            record(np.eye(D)[2], -2.0),
+            record(40 * np.eye(D)[2], 0.5),
+        ]
+
+    def malformed_params(self) -> list[Params]:
+        return [
+            {},
+            {"second_moment": np.eye(D + 1)},
+            {"second_moment": np.ones(D)},
+            {"second_moment": np.full((D, D), np.nan)},
+            {"second_moment": np.diag([1.0, np.inf, 1.0])},
+            {"second_moment": np.eye(D), "mean": np.zeros(D)},
+            {"covariance": np.eye(D)},
+        ]
+
+    def expected_sensitivities(self, batch_size: int) -> dict[str, float]:
+        # DESIGN section 4: s1 (C = 1/2, general) Delta = 2 C / S = 1/S; s2 (C = 1/4, PSD) sqrt(2) C / S.
+        return {"s1": 1.0 / batch_size, "s2": math.sqrt(2.0) / (4.0 * batch_size)}
+
+    def make_store(self, name: str, rows: Batch, *, public: bool) -> RowStore:
+        assert rows.labels is not None
+        return InMemoryTabularStore(name, rows.features, rows.labels, public=public)
+
+    def calibration_rows(self, rng: np.random.Generator) -> Batch:
+        # Unit-norm rows in uniformly random directions: s2 = E[xi] * mean(x x^T) ~ 0.23 / 3 * I.
+        batch = self.make_batch(rng, self.calibration_population)
+        features = batch.features / np.linalg.norm(batch.features, axis=1, keepdims=True)
+        return Batch(features, batch.labels)
+
+    def calibration_params(self) -> Params:
+        return {"second_moment": np.eye(D)}
+
+    def check_postprocess_inactive(
+        self, exact_means: dict[str, np.ndarray], noise_std: dict[str, float]
+    ) -> None:
+        """Mirroring + PSD projection is the identity when the noised s2 stays positive definite.
+
+        The noise matrix E has d(d+1)/2 distinct N(0, s^2) entries; all of them have |z| < 7 except with
+        probability < 2000 releases * 6 * 2.6e-12 ~ 3e-8, and then ||E||_2 <= ||E||_F < 7 s d. So if the exact
+        s2's smallest eigenvalue exceeds 7 s d (we ask for a further factor 2), no release is projected.
+        """
+        s2 = np.zeros((D, D))
+        s2[np.triu_indices(D)] = exact_means["s2"]
+        s2 = s2 + np.triu(s2, 1).T
+        smallest = float(np.linalg.eigvalsh(s2)[0])
+        assert smallest > 2 * 7 * noise_std["s2"] * D, (smallest, noise_std["s2"])
+
+    def released_blocks(self, statistics: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return {"s1": statistics["s1"], "s2": upper_triangle(statistics["s2"])}
+
+
+# --------------------------------------------------------------------------------------------------------
+# BLR-specific checks.
+
+
+def naive_e_step(x: np.ndarray, y: np.ndarray, moment: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """DESIGN section 4 written record by record: c = sqrt(x^T M x), E[xi] = tanh(c/2)/(2c)."""
+    s1 = np.zeros(x.shape[1])
+    s2 = np.zeros((x.shape[1], x.shape[1]))
+    for xn, yn in zip(x, y, strict=True):
+        c = math.sqrt(max(float(xn @ moment @ xn), 0.0))
+        xi = 0.25 if c == 0 else math.tanh(c / 2) / (2 * c)
+        s1 += (yn - 0.5) * xn
+        s2 += xi * np.outer(xn, xn)
+    return s1, s2
+
+
+def test_clipped_sums_are_the_e_step_for_valid_rows() -> None:
+    """Clipping is a no-op within the bounds: the sums equal the E-step of the paper (Alg. 5)."""
+    rng = np.random.default_rng(200)
+    contract = TestBlrQuery()
+    query = LogisticRegressionQuery()
+    batch = contract.make_batch(rng, 100)
+    assert batch.labels is not None
+    for params in contract.make_params(rng)[:4]:
+        moment = params["second_moment"]
+        sums = query.clipped_sums(batch, params)
+        s1, s2 = naive_e_step(batch.features, batch.labels, moment)
+        np.testing.assert_allclose(sums["s1"], s1, rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(sums["s2"], upper_triangle(s2), rtol=1e-9, atol=1e-14)
+
+
+def test_polya_gamma_mean_against_its_series() -> None:
+    """E[PG(1, c)] = (1 / 2 pi^2) sum_k 1 / ((k - 1/2)^2 + c^2 / (4 pi^2)) (Polson, Scott, Windle 2013).
+
+    Summing K = 10^6 terms and adding the integral tail 1/K leaves an error of O(1/K^2) in the bracket,
+    i.e. < 1e-12 relative.
+    """
+    k = np.arange(1, 1_000_001, dtype=np.float64)
+    for c in (0.0, 1e-7, 1e-3, 0.5, 1.0, 3.0, 10.0, 50.0):
+        bracket = np.sum(1.0 / ((k - 0.5) ** 2 + c * c / (4 * math.pi**2))) + 1.0 / k[-1]
+        series = bracket / (2 * math.pi**2)
+        assert float(polya_gamma_mean(np.array([c]))[0]) == pytest.approx(series, rel=1e-9), c
+        assert float(polya_gamma_mean(np.array([-c]))[0]) == pytest.approx(series, rel=1e-9), -c
+    grid = np.linspace(0.0, 2e-6, 2001)  # across the small-c branch switch at 1e-6
+    values = polya_gamma_mean(grid)
+    assert np.all(values <= 0.25) and np.all(values > 0)
+    assert np.all(np.diff(values) <= 1e-15), "E[xi] is non-increasing in |c|"
+
+
+def test_overflowing_second_moment_cannot_turn_one_record_into_nan() -> None:
+    """A data-dependent NaN is an unbounded privacy loss: no amount of noise hides it.
+
+    With M = 1.5e308 * ones (finite, symmetric, PSD; validate_params accepts it), x @ M overflows to inf for
+    rows whose coordinates sum to more than ~1.2, and x^T M x then contains inf - inf or 0 * inf = NaN. Two
+    neighbouring private datasets whose only difference is one such row must give releases that are both
+    finite (and the gate must not fail on one and succeed on the other).
+    """
+    n = 50
+    base = np.tile(np.eye(D)[0], (n, 1))  # x @ M = 1.5e308 (finite) for these rows
+    neighbour = base.copy()
+    neighbour[7] = [0.7, 0.7, 0.0]  # norm 0.99: a legitimate row
+    labels = np.zeros(n)
+    params = {"second_moment": OVERFLOWING_MOMENT}
+    query = LogisticRegressionQuery()
+    query.validate_params(params, D)
+    for features in (base, neighbour):
+        sums = query.clipped_sums(Batch(features, labels), params)
+        assert all(np.isfinite(v).all() for v in sums.values()), "clipped sums must be finite for any params"
+        gate = Gate(InMemoryTabularStore("d", features, labels), InMemoryLedger(delta=1e-5))
+        release = gate.release(query, params, job_id="j", iteration=1, sigma=1.0, batch_size=n)
+        assert all(np.isfinite(v).all() for v in release.statistics.values())

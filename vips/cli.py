@@ -1,0 +1,251 @@
+"""The `vips` command line (DESIGN section 6): the argument parser and the dispatch to vips.commands.
+
+Errors are one line `vips: error: ...` on stderr, exit 2 for usage or input errors and 1 for runtime
+failures; no traceback (set VIPS_DEBUG=1 to get one for unexpected errors). Messages never carry data
+values of the input: the readers and the store name lines, columns and rows only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+from collections.abc import Callable
+from typing import NoReturn
+
+from privacy_wall.accounting import CalibrationError
+from privacy_wall.formats import FormatError
+from privacy_wall.gate import PrivacyError
+from privacy_wall.ledger import BudgetExceeded
+from privacy_wall.store import BoundViolation
+from vips.commands import admin, fit, predict, privacy, remote, server
+from vips.errors import CliError, UsageError
+from worker.posterior import PosteriorError
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are raised (one line, exit 2 from main) instead of exiting."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{message} (see {self.prog} --help)")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _number(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be finite, got {text!r}")
+    return value
+
+
+def _sigma(text: str) -> float:
+    value = _number(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"a noise multiplier must be >= 0, got {text!r}")
+    return value
+
+
+def _epsilon(text: str) -> float:
+    value = _number(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"epsilon must be > 0, got {text!r}")
+    return value
+
+
+def _delta(text: str) -> float:
+    value = _number(text)
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"delta must be in (0, 1), got {text!r}")
+    return value
+
+
+def _add_privacy(commands: argparse._SubParsersAction[_Parser]) -> None:
+    parser = commands.add_parser("privacy", help="the accountant on its own: quotes before anything runs")
+    verbs = parser.add_subparsers(dest="verb", required=True, metavar="{epsilon,sigma}")
+    for verb, helptext, handler in (
+        ("epsilon", "epsilon of a schedule with noise multiplier --sigma", privacy.run_epsilon),
+        ("sigma", "smallest noise multiplier whose epsilon is <= --epsilon", privacy.run_sigma),
+    ):
+        sub = verbs.add_parser(verb, help=helptext, description=helptext)
+        if verb == "epsilon":
+            sub.add_argument("--sigma", type=_sigma, required=True, help="noise multiplier (>= 0)")
+        else:
+            sub.add_argument("--epsilon", type=_epsilon, required=True, help="target epsilon (> 0)")
+        sub.add_argument("--batch-size", type=_positive_int, required=True, help="S records per iteration")
+        sub.add_argument("--population", type=_positive_int, required=True, help="N records in the dataset")
+        sub.add_argument("--iterations", type=_positive_int, required=True, help="T iterations")
+        sub.add_argument("--delta", type=_delta, required=True, help="delta of (epsilon, delta)-DP")
+        sub.set_defaults(handler=handler)
+
+
+def _add_fit(commands: argparse._SubParsersAction[_Parser]) -> None:
+    parser = commands.add_parser(
+        "fit",
+        help="fit a model (--local: in-process on your own file)",
+        description="Fit a model by VIPS. With --local, in-process through the same gate and accountant, "
+        "with an in-memory store and a throwaway ledger; prints one JSON line with the privacy spent.",
+    )
+    parser.add_argument("--local", action="store_true", help="fit in-process on --input (no server)")
+    parser.add_argument(
+        "--dataset", metavar="NAME", help="server: the dataset; --local: its name in the posterior"
+    )
+    parser.add_argument("--wait", action="store_true", help="server: wait for the job and print it")
+    parser.add_argument("--kind", choices=fit.KINDS, help="--local: the input's kind")
+    parser.add_argument("--input", metavar="FILE", help="--local: the input file")
+    parser.add_argument("--label", metavar="COLUMN", help=f"label column (default {fit.DEFAULT_LABEL})")
+    parser.add_argument("--vocab", metavar="FILE", help="vocabulary, one word per line (--kind bow)")
+    parser.add_argument("--model", choices=fit.MODELS, required=True)
+    parser.add_argument("--algorithm", choices=fit.ALGORITHMS, default="vips")
+    parser.add_argument("--iterations", type=_positive_int, default=fit.DEFAULT_ITERATIONS, metavar="T")
+    parser.add_argument("--batch-size", type=_positive_int, metavar="S", help="default: the whole dataset")
+    noise = parser.add_mutually_exclusive_group()
+    noise.add_argument("--sigma", type=_sigma, help="noise multiplier (0 = non-private, --local only)")
+    noise.add_argument("--epsilon", type=_epsilon, help="target epsilon; sigma is calibrated for it")
+    parser.add_argument("--delta", type=_delta, default=fit.DEFAULT_DELTA, help="--local: delta")
+    parser.add_argument(
+        "--option",
+        action="append",
+        metavar="KEY=VALUE",
+        help="model option: tau0, kappa for all models; a0, b0 for blr (repeatable)",
+    )
+    parser.add_argument("-o", "--output", metavar="posterior.json", help="write the posterior here")
+    parser.set_defaults(handler=fit.run)
+
+
+def _add_predict_evaluate(commands: argparse._SubParsersAction[_Parser]) -> None:
+    parser = commands.add_parser("predict", help="predict with a posterior (BLR: column p = P(y=1))")
+    parser.add_argument("--posterior", metavar="P", required=True)
+    parser.add_argument("--input", metavar="FILE", required=True, help="numeric CSV with a header")
+    parser.add_argument("--label", metavar="COLUMN", help="a column of the input to drop (not a feature)")
+    parser.add_argument("-o", "--output", metavar="predictions.csv", help="default: stdout")
+    parser.set_defaults(handler=predict.run_predict)
+
+    parser = commands.add_parser("evaluate", help="metrics of a posterior on labelled data (one JSON line)")
+    parser.add_argument("--posterior", metavar="P", required=True)
+    parser.add_argument("--input", metavar="FILE", required=True, help="numeric CSV with a header")
+    parser.add_argument("--label", metavar="COLUMN", help=f"label column (default {predict.DEFAULT_LABEL})")
+    parser.add_argument("--vocab", metavar="FILE", help="vocabulary (LDA posteriors)")
+    parser.set_defaults(handler=predict.run_evaluate)
+
+
+def _add_server(commands: argparse._SubParsersAction[_Parser]) -> None:
+    for name, helptext, handler in (
+        (
+            "up",
+            "embedded all-in-one: API + one worker, SQLite and a file broker under $VIPS_HOME",
+            server.run_up,
+        ),
+        ("serve", "the API (configured by environment; embedded files without URLs)", server.run_serve),
+    ):
+        parser = commands.add_parser(name, help=helptext, description=helptext)
+        parser.add_argument("--host", default="127.0.0.1")
+        parser.add_argument("--port", type=_positive_int, default=8000)
+        parser.set_defaults(handler=handler)
+    parser = commands.add_parser("worker", help="a Celery worker that runs jobs through the privacy wall")
+    parser.add_argument("--concurrency", type=_positive_int, default=1, help="jobs run at once (threads)")
+    parser.set_defaults(handler=server.run_worker)
+    parser = commands.add_parser("migrate", help="bring a database to its latest Alembic migration")
+    parser.add_argument("database", choices=("control", "sensitive", "all"))
+    parser.set_defaults(handler=server.run_migrate)
+
+
+def _add_admin_data(commands: argparse._SubParsersAction[_Parser]) -> None:
+    parser = commands.add_parser("admin", help="server side: API keys")
+    verbs = parser.add_subparsers(dest="verb", required=True, metavar="{create-key}")
+    sub = verbs.add_parser("create-key", help="print a new API key (shown once)")
+    sub.add_argument("--role", choices=("admin", "custodian", "analyst", "client"), required=True)
+    sub.add_argument("--dataset", metavar="NAME", help="scope of a custodian or client key")
+    sub.set_defaults(handler=admin.run_create_key)
+
+    parser = commands.add_parser("data", help="custodian side: datasets into the sensitive store")
+    verbs = parser.add_subparsers(dest="verb", required=True, metavar="{ingest}")
+    sub = verbs.add_parser("ingest", help="validate a file and store it behind the privacy wall")
+    sub.add_argument("name", metavar="NAME")
+    sub.add_argument("--kind", choices=fit.KINDS, required=True)
+    sub.add_argument("--input", metavar="FILE", required=True)
+    sub.add_argument("--label", metavar="COLUMN", help="tabular: the 0/1 label column")
+    sub.add_argument("--vocab", metavar="FILE", help="bow: the public vocabulary, one word per line")
+    sub.add_argument("--public", action="store_true", help="mark the dataset non-sensitive (demos, tests)")
+    sub.set_defaults(handler=admin.run_ingest)
+
+
+def _add_client(commands: argparse._SubParsersAction[_Parser]) -> None:
+    parser = commands.add_parser(
+        "budget", help="a dataset's privacy budget (custodian; VIPS_URL, VIPS_API_KEY)"
+    )
+    verbs = parser.add_subparsers(dest="verb", required=True, metavar="{set,show}")
+    sub = verbs.add_parser("set", help="set the epsilon cap and delta of a dataset")
+    sub.add_argument("name", metavar="NAME")
+    sub.add_argument("--epsilon", type=_epsilon, required=True)
+    sub.add_argument("--delta", type=_delta, required=True)
+    sub.set_defaults(handler=remote.run_budget_set)
+    sub = verbs.add_parser("show", help="a dataset with its budget and spend")
+    sub.add_argument("name", metavar="NAME")
+    sub.set_defaults(handler=remote.run_budget_show)
+
+    parser = commands.add_parser("posterior", help="download a finished job's posterior")
+    parser.add_argument("job", metavar="JOB")
+    parser.add_argument("-o", "--output", metavar="posterior.json", required=True)
+    parser.set_defaults(handler=remote.run_posterior)
+
+
+def build_parser() -> _Parser:
+    parser = _Parser(prog="vips", description="Variational Bayes in private settings.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_server(commands)
+    _add_admin_data(commands)
+    _add_client(commands)
+    _add_privacy(commands)
+    _add_fit(commands)
+    _add_predict_evaluate(commands)
+    return parser
+
+
+# Errors whose messages are written for users and carry no data values: usage or input errors (exit 2).
+_INPUT_ERRORS = (FormatError, PosteriorError, BoundViolation, CalibrationError, PrivacyError)
+
+
+def _fail(message: str, code: int) -> int:
+    print(f"vips: error: {message}", file=sys.stderr)
+    return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        handler: Handler = args.handler
+        return handler(args)
+    except SystemExit as exc:  # --help and --version exit through argparse
+        return exc.code if isinstance(exc.code, int) else 0
+    except CliError as exc:
+        return _fail(str(exc), exc.exit_code)
+    except _INPUT_ERRORS as exc:
+        return _fail(str(exc), 2)
+    except BudgetExceeded as exc:
+        return _fail(str(exc), 1)
+    except KeyboardInterrupt:
+        return _fail("interrupted", 130)
+    except Exception as exc:
+        # The message of an unexpected error might quote data: name its type only.
+        if os.environ.get("VIPS_DEBUG"):
+            raise
+        return _fail(f"internal error ({type(exc).__name__}); set VIPS_DEBUG=1 for a traceback", 1)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

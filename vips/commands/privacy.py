@@ -1,0 +1,52 @@
+"""`vips privacy epsilon|sigma`: the accountant on its own, for quotes before anything runs."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from typing import Any
+
+from privacy_wall.accounting import ACCOUNTANT_VERSION, calibrate_sigma, epsilon
+from vips.errors import UsageError
+from vips.output import finite_or_none, print_json
+
+
+def check_schedule(batch_size: int, population: int, iterations: int, delta: float) -> None:
+    """The checks argparse's types cannot make on their own (they relate two arguments)."""
+    if batch_size > population:
+        raise UsageError(f"--batch-size {batch_size} is larger than --population {population}")
+    if iterations < 1:
+        raise UsageError("--iterations must be >= 1")
+    if not 0 < delta < 1:
+        raise UsageError("--delta must be in (0, 1)")
+
+
+def _quote(sigma: float, eps: float, args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "epsilon": finite_or_none(eps),
+        "epsilon_is_infinite": not math.isfinite(eps),
+        "sigma": sigma,
+        "batch_size": args.batch_size,
+        "population": args.population,
+        "iterations": args.iterations,
+        "delta": args.delta,
+        "sampling_rate": args.batch_size / args.population,
+        "sampling": "without_replacement",
+        "neighbouring": "replace_one",
+        "accountant": ACCOUNTANT_VERSION,
+    }
+
+
+def run_epsilon(args: argparse.Namespace) -> int:
+    check_schedule(args.batch_size, args.population, args.iterations, args.delta)
+    eps = epsilon(args.sigma, args.batch_size, args.population, args.iterations, args.delta)
+    print_json(_quote(args.sigma, eps, args))
+    return 0
+
+
+def run_sigma(args: argparse.Namespace) -> int:
+    check_schedule(args.batch_size, args.population, args.iterations, args.delta)
+    sigma = calibrate_sigma(args.epsilon, args.batch_size, args.population, args.iterations, args.delta)
+    eps = epsilon(sigma, args.batch_size, args.population, args.iterations, args.delta)
+    print_json({**_quote(sigma, eps, args), "target_epsilon": args.epsilon})
+    return 0

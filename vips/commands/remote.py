@@ -1,0 +1,104 @@
+"""Client verbs over HTTP (VIPS_URL, VIPS_API_KEY): `vips budget`, `vips fit`, `vips posterior`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from service.client import ApiError, VipsClient
+from vips.errors import RuntimeFailure, UsageError
+from vips.output import print_json
+from worker.posterior import save_posterior
+
+
+@contextmanager
+def client() -> Iterator[VipsClient]:
+    """The environment's client; API errors become one-line CLI errors (exit 1, 2 for a bad request)."""
+    try:
+        with VipsClient.from_env() as api:
+            yield api
+    except ApiError as exc:
+        code = 2 if exc.status_code in (400, 422) else 1
+        error = UsageError(f"{exc}") if code == 2 else RuntimeFailure(f"{exc}")
+        raise error from None
+
+
+def run_budget_set(args: argparse.Namespace) -> int:
+    with client() as api:
+        print_json(api.set_budget(args.name, args.epsilon, args.delta))
+    return 0
+
+
+def run_budget_show(args: argparse.Namespace) -> int:
+    with client() as api:
+        print_json(api.dataset(args.name))
+    return 0
+
+
+def run_posterior(args: argparse.Namespace) -> int:
+    with client() as api:
+        document = api.posterior(args.job)
+    _save(document, Path(args.output))
+    return 0
+
+
+def _save(document: dict[str, Any], path: Path) -> None:
+    try:
+        save_posterior(document, path)
+    except OSError as exc:
+        raise RuntimeFailure(f"cannot write {path}: {exc.strerror}") from None
+
+
+def run_fit_remote(args: argparse.Namespace, options: dict[str, float]) -> int:
+    if args.dataset is None:
+        raise UsageError("fit needs --dataset NAME (or --local with --input FILE)")
+    if args.input is not None or args.kind is not None:
+        raise UsageError("--input and --kind are for --local; the server fits a registered --dataset")
+    if (args.sigma is None) == (args.epsilon is None):
+        raise UsageError("give exactly one of --sigma and --epsilon")
+    with client() as api:
+        job = api.submit_job(
+            dataset=args.dataset,
+            model=args.model,
+            algorithm=args.algorithm,
+            iterations=args.iterations,
+            batch_size=args.batch_size,
+            sigma=args.sigma,
+            epsilon=args.epsilon,
+            options=options,
+        )
+        if not args.wait:
+            print(job["id"])
+            return 0
+        print(job["id"], file=sys.stderr)
+        job = _wait_with_progress(api, job)
+        print(json.dumps(job, allow_nan=False))
+        if job["status"] != "succeeded":
+            return 1
+        if args.output is not None:
+            _save(api.posterior(job["id"]), Path(args.output))
+    return 0
+
+
+def _wait_with_progress(api: VipsClient, job: dict[str, Any]) -> dict[str, Any]:
+    columns = (
+        TextColumn("job {task.fields[job]} {task.fields[status]}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=Console(stderr=True), transient=False) as bar:
+        task = bar.add_task("fit", total=job["iterations"], job=job["id"][:8], status=job["status"])
+
+        def show(current: dict[str, Any]) -> None:
+            bar.update(task, completed=current["iteration"], status=current["status"])
+
+        return api.wait(job["id"], interval=0.25, on_progress=show)

@@ -1,0 +1,20 @@
+"""Per-process resources of a worker: database engines built once from the settings."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from sqlalchemy import Engine
+
+from privacy_wall.settings import get_wall_settings
+from privacy_wall.sqlengine import create_db_engine
+
+
+@lru_cache
+def control_engine() -> Engine:
+    return create_db_engine(get_wall_settings().control_url())
+
+
+@lru_cache
+def sensitive_engine() -> Engine:
+    return create_db_engine(get_wall_settings().sensitive_url())

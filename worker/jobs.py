@@ -1,0 +1,242 @@
+"""Running one job: the VIPS loop over the gate, with every release stored under (job, t).
+
+Order per iteration: the gate writes the charge (job, t, attempt) to the ledger, computes and noises;
+then the release is stored in `releases` under (job, t) and the job's progress is updated. A retried or
+resumed task replays stored releases through the M-step without paying again. If a crash loses a
+release after its charge, the retry charges a new attempt: the ledger can only over-count.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import numpy as np
+from sqlalchemy import Engine, func, insert, select, update
+
+from privacy_wall import ledger_db
+from privacy_wall.accounting import ACCOUNTANT_VERSION
+from privacy_wall.control_schema import budgets, charges
+from privacy_wall.db_store import DatabaseTabularStore
+from privacy_wall.gate import Gate, Release
+from privacy_wall.queries.base import Array, Query
+from privacy_wall.queries.blr import LogisticRegressionQuery
+from service.models import jobs, posteriors, releases
+from worker.models.blr import BayesianLogisticRegression
+from worker.posterior import Privacy, build_posterior
+from worker.runner import LoopSettings, run_vips
+
+log = logging.getLogger(__name__)
+
+TERMINAL = ("succeeded", "failed", "cancelled")
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class JobCancelled(Exception):
+    """The analyst cancelled the job between iterations."""
+
+
+class StoredReleases:
+    """The Releaser the loop sees: stored releases of (job, t) are reused, new ones go through the gate."""
+
+    def __init__(self, gate: Gate, control: Engine, job_id: str) -> None:
+        self._gate = gate
+        self._control = control
+        self._job_id = job_id
+
+    def release(
+        self,
+        query: Query,
+        params: dict[str, Array],
+        *,
+        job_id: str,
+        iteration: int,
+        sigma: float,
+        batch_size: int,
+    ) -> Release:
+        with self._control.connect() as conn:
+            stored = conn.execute(
+                select(releases).where(releases.c.job_id == job_id, releases.c.iteration == iteration)
+            ).one_or_none()
+            cancel = conn.execute(select(jobs.c.cancel_requested).where(jobs.c.id == job_id)).scalar_one()
+            attempts = conn.execute(
+                select(func.count()).where(charges.c.job_id == job_id, charges.c.iteration == iteration)
+            ).scalar_one()
+        if stored is not None:
+            return Release(
+                job_id=job_id,
+                iteration=iteration,
+                statistics={k: np.asarray(v, dtype=np.float64) for k, v in stored.statistics.items()},
+                noise_std=dict(stored.noise_std),
+                sigma=sigma,
+                batch_size=batch_size,
+                population=self._gate.population,
+            )
+        if cancel:
+            raise JobCancelled
+        release = self._gate.release(
+            query,
+            params,
+            job_id=job_id,
+            iteration=iteration,
+            sigma=sigma,
+            batch_size=batch_size,
+            attempt=int(attempts),
+        )
+        with self._control.begin() as conn:
+            conn.execute(
+                insert(releases).values(
+                    job_id=job_id,
+                    iteration=iteration,
+                    statistics={k: v.tolist() for k, v in release.statistics.items()},
+                    noise_std=release.noise_std,
+                    created_at=_now(),
+                )
+            )
+            conn.execute(
+                update(jobs).where(jobs.c.id == job_id).values(iteration=iteration, heartbeat_at=_now())
+            )
+        return release
+
+
+@contextmanager
+def heartbeat(control: Engine, job_id: str, every_seconds: float) -> Iterator[None]:
+    """Refresh the job's heartbeat in the background while it runs (long iterations included)."""
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.wait(every_seconds):
+            with control.begin() as conn:
+                conn.execute(update(jobs).where(jobs.c.id == job_id).values(heartbeat_at=_now()))
+
+    thread = threading.Thread(target=beat, name=f"heartbeat-{job_id}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+def _finish(control: Engine, job_id: str, status: str, error: str | None = None) -> None:
+    with control.begin() as conn:
+        conn.execute(
+            update(jobs).where(jobs.c.id == job_id).values(status=status, error=error, finished_at=_now())
+        )
+    ledger_db.refund(control, job_id)
+
+
+def execute_job(job_id: str, control: Engine, sensitive: Engine, *, heartbeat_timeout: float = 60.0) -> str:
+    """Run (or resume) a job to a terminal status and return it.
+
+    A job that is running with a fresh heartbeat belongs to another worker and is left alone; one whose
+    heartbeat went stale (its worker died, the broker redelivered the task) is resumed.
+    """
+    with control.begin() as conn:
+        job = conn.execute(select(jobs).where(jobs.c.id == job_id).with_for_update()).one_or_none()
+        if job is None:
+            log.warning("job %s does not exist", job_id)
+            return "missing"
+        if job.status in TERMINAL:
+            return str(job.status)
+        if job.status == "running" and heartbeat_is_fresh(job, heartbeat_timeout):
+            return "running"
+        conn.execute(
+            update(jobs)
+            .where(jobs.c.id == job_id, jobs.c.status.in_(("queued", "running")))
+            .values(status="running", started_at=job.started_at or _now(), heartbeat_at=_now())
+        )
+    if job.cancel_requested:
+        _finish(control, job_id, "cancelled")
+        return "cancelled"
+    try:
+        with heartbeat(control, job_id, heartbeat_timeout / 4):
+            document = _run(job, control, sensitive)
+    except JobCancelled:
+        _finish(control, job_id, "cancelled")
+        return "cancelled"
+    except Exception as exc:  # the job fails; its unspent reservation is refunded
+        log.exception("job %s failed", job_id)
+        _finish(control, job_id, "failed", f"{type(exc).__name__}: {exc}")
+        return "failed"
+    with control.begin() as conn:
+        conn.execute(insert(posteriors).values(job_id=job_id, document=document, created_at=_now()))
+    _finish(control, job_id, "succeeded")
+    return "succeeded"
+
+
+def _run(job: Any, control: Engine, sensitive: Engine) -> dict[str, Any]:
+    if job.model != "blr" or job.algorithm != "vips":
+        raise ValueError(f"model {job.model} with algorithm {job.algorithm} is not available")
+    options = dict(job.options)
+    store = DatabaseTabularStore(sensitive, job.dataset)
+    gate = Gate(store, ledger_db.SqlLedger(control))
+    model = BayesianLogisticRegression(a0=options.get("a0", 1.0), b0=options.get("b0", 1.0))
+    settings = LoopSettings(
+        job.iterations, job.batch_size, job.sigma, options.get("tau0", 0.0), options.get("kappa", 1.0)
+    )
+    result = run_vips(
+        StoredReleases(gate, control, job.id),
+        LogisticRegressionQuery(),
+        model,
+        settings,
+        job_id=job.id,
+        dimension=store.info.dimension,
+        population=store.info.population,
+    )
+    with control.connect() as conn:
+        delta = conn.execute(select(budgets.c.delta).where(budgets.c.dataset == job.dataset)).scalar_one()
+    return build_posterior(
+        model=job.model,
+        algorithm=job.algorithm,
+        dataset=job.dataset,
+        job_id=job.id,
+        privacy=Privacy(
+            epsilon=ledger_db.job_epsilon_spent(control, job.id, delta),
+            delta=delta,
+            sigma=job.sigma,
+            iterations=job.iterations,
+            batch_size=job.batch_size,
+            population=store.info.population,
+            accountant=ACCOUNTANT_VERSION,
+        ),
+        parameters=model.posterior(result.state),
+    )
+
+
+def _aware(moment: datetime | None) -> datetime | None:
+    """SQLite returns naive datetimes: every timestamp here is written in UTC."""
+    if moment is None or moment.tzinfo is not None:
+        return moment
+    return moment.replace(tzinfo=UTC)
+
+
+def heartbeat_is_fresh(job: Any, timeout_seconds: float) -> bool:
+    beat = _aware(job.heartbeat_at)
+    return beat is not None and beat > _now() - timedelta(seconds=timeout_seconds)
+
+
+def reap(control: Engine, timeout_seconds: float) -> list[str]:
+    """Fail running jobs whose heartbeat is older than the timeout and refund what they never released."""
+    with control.connect() as conn:
+        running = conn.execute(select(jobs.c.id, jobs.c.heartbeat_at).where(jobs.c.status == "running")).all()
+    stale = [row.id for row in running if not heartbeat_is_fresh(row, timeout_seconds)]
+    reaped = []
+    for job_id in stale:
+        with control.begin() as conn:
+            changed = conn.execute(
+                update(jobs)
+                .where(jobs.c.id == job_id, jobs.c.status == "running")
+                .values(status="failed", error="the worker running this job was lost", finished_at=_now())
+            ).rowcount
+        if changed:
+            ledger_db.refund(control, job_id)
+            reaped.append(job_id)
+    return reaped

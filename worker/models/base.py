@@ -1,0 +1,39 @@
+"""The public half of a VIPS model: what runs on released statistics only."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, TypeVar
+
+import numpy as np
+from numpy.typing import NDArray
+
+Array = NDArray[np.float64]
+State = TypeVar("State")
+
+
+class VipsModel(Protocol[State]):
+    """M-step, expected natural parameters and the posterior document of one model."""
+
+    @property
+    def name(self) -> str: ...
+
+    def initial_state(self, dimension: int) -> State:
+        """The variational posterior before any data (the prior)."""
+        ...
+
+    def public_params(self, state: State) -> dict[str, Array]:
+        """Expected natural parameters the wall's E-step needs."""
+        ...
+
+    def m_step(self, state: State, statistics: dict[str, Array], population: int, rho: float) -> State:
+        """nu_hat = nu + N s; nu_t = (1 - rho) nu_{t-1} + rho nu_hat; then the dependent factors."""
+        ...
+
+    def posterior(self, state: State) -> dict[str, Any]:
+        """JSON-ready natural, sufficient and variational parameters, and what prediction needs."""
+        ...
+
+
+def step_size(t: int, tau0: float, kappa: float) -> float:
+    """rho_t = (tau0 + t)^-kappa for t = 1, 2, ...; capped at 1."""
+    return float(min(1.0, (tau0 + t) ** -kappa))
