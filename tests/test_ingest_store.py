@@ -161,7 +161,7 @@ def test_bow_and_binary(engines: tuple[Engine, Engine], tmp_path: Path) -> None:
     meta = ingest(control=control, sensitive=sensitive, name="b", kind="bow", path=docword, vocab=vocab)
     assert (meta.population, meta.dimension) == (3, 3)  # the empty document 2 is kept
     docword.write_text("3\n3\n1\n1 4 2\n")
-    with pytest.raises(IngestError, match="line 4.*wordID"):
+    with pytest.raises(IngestError, match=r"line 4.*wordID"):
         ingest(control=control, sensitive=sensitive, name="b2", kind="bow", path=docword, vocab=vocab)
 
     binary = tmp_path / "bin.csv"
@@ -169,6 +169,6 @@ def test_bow_and_binary(engines: tuple[Engine, Engine], tmp_path: Path) -> None:
     meta = ingest(control=control, sensitive=sensitive, name="img", kind="binary", path=binary, public=True)
     assert (meta.population, meta.dimension, meta.public) == (2, 3, True)
     binary.write_text("p0,p1,p2\n1,0,1\n0,2,1\n")
-    with pytest.raises(IngestError, match="line 3.*p1"):
+    with pytest.raises(IngestError, match=r"line 3.*p1"):
         ingest(control=control, sensitive=sensitive, name="img2", kind="binary", path=binary)
     assert row_count(sensitive) == 5
