@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import NDArray
 from sqlalchemy import Engine, select
 
 from privacy_wall.sensitive_schema import rows, stored_datasets
@@ -30,28 +31,42 @@ def load_info(engine: Engine, name: str) -> DatasetInfo:
     return DatasetInfo(row.name, row.kind, row.population, row.dimension, row.public)
 
 
-def decode_tabular(payloads: list[bytes], dimension: int) -> np.ndarray:
+def decode_tabular(payloads: list[bytes], dimension: int) -> NDArray[np.float64]:
     """float64 feature rows from their little-endian encodings, as one (S, d) array."""
     return np.frombuffer(b"".join(payloads), dtype="<f8").reshape(len(payloads), dimension).astype(np.float64)
 
 
+def decode_binary(payloads: list[bytes], dimension: int) -> NDArray[np.float64]:
+    """0/1 rows from their bit-packed encodings (np.packbits per row), as one (S, d) float array."""
+    packed = np.frombuffer(b"".join(payloads), dtype=np.uint8).reshape(len(payloads), -1)
+    return np.unpackbits(packed, axis=1, count=dimension).astype(np.float64)
+
+
 @dataclass
-class DatabaseTabularStore:
-    """A tabular dataset in the sensitive database."""
+class DatabaseStore:
+    """A dataset in the sensitive database, of the kind it was ingested as (tabular or binary)."""
 
     engine: Engine
     name: str
 
     def __post_init__(self) -> None:
         self._info = load_info(self.engine, self.name)
-        if self._info.kind != "tabular":
-            raise ValueError(f"dataset {self.name!r} is {self._info.kind}, not tabular")
+        if self._info.kind not in ("tabular", "binary"):
+            raise ValueError(f"dataset {self.name!r} is {self._info.kind}: no database store reads it yet")
 
     @property
     def info(self) -> DatasetInfo:
         return self._info
 
     def sample(self, size: int, rng: np.random.Generator) -> Batch:
+        payloads, labels = self._fetch(size, rng)
+        if self._info.kind == "binary":
+            return Batch(decode_binary(payloads, self._info.dimension))
+        features = decode_tabular(payloads, self._info.dimension)
+        return Batch(features, np.asarray(labels, dtype=np.float64))
+
+    def _fetch(self, size: int, rng: np.random.Generator) -> tuple[list[bytes], list[float]]:
+        """The payloads and labels of `size` distinct rows drawn uniformly by id."""
         n = self._info.population
         if not 0 < size <= n:
             raise ValueError(f"batch size must be between 1 and the population {n}")
@@ -73,5 +88,4 @@ class DatabaseTabularStore:
                     labels.append(label)
         if len(payloads) != size:
             raise RuntimeError(f"dataset {self.name!r}: the store returned a batch of the wrong size")
-        features = decode_tabular(payloads, self._info.dimension)
-        return Batch(features, np.asarray(labels, dtype=np.float64))
+        return payloads, labels

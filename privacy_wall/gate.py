@@ -81,7 +81,7 @@ class Gate:
         rng = self._generator()
         batch = self._store.sample(batch_size, rng)
         blocks = query.blocks(info.dimension)
-        sums = query.clipped_sums(batch, params)
+        sums = query.clipped_sums(batch, params, rng)
         means = {name: value / batch_size for name, value in sums.items()}
         sensitivities = {b.name: b.sensitivity(batch_size) for b in blocks}
         noised = release_blocks(means, sensitivities, sigma, rng)

@@ -80,16 +80,54 @@ class InMemoryTabularStore:
         return self._info
 
     def sample(self, size: int, rng: np.random.Generator) -> Batch:
-        n = self._info.population
-        if not 0 < size <= n:
-            raise ValueError(f"batch size must be between 1 and the population {n}")
-        if size == n:  # the whole dataset: order is irrelevant to sums, skip the copy
-            return Batch(self.features, self.labels)
-        rows = rng.choice(n, size=size, replace=False)
+        rows = uniform_rows(self._info.population, size, rng)
         return Batch(self.features[rows], self.labels[rows])
 
 
+@dataclass
+class InMemoryBinaryStore:
+    """Binary rows (0/1 values, no labels: the sigmoid belief network's images) held in memory."""
+
+    name: str
+    features: NDArray[np.float64]
+    public: bool = False
+    _info: DatasetInfo = field(init=False)
+
+    def __post_init__(self) -> None:
+        features = np.ascontiguousarray(self.features, dtype=np.float64)
+        if features.ndim != 2 or features.shape[0] == 0:
+            raise BoundViolation("binary rows must be a non-empty 2-D array")
+        check_binary_bounds(features)
+        self.features = features
+        self._info = DatasetInfo(
+            self.name, "binary", int(features.shape[0]), int(features.shape[1]), self.public
+        )
+
+    @property
+    def info(self) -> DatasetInfo:
+        return self._info
+
+    def sample(self, size: int, rng: np.random.Generator) -> Batch:
+        return Batch(self.features[uniform_rows(self._info.population, size, rng)])
+
+
+def uniform_rows(population: int, size: int, rng: np.random.Generator) -> NDArray[np.int64] | slice:
+    """Row indices of a uniform batch of `size` distinct rows (a whole-population slice when size = N)."""
+    if not 0 < size <= population:
+        raise ValueError(f"batch size must be between 1 and the population {population}")
+    if size == population:  # the whole dataset: order is irrelevant to sums, skip the copy
+        return slice(None)
+    return np.asarray(rng.choice(population, size=size, replace=False), dtype=np.int64)
+
+
 ROW_NORM_TOLERANCE = 1e-9
+
+
+def check_binary_bounds(features: NDArray[np.float64]) -> None:
+    """Every value is 0 or 1. Raises BoundViolation naming the first offending row index, never its values."""
+    bad = ((features != 0) & (features != 1)).any(axis=1)
+    if bad.any():
+        raise BoundViolation(f"row {int(np.argmax(bad))} has a value other than 0 or 1")
 
 
 def check_tabular_bounds(features: NDArray[np.float64], labels: NDArray[np.float64]) -> None:

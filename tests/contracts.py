@@ -43,6 +43,10 @@ SENSITIVITY_SLACK = 1e-12
 #: would fail with another seed only once in ~500,000 seeds.
 TAIL = 1e-6
 
+#: The seed of the generator handed to clipped_sums in the audits: both batches of a neighbouring pair get
+#: the same stream, as the query contract requires each record's randomness to be its own.
+COUPLING_SEED = 2024
+
 #: The adversarial search must reach at least this fraction of each declared Delta_b.
 MIN_REACH = 0.5
 
@@ -167,7 +171,8 @@ class QueryContract:
     # Helpers.
 
     def _means(self, query: Query, batch: Batch, params: Params) -> dict[str, Array]:
-        sums = query.clipped_sums(batch, params)
+        # One fixed generator per call: neighbouring batches see the same randomness (a coupling).
+        sums = query.clipped_sums(batch, params, np.random.default_rng(COUPLING_SEED))
         return {name: np.asarray(value, dtype=np.float64) / batch.size for name, value in sums.items()}
 
     def _deltas(self, query: Query, batch_size: int) -> dict[str, float]:
@@ -221,7 +226,7 @@ class QueryContract:
             assert isinstance(block, Block) and block.bound > 0
         batch = self.make_batch(rng, self.audit_batch_size)
         for params in self.make_params(rng):
-            sums = query.clipped_sums(batch, params)
+            sums = query.clipped_sums(batch, params, np.random.default_rng(COUPLING_SEED))
             assert set(sums) == set(names)
             for name, value in sums.items():
                 assert value.ndim == 1, f"block {name} must be released as a flat vector"

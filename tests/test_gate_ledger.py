@@ -55,11 +55,13 @@ class SpyQuery:
     def validate_params(self, params: dict[str, Array], dimension: int) -> None:
         self._inner.validate_params(params, dimension)
 
-    def clipped_sums(self, batch: Batch, params: dict[str, Array]) -> dict[str, Array]:
+    def clipped_sums(
+        self, batch: Batch, params: dict[str, Array], rng: np.random.Generator
+    ) -> dict[str, Array]:
         self._log.events.append("clipped_sums")
         if self._ledger is not None:
             self.charged_when_computing.append({(c.job_id, c.iteration) for c in self._ledger.charges()})
-        return self._inner.clipped_sums(batch, params)
+        return self._inner.clipped_sums(batch, params, rng)
 
     def postprocess(self, noised_means: dict[str, Array], dimension: int) -> dict[str, Array]:
         self._log.events.append("postprocess")

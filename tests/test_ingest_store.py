@@ -11,7 +11,7 @@ from sqlalchemy import Engine, func, select
 
 from privacy_wall import ledger_db
 from privacy_wall.control_schema import datasets
-from privacy_wall.db_store import DatabaseTabularStore
+from privacy_wall.db_store import DatabaseStore
 from privacy_wall.gate import Gate
 from privacy_wall.ingest import IngestError, ingest
 from privacy_wall.queries.blr import LogisticRegressionQuery
@@ -72,7 +72,7 @@ def test_tabular_round_trip_and_uniform_distinct_batches(
         label="label",
     )
     assert (meta.population, meta.dimension) == (500, 4)
-    store = DatabaseTabularStore(sensitive, "t")
+    store = DatabaseStore(sensitive, "t")
     assert store.info.population == 500 and not store.info.public
     whole = store.sample(500, np.random.default_rng(0))
     np.testing.assert_array_equal(whole.features, x)  # exact float64 round trip
@@ -103,7 +103,7 @@ def test_gate_over_database_store_and_ledger(engines: tuple[Engine, Engine], tmp
         label="label",
     )
     ledger_db.set_budget(control, "t", 10.0, 1e-5)
-    gate = Gate(DatabaseTabularStore(sensitive, "t"), ledger_db.SqlLedger(control))
+    gate = Gate(DatabaseStore(sensitive, "t"), ledger_db.SqlLedger(control))
     release = gate.release(
         LogisticRegressionQuery(),
         {"second_moment": np.eye(4)},
@@ -168,6 +168,11 @@ def test_bow_and_binary(engines: tuple[Engine, Engine], tmp_path: Path) -> None:
     binary.write_text("p0,p1,p2\n1,0,1\n0,0,1\n")
     meta = ingest(control=control, sensitive=sensitive, name="img", kind="binary", path=binary, public=True)
     assert (meta.population, meta.dimension, meta.public) == (2, 3, True)
+    store = DatabaseStore(sensitive, "img")
+    whole = store.sample(2, np.random.default_rng(0))
+    assert sorted(map(tuple, whole.features.tolist())) == [(0.0, 0.0, 1.0), (1.0, 0.0, 1.0)]
+    assert whole.labels is None
+    assert store.sample(1, np.random.default_rng(0)).features.shape == (1, 3)
     binary.write_text("p0,p1,p2\n1,0,1\n0,2,1\n")
     with pytest.raises(IngestError, match=r"line 3.*p1"):
         ingest(control=control, sensitive=sensitive, name="img2", kind="binary", path=binary)

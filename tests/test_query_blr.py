@@ -163,7 +163,7 @@ def test_clipped_sums_are_the_e_step_for_valid_rows() -> None:
     assert batch.labels is not None
     for params in contract.make_params(rng)[:4]:
         moment = params["second_moment"]
-        sums = query.clipped_sums(batch, params)
+        sums = query.clipped_sums(batch, params, rng)
         s1, s2 = naive_e_step(batch.features, batch.labels, moment)
         np.testing.assert_allclose(sums["s1"], s1, rtol=1e-12, atol=1e-14)
         np.testing.assert_allclose(sums["s2"], upper_triangle(s2), rtol=1e-9, atol=1e-14)
@@ -204,7 +204,7 @@ def test_overflowing_second_moment_cannot_turn_one_record_into_nan() -> None:
     query = LogisticRegressionQuery()
     query.validate_params(params, D)
     for features in (base, neighbour):
-        sums = query.clipped_sums(Batch(features, labels), params)
+        sums = query.clipped_sums(Batch(features, labels), params, np.random.default_rng(0))
         assert all(np.isfinite(v).all() for v in sums.values()), "clipped sums must be finite for any params"
         gate = Gate(InMemoryTabularStore("d", features, labels), InMemoryLedger(delta=1e-5))
         release = gate.release(query, params, job_id="j", iteration=1, sigma=1.0, batch_size=n)

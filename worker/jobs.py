@@ -21,7 +21,7 @@ from sqlalchemy import Engine, func, insert, select, update
 from privacy_wall import ledger_db
 from privacy_wall.accounting import ACCOUNTANT_VERSION
 from privacy_wall.control_schema import budgets, charges
-from privacy_wall.db_store import DatabaseTabularStore
+from privacy_wall.db_store import DatabaseStore
 from privacy_wall.gate import Gate, Release
 from privacy_wall.queries.base import Array, Query
 from privacy_wall.queries.blr import LogisticRegressionQuery
@@ -176,7 +176,7 @@ def _run(job: Any, control: Engine, sensitive: Engine) -> dict[str, Any]:
     if job.model != "blr" or job.algorithm != "vips":
         raise ValueError(f"model {job.model} with algorithm {job.algorithm} is not available")
     options = dict(job.options)
-    store = DatabaseTabularStore(sensitive, job.dataset)
+    store = DatabaseStore(sensitive, job.dataset)
     gate = Gate(store, ledger_db.SqlLedger(control))
     model = BayesianLogisticRegression(a0=options.get("a0", 1.0), b0=options.get("b0", 1.0))
     settings = LoopSettings(

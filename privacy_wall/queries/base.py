@@ -47,8 +47,16 @@ class Query(Protocol):
         """Raise ValueError (naming the parameter, never data) if public parameters are malformed."""
         ...
 
-    def clipped_sums(self, batch: Batch, params: dict[str, Array]) -> dict[str, Array]:
-        """Per-block sums over the batch of per-record contributions, each clipped to its bound."""
+    def clipped_sums(
+        self, batch: Batch, params: dict[str, Array], rng: np.random.Generator
+    ) -> dict[str, Array]:
+        """Per-block sums over the batch of per-record contributions, each clipped to its bound.
+
+        `rng` is the release's generator (the OS's CSPRNG on private data), for queries that randomise
+        inside the wall (LDA resamples documents). A query must draw from it a number of values that does
+        not depend on the data, and each record's randomness must not depend on the other records, so
+        that replacing one record leaves every other record's contribution unchanged.
+        """
         ...
 
     def postprocess(self, noised_means: dict[str, Array], dimension: int) -> dict[str, Array]:

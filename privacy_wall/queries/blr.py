@@ -43,7 +43,9 @@ class LogisticRegressionQuery:
         if moment.shape != (dimension, dimension) or not np.isfinite(moment).all():
             raise ValueError(f"second_moment must be a finite {dimension}x{dimension} matrix")
 
-    def clipped_sums(self, batch: Batch, params: dict[str, Array]) -> dict[str, Array]:
+    def clipped_sums(
+        self, batch: Batch, params: dict[str, Array], rng: np.random.Generator
+    ) -> dict[str, Array]:
         x, y = batch.features, batch.labels
         if y is None:
             raise ValueError("blr needs labelled rows")
