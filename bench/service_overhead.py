@@ -1,0 +1,138 @@
+"""What the service adds to a job: HTTP, Redis, Celery, the gate over the databases, the ledger writes.
+
+The same tiny VIPS-BLR job (synthetic, N = 500, d = 5, S = 100, sigma = 2) runs end to end through the
+production shape (`vips serve` + `vips worker` subprocesses on PostgreSQL and Redis, as tests/e2e.py starts
+them) and in-process through the estimator (in-memory store and ledger), in one run. A job's service time
+is from the POST until the worker wrote its end (the job's `finished_at`, read from the API), so the
+client's polling interval does not count. Jobs of T = 1 and T = T_long give the fixed cost per job and
+the cost per iteration (the slope). Then 32 client threads GET one job concurrently: p50 and p99.
+
+    python -m bench.service_overhead            # needs PostgreSQL and Redis, as the tests do
+
+Targets (issue 3): < 250 ms extra per job, < 5 ms extra per iteration, GET job p99 < 50 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import threading
+import time
+from datetime import datetime
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+from service.client import VipsClient
+from tests.e2e import production_service, synthetic_csv
+from worker.estimator import VIPSLogisticRegression
+
+N, D, BATCH, SIGMA = 500, 5, 100, 2.0
+
+
+def _seconds(start: str, end: str) -> float:
+    return (datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds()
+
+
+def service_job_seconds(api: VipsClient, iterations: int) -> float:
+    """POST to finished_at of one job (the job's own timestamps; the POST's round trip added)."""
+    before = time.perf_counter()
+    job = api.submit_job(dataset="synth", model="blr", iterations=iterations, batch_size=BATCH, sigma=SIGMA)
+    submit = time.perf_counter() - before
+    done = api.wait(job["id"], interval=0.005, timeout=120)
+    assert done["status"] == "succeeded", done
+    return submit + _seconds(done["created_at"], done["finished_at"])
+
+
+def in_process_job_seconds(x: np.ndarray, y: np.ndarray, iterations: int) -> float:
+    model = VIPSLogisticRegression(sigma=SIGMA, batch_size=BATCH, iterations=iterations)
+    before = time.perf_counter()
+    model.fit(x, y)
+    return time.perf_counter() - before
+
+
+def get_latencies(url: str, key: str, job_id: str, clients: int, requests: int) -> list[float]:
+    """`clients` threads, each with its own connection, GET the job `requests` times; seconds each."""
+    latencies: list[float] = []
+    lock = threading.Lock()
+    start = threading.Barrier(clients)
+
+    def run() -> None:
+        mine: list[float] = []
+        with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=30) as http:
+            http.get(f"/v1/jobs/{job_id}").raise_for_status()  # connect outside the timing
+            start.wait()
+            for _ in range(requests):
+                before = time.perf_counter()
+                http.get(f"/v1/jobs/{job_id}").raise_for_status()
+                mine.append(time.perf_counter() - before)
+        with lock:
+            latencies.extend(mine)
+
+    threads = [threading.Thread(target=run) for _ in range(clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return latencies
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--long", type=int, default=50, help="iterations of the long job")
+    parser.add_argument("--clients", type=int, default=32)
+    parser.add_argument("--requests", type=int, default=50, help="GETs per client")
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp_path = Path(tmp)
+        csv = tmp_path / "synth.csv"
+        synthetic_csv(csv, n=N, d=D)
+        raw = np.loadtxt(csv, delimiter=",", skiprows=1)
+        x, y = raw[:, :D], raw[:, D]
+        with production_service(tmp_path) as service:
+            service.vips(
+                "data", "ingest", "synth", "--kind", "tabular", "--input", str(csv), "--label", "label"
+            )
+            custodian, analyst = service.key("custodian", "synth"), service.key("analyst")
+            service.vips("budget", "set", "synth", "--epsilon", "1e6", "--delta", "1e-5", key=custodian)
+            with VipsClient(service.url, analyst) as api:
+                service_job_seconds(api, 1)  # warm-up: connections, imports, caches
+                in_process_job_seconds(x, y, 1)
+                timings: dict[tuple[str, int], list[float]] = {}
+                for _ in range(args.repeats):  # interleaved, so background load hits both alike
+                    for t in (1, args.long):
+                        timings.setdefault(("service", t), []).append(service_job_seconds(api, t))
+                        timings.setdefault(("in-process", t), []).append(in_process_job_seconds(x, y, t))
+                last = api.jobs(limit=1)[0]["id"]
+            latencies = get_latencies(service.url, analyst, last, args.clients, args.requests)
+
+    med = {k: statistics.median(v) for k, v in timings.items()}
+    per_job = med[("service", 1)] - med[("in-process", 1)]
+    slope_service = (med[("service", args.long)] - med[("service", 1)]) / (args.long - 1)
+    slope_local = (med[("in-process", args.long)] - med[("in-process", 1)]) / (args.long - 1)
+    ms = np.asarray(latencies) * 1e3
+    print(f"Tiny VIPS-BLR job: N = {N}, d = {D}, S = {BATCH}, sigma = {SIGMA}; medians of {args.repeats}")
+    print("\n| measure | service | in-process | extra | ratio |")
+    print("|---|---|---|---|---|")
+    for t in (1, args.long):
+        s, i = med[("service", t)], med[("in-process", t)]
+        print(f"| job, T = {t} (ms) | {1e3 * s:.1f} | {1e3 * i:.1f} | {1e3 * (s - i):.1f} | {s / i:.1f} |")
+    print(
+        f"| per iteration (ms, slope) | {1e3 * slope_service:.2f} | {1e3 * slope_local:.2f} | "
+        f"{1e3 * (slope_service - slope_local):.2f} | {slope_service / slope_local:.1f} |"
+    )
+    print(f"\nExtra per job (T = 1): {1e3 * per_job:.1f} ms (target < 250)")
+    print(f"Extra per iteration: {1e3 * (slope_service - slope_local):.2f} ms (target < 5)")
+    print(
+        f"\nGET /v1/jobs/{{id}} of a T = {args.long} job, {args.clients} concurrent clients x "
+        f"{args.requests} requests: p50 {np.percentile(ms, 50):.1f} ms, p99 {np.percentile(ms, 99):.1f} ms, "
+        f"max {ms.max():.1f} ms (target p99 < 50)"
+    )
+
+
+if __name__ == "__main__":
+    main()

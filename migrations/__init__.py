@@ -1,0 +1,1 @@
+"""Alembic migration histories of the two databases (`control/`, `sensitive/`), shipped as package data."""

@@ -1,0 +1,147 @@
+"""The deployment files: docker-compose.yml as Compose itself resolves it (no engine needed), the
+Dockerfile's inputs, and the trust boundary they encode (DESIGN section 1).
+
+Compose is run as `docker compose config` or Debian's `docker-compose config`; under CI (CI=true) one of
+them must exist (.ci/run installs Debian's docker-compose), elsewhere the test says plainly it skipped.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from vips.cli import build_parser
+
+ROOT = Path(__file__).resolve().parent.parent
+SENSITIVE_DB = "sensitive-db"
+
+
+def compose_command() -> list[str] | None:
+    """A Compose CLI that can resolve a file without an engine, or None."""
+    docker = shutil.which("docker")
+    if docker is not None:
+        probe = subprocess.run([docker, "compose", "version"], capture_output=True, text=True)
+        if probe.returncode == 0:
+            return [docker, "compose"]
+    legacy = shutil.which("docker-compose")
+    return [legacy] if legacy is not None else None
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    """docker-compose.yml as resolved by Compose (anchors, merges and variable defaults applied)."""
+    command = compose_command()
+    if command is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("no Compose CLI under CI; .ci/run should have installed Debian's docker-compose")
+        pytest.skip("SKIPPED: no `docker compose` or `docker-compose` to resolve docker-compose.yml")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VIPS_")}
+    done = subprocess.run(
+        [*command, "-f", str(ROOT / "docker-compose.yml"), "config"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+    )
+    assert done.returncode == 0, f"Compose rejects docker-compose.yml:\n{done.stderr}"
+    resolved: dict[str, Any] = yaml.safe_load(done.stdout)
+    return resolved
+
+
+def networks(service: dict[str, Any]) -> set[str]:
+    return set(service.get("networks") or {})
+
+
+def environment(service: dict[str, Any]) -> dict[str, str]:
+    env = service.get("environment") or {}
+    if isinstance(env, list):
+        return dict(item.split("=", 1) for item in env)
+    return {k: "" if v is None else str(v) for k, v in env.items()}
+
+
+def command_argv(service: dict[str, Any]) -> list[str]:
+    command = service.get("command")
+    return shlex.split(command) if isinstance(command, str) else list(command)
+
+
+def test_compose_has_every_role(compose: dict[str, Any]) -> None:
+    assert set(compose["services"]) == {"api", "worker", "redis", "control-db", SENSITIVE_DB, "migrate"}
+
+
+def test_the_api_cannot_reach_the_sensitive_database(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    api, sensitive = services["api"], services[SENSITIVE_DB]
+    assert networks(api) and networks(sensitive)
+    assert not networks(api) & networks(sensitive), "the api shares a network with the sensitive database"
+    secrets = {environment(sensitive)["POSTGRES_PASSWORD"], environment(sensitive)["POSTGRES_USER"]}
+    for name, value in environment(api).items():
+        assert "SENSITIVE" not in name.upper(), f"the api is given {name}"
+        assert SENSITIVE_DB not in value, f"the api's {name} names the sensitive database"
+        assert not any(secret in value for secret in secrets), f"the api's {name} carries its credentials"
+    # The sensitive network is internal and only the wall's processes join it.
+    assert compose["networks"]["sensitive"].get("internal") is True
+    members = {name for name, service in services.items() if networks(service) & networks(sensitive)}
+    assert members == {SENSITIVE_DB, "worker", "migrate"}
+
+
+def test_only_the_api_publishes_a_port(compose: dict[str, Any]) -> None:
+    published = {name for name, service in compose["services"].items() if service.get("ports")}
+    assert published == {"api"}
+
+
+def test_every_vips_role_runs_a_real_cli_verb_with_its_urls(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    parser = build_parser()
+    for name in ("api", "worker", "migrate"):
+        service = services[name]
+        assert service["image"] == services["api"]["image"]
+        argv = command_argv(service)
+        parser.parse_args(argv)  # raises on a verb or option the CLI does not have
+        env = environment(service)
+        assert env["VIPS_CONTROL_DATABASE_URL"].startswith("postgresql+psycopg://")
+    assert "VIPS_SENSITIVE_DATABASE_URL" in environment(services["worker"])
+    assert "VIPS_SENSITIVE_DATABASE_URL" in environment(services["migrate"])
+    assert (
+        environment(services["worker"])["VIPS_BROKER_URL"] == environment(services["api"])["VIPS_BROKER_URL"]
+    )
+    assert command_argv(services["migrate"]) == ["migrate", "all"]
+
+
+def test_the_dockerfile_copies_what_exists_and_runs_the_console_script() -> None:
+    text = (ROOT / "Dockerfile").read_text()
+    for line in text.splitlines():
+        parts = line.split()
+        if not parts or parts[0] != "COPY" or any(p.startswith("--from") for p in parts):
+            continue
+        for source in parts[1:-1]:
+            assert (ROOT / source).exists(), f"the Dockerfile copies {source}, which is not in the repository"
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert re.search(r'^ENTRYPOINT \["vips"\]$', text, re.MULTILINE)
+    assert "vips" in project["project"]["scripts"]
+
+
+def test_the_wheel_ships_every_migration() -> None:
+    """The image installs a wheel: every file Alembic needs must be package data of `migrations`."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    patterns = project["tool"]["setuptools"]["package-data"]["migrations"]
+    needed = [
+        path.relative_to(ROOT / "migrations").as_posix()
+        for path in (ROOT / "migrations").rglob("*")
+        if path.is_file()
+        and path.suffix in (".py", ".mako")
+        and path.name != "__init__.py"
+        and "__pycache__" not in path.parts
+    ]
+    assert needed
+    for relative in needed:
+        assert any(fnmatch.fnmatch(relative, p) for p in patterns), f"migrations/{relative} is not shipped"
