@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Literal, cast
 
 import numpy as np
-from sqlalchemy import Engine, delete, insert, select
+from sqlalchemy import Engine, delete, insert, select, text
 
 from privacy_wall.control_schema import datasets
 from privacy_wall.formats import (
@@ -163,6 +163,10 @@ def ingest(
                     for i in range(start, stop)
                 ],
             )
+        if conn.dialect.name == "postgresql":
+            # Fresh statistics, so minibatch lookups use the (dataset, row_id) key for both columns
+            # instead of filtering the dataset's rows (the planner assumes an empty table until then).
+            conn.execute(text("ANALYZE rows"))
     try:
         with control.begin() as conn:
             conn.execute(

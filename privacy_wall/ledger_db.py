@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Connection, Engine, func, insert, select, update
+from sqlalchemy import Connection, Engine, and_, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from privacy_wall.accounting import (
@@ -214,16 +214,27 @@ def commit_charge(engine: Engine, charge: Charge) -> None:
     curve = rdp_curve(charge.event)
     try:
         with engine.begin() as conn:
-            row = _lock_budget(conn, charge.dataset)
-            res = conn.execute(
-                select(reservations).where(reservations.c.job_id == charge.job_id)
+            # One round trip: lock the budget row and read the job's reservation beside it.
+            own = and_(reservations.c.job_id == charge.job_id, reservations.c.dataset == budgets.c.dataset)
+            row = conn.execute(
+                select(
+                    budgets,
+                    reservations.c.open,
+                    reservations.c.committed,
+                    reservations.c.iterations,
+                    reservations.c.per_iteration_curve,
+                )
+                .select_from(budgets.outerjoin(reservations, own))
+                .where(budgets.c.dataset == charge.dataset)
+                .with_for_update(of=budgets)
             ).one_or_none()
+            if row is None:
+                raise UnknownDataset(f"dataset {charge.dataset!r} has no budget")
             covered = (
-                res is not None
-                and res.open
-                and res.dataset == charge.dataset
-                and res.committed < res.iterations
-                and _curve(res.per_iteration_curve) == curve
+                row.open is not None
+                and bool(row.open)
+                and row.committed < row.iterations
+                and _curve(row.per_iteration_curve) == curve
             )
             if covered:
                 conn.execute(

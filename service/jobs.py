@@ -18,13 +18,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, overload
 
-from sqlalchemy import Engine, Row, insert, select, update
+from sqlalchemy import Engine, Row, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from privacy_wall import ledger_db
 from privacy_wall.accounting import CalibrationError, RdpCurve, SubsampledGaussianEvent, calibrate_sigma
 from privacy_wall.accounting import epsilon as job_epsilon
-from privacy_wall.control_schema import charges, datasets
+from privacy_wall.control_schema import charges, datasets, reservations
 from privacy_wall.ledger import BudgetExceeded
 from service.auth import sees_job
 from service.keys import Principal
@@ -356,24 +356,46 @@ def _curve(values: Iterable[float | None]) -> RdpCurve:
 def epsilon_spent(engine: Engine, deltas: dict[str, float]) -> dict[str, float]:
     """Epsilon of the charges each job has committed so far, on their own, at the job's delta.
 
-    Sums the ledger's stored curves; the charges of one job almost always share one curve, so identical
-    curves are counted rather than added one by one.
+    A job whose every charge was covered by its reservation (the count of its charges equals the
+    reservation's committed count) has spent exactly committed x the reserved per-iteration curve: one
+    row read. Otherwise (a retried attempt beyond the reservation, a job without one) the ledger's stored
+    curves are summed, identical curves counted rather than added one by one.
     """
-    counts: dict[str, Counter[tuple[float | None, ...]]] = {job_id: Counter() for job_id in deltas}
     ids = list(deltas)
+    totals: dict[str, RdpCurve] = {}
+    charge_count = select(func.count()).where(charges.c.job_id == reservations.c.job_id).scalar_subquery()
     with engine.connect() as conn:
-        for start in range(0, len(ids), 500):
-            chunk = ids[start : start + 500]
-            rows = conn.execute(select(charges.c.job_id, charges.c.curve).where(charges.c.job_id.in_(chunk)))
-            for job_id, curve in rows:
+        for chunk in _chunks(ids):
+            rows = conn.execute(
+                select(
+                    reservations.c.job_id,
+                    reservations.c.per_iteration_curve,
+                    reservations.c.committed,
+                    charge_count.label("charges"),
+                ).where(reservations.c.job_id.in_(chunk))
+            )
+            for job_id, curve, committed, count in rows:
+                if committed == count:
+                    totals[job_id] = _curve(curve).scaled(committed) if committed else RdpCurve.zero()
+        rest = [job_id for job_id in ids if job_id not in totals]
+        counts: dict[str, Counter[tuple[float | None, ...]]] = {job_id: Counter() for job_id in rest}
+        for chunk in _chunks(rest):
+            stored = conn.execute(
+                select(charges.c.job_id, charges.c.curve).where(charges.c.job_id.in_(chunk))
+            )
+            for job_id, curve in stored:
                 counts[job_id][tuple(curve)] += 1
-    spent: dict[str, float] = {}
     for job_id, counter in counts.items():
         total = RdpCurve.zero()
         for curve, n in counter.items():
             total = total + _curve(curve).scaled(n)
-        spent[job_id] = total.epsilon(deltas[job_id])
-    return spent
+        totals[job_id] = total
+    return {job_id: totals[job_id].epsilon(deltas[job_id]) for job_id in ids}
+
+
+def _chunks(ids: list[str], size: int = 500) -> Iterable[list[str]]:
+    for start in range(0, len(ids), size):
+        yield ids[start : start + size]
 
 
 def to_public(engine: Engine, rows: Sequence[Row[Any]]) -> list[JobPublic]:

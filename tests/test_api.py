@@ -19,7 +19,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import Engine, insert, select, update
 
 from privacy_wall import ledger_db
-from privacy_wall.accounting import SubsampledGaussianEvent, epsilon
+from privacy_wall.accounting import SubsampledGaussianEvent, epsilon, rdp_curve
 from privacy_wall.control_schema import budgets, datasets, reservations
 from privacy_wall.ledger import Charge
 from privacy_wall.sqlengine import create_db_engine
@@ -491,6 +491,13 @@ def test_epsilon_spent_follows_the_charges_of_the_job(api: Api) -> None:
     assert ledger["entries"][0]["event"]["noise_multiplier"] == SIGMA
     assert ledger["budget"]["epsilon_spent"] == pytest.approx(job["epsilon_spent"])
     assert ledger["budget"]["epsilon_reserved"] == pytest.approx(job["epsilon_job"])
+    # A charge the reservation does not cover (another event) is summed from the ledger's rows.
+    charge(api.engine, job_id, 3, sigma=SIGMA * 2)
+    uncovered = rdp_curve(SubsampledGaussianEvent(SIGMA, BATCH, N)).scaled(2) + rdp_curve(
+        SubsampledGaussianEvent(SIGMA * 2, BATCH, N)
+    )
+    job = api.call("GET", f"/v1/jobs/{job_id}", "analyst").json()
+    assert job["epsilon_spent"] == pytest.approx(uncovered.epsilon(DELTA))
     assert api.call("GET", "/v1/datasets/nobudget/ledger", "cust").json() == {
         "dataset": "nobudget",
         "budget": None,

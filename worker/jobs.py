@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
-from sqlalchemy import Engine, func, insert, select, update
+from sqlalchemy import Connection, Engine, and_, func, insert, select, text, update
 
 from privacy_wall import ledger_db
 from privacy_wall.accounting import ACCOUNTANT_VERSION
@@ -61,20 +61,30 @@ class StoredReleases:
         sigma: float,
         batch_size: int,
     ) -> Release:
-        with self._control.connect() as conn:
-            stored = conn.execute(
-                select(releases).where(releases.c.job_id == job_id, releases.c.iteration == iteration)
-            ).one_or_none()
-            cancel = conn.execute(select(jobs.c.cancel_requested).where(jobs.c.id == job_id)).scalar_one()
-            attempts = conn.execute(
-                select(func.count()).where(charges.c.job_id == job_id, charges.c.iteration == iteration)
-            ).scalar_one()
-        if stored is not None:
+        attempts = (
+            select(func.count())
+            .where(charges.c.job_id == job_id, charges.c.iteration == iteration)
+            .scalar_subquery()
+        )
+        stored_release = and_(releases.c.job_id == jobs.c.id, releases.c.iteration == iteration)
+        with self._control.connect() as conn:  # one round trip: stored release, cancel flag, attempts
+            state = conn.execute(
+                select(
+                    jobs.c.cancel_requested,
+                    attempts.label("attempts"),
+                    releases.c.statistics,
+                    releases.c.noise_std,
+                )
+                .select_from(jobs.outerjoin(releases, stored_release))
+                .where(jobs.c.id == job_id)
+            ).one()
+        cancel = state.cancel_requested
+        if state.statistics is not None:
             return Release(
                 job_id=job_id,
                 iteration=iteration,
-                statistics={k: np.asarray(v, dtype=np.float64) for k, v in stored.statistics.items()},
-                noise_std=dict(stored.noise_std),
+                statistics={k: np.asarray(v, dtype=np.float64) for k, v in state.statistics.items()},
+                noise_std=dict(state.noise_std),
                 sigma=sigma,
                 batch_size=batch_size,
                 population=self._gate.population,
@@ -88,9 +98,10 @@ class StoredReleases:
             iteration=iteration,
             sigma=sigma,
             batch_size=batch_size,
-            attempt=int(attempts),
+            attempt=int(state.attempts),
         )
         with self._control.begin() as conn:
+            relax_durability(conn)
             conn.execute(
                 insert(releases).values(
                     job_id=job_id,
@@ -104,6 +115,17 @@ class StoredReleases:
                 update(jobs).where(jobs.c.id == job_id).values(iteration=iteration, heartbeat_at=_now())
             )
         return release
+
+
+def relax_durability(conn: Connection) -> None:
+    """Let this transaction commit without waiting for its WAL flush (PostgreSQL; SQLite is unaffected).
+
+    Only for writes whose loss errs on the safe side: a stored release lost in a database crash is paid
+    again by the retry, because its charge was committed durably before the gate computed it. (Losses are
+    a suffix of the WAL, so a lost release never outlives its charge.) Saves one disk flush per iteration.
+    """
+    if conn.dialect.name == "postgresql":
+        conn.execute(text("SET LOCAL synchronous_commit TO OFF"))
 
 
 @contextmanager
