@@ -32,6 +32,7 @@ run: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m bench.adult_blr
 	$(BIN)/python -m bench.blr_iteration
+	$(BIN)/python -m bench.service_overhead
 
 clean:
 	rm -rf $(VENV) var .mypy_cache .pytest_cache .ruff_cache
