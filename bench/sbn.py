@@ -1,0 +1,286 @@
+"""VIPS sigmoid belief networks: reconstruction against privacy (VIPS paper Sec. 7.1, Fig. 8).
+
+Two datasets, each fitted through the real pieces (InMemoryBinaryStore, Gate, InMemoryLedger, run_vips):
+
+- synthetic: the paper's MNIST setting in size (N = 60,000 training rows, one epoch T = N // S, sigma = 1
+  under the moments accountant, delta = 1e-4, S in {400, 800, 1600, 3200}, giving the paper's epsilons
+  1.34 / 1.74 / 2.44 / 3.34), on rows drawn from a known SBN with J = 64 visible and K = 8 hidden units
+  (each W_jk non-zero with probability 0.3, random sign, magnitude U(3, 6)); 2,000 held-out rows;
+- digits: scikit-learn's 8 x 8 digits binarised at grey level > 7 (worker/datasets/digits.py; 1,347 train,
+  450 test), K = 10, three epochs T = 3 N // S, delta = 1e-5, S in {100, 200, 400, 800}.
+
+For each batch size S the target epsilon is what sigma = 1 costs under the moments accountant (the paper's
+recipe). Three fits at that S: non-private (sigma = 0), moments accountant (sigma = calibrate_sigma(eps)) and
+strong composition (sigma = calibrate_sigma_strong(eps), the paper's comparison: more noise for the same
+epsilon). Step sizes rho_t = (tau0 + t)^-kappa with tau0 = 1, kappa = 0.7. Metrics on the held-out rows:
+reconstruction pixel accuracy and negative log-likelihood in nats per image (q(z | y) by the fixed-iteration
+E-step, then p(y_j = 1 | <z>)); baselines: per-pixel training frequencies and, for the synthetic data, the
+true parameters.
+
+    python -m bench.sbn [--quick] [--repeats R] [--out DIR]
+
+Private fits cannot be seeded (OS CSPRNG): repeats are independent; non-private repeats use model seeds
+0..R-1 for the initial weights. Writes sbn.md and sbn.png (sbn_quick.* with --quick) to --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from numpy.typing import NDArray
+from scipy.special import expit
+
+from privacy_wall.accounting import (
+    calibrate_sigma,
+    calibrate_sigma_strong,
+    epsilon,
+    strong_composition_epsilon,
+)
+from privacy_wall.gate import Gate
+from privacy_wall.ledger import InMemoryLedger
+from privacy_wall.store import InMemoryBinaryStore
+from worker.datasets.digits import load_binary_digits
+from worker.models.sbn import SigmoidBeliefNetwork, pixel_mean_metrics, reconstruction_metrics
+from worker.runner import LoopSettings, run_vips
+
+Array = NDArray[np.float64]
+
+TAU0 = 1.0
+KAPPA = 0.7
+REFERENCE_SIGMA = 1.0
+METHODS = ("non-private", "moments accountant", "strong composition")
+
+
+@dataclass(frozen=True)
+class Dataset:
+    name: str
+    train: Array
+    test: Array
+    hidden: int
+    epochs: int
+    delta: float
+    batch_sizes: tuple[int, ...]
+    truth: tuple[Array, Array, Array] | None = None
+
+
+@dataclass
+class Row:
+    """Repeated fits of one method at one batch size."""
+
+    dataset: str
+    method: str
+    batch_size: int
+    iterations: int
+    sigma: float
+    epsilon: float  # what the ledger (RDP, moments accountant) charged
+    epsilon_strong: float  # what strong composition would state for the same sigma
+    accuracy: list[float] = field(default_factory=list)
+    nll: list[float] = field(default_factory=list)
+    seconds: list[float] = field(default_factory=list)
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def synthetic_sbn(visible: int = 64, hidden: int = 8) -> tuple[Array, Array, Array]:
+    g = np.random.default_rng(42)
+    mask = g.random((visible, hidden)) < 0.3
+    w = mask * g.choice([-1.0, 1.0], size=(visible, hidden)) * g.uniform(3, 6, size=(visible, hidden))
+    c = -0.5 * w.sum(axis=1) + g.normal(0, 0.5, visible)
+    b = g.normal(-0.5, 0.5, hidden)
+    return w, b, c
+
+
+def sample_sbn(w: Array, b: Array, c: Array, n: int, rng: np.random.Generator) -> Array:
+    z = (rng.random((n, w.shape[1])) < expit(b)).astype(np.float64)
+    return (rng.random((n, w.shape[0])) < expit(z @ w.T + c)).astype(np.float64)
+
+
+def datasets(quick: bool) -> list[Dataset]:
+    w, b, c = synthetic_sbn()
+    rng = np.random.default_rng(0)
+    train, test = sample_sbn(w, b, c, 60_000, rng), sample_sbn(w, b, c, 2_000, rng)
+    sizes = (1600,) if quick else (400, 800, 1600, 3200)
+    out = [Dataset("synthetic", train, test, 8, 1, 1e-4, sizes, (w, b, c))]
+    digits_sizes = (200,) if quick else (100, 200, 400, 800)
+    out.append(
+        Dataset("digits", load_binary_digits("train"), load_binary_digits("test"), 10, 3, 1e-5, digits_sizes)
+    )
+    return out
+
+
+def fit_once(data: Dataset, batch_size: int, iterations: int, sigma: float, seed: int) -> dict[str, float]:
+    population = data.train.shape[0]
+    private = sigma > 0
+    store = InMemoryBinaryStore(data.name, data.train, public=not private)
+    ledger = InMemoryLedger(delta=data.delta)
+    gate = Gate(store, ledger, seed=None if private else seed)
+    model = SigmoidBeliefNetwork(hidden=data.hidden, seed=seed)
+    result = run_vips(
+        gate,
+        model.query(),
+        model,
+        LoopSettings(iterations, batch_size, sigma, TAU0, KAPPA),
+        job_id=f"{data.name}-{batch_size}-{sigma:g}-{seed}",
+        dimension=data.train.shape[1],
+        population=population,
+    )
+    state = result.state
+    metrics = reconstruction_metrics(data.test, state.w_mean, state.b_mean, state.c_mean)
+    metrics["epsilon"] = ledger.epsilon_spent()
+    return metrics
+
+
+def run(quick: bool, repeats: int) -> tuple[list[Row], dict[str, dict[str, float]]]:
+    rows: list[Row] = []
+    baselines: dict[str, dict[str, float]] = {}
+    for data in datasets(quick):
+        n = data.train.shape[0]
+        baselines[f"{data.name}: per-pixel mean"] = pixel_mean_metrics(data.train, data.test)
+        if data.truth is not None:
+            w, b, c = data.truth
+            baselines[f"{data.name}: true parameters"] = reconstruction_metrics(data.test, w, b, c)
+        for size in data.batch_sizes:
+            iterations = data.epochs * n // size
+            target = epsilon(REFERENCE_SIGMA, size, n, iterations, data.delta)
+            sigmas = {
+                "non-private": 0.0,
+                "moments accountant": calibrate_sigma(target, size, n, iterations, data.delta),
+                "strong composition": calibrate_sigma_strong(target, size, n, iterations, data.delta),
+            }
+            for method in METHODS:
+                sigma = sigmas[method]
+                strong = strong_composition_epsilon(sigma, size, n, iterations, data.delta)
+                row = Row(data.name, method, size, iterations, sigma, math.inf, strong)
+                for seed in range(repeats):
+                    start = time.perf_counter()
+                    metrics = fit_once(data, size, iterations, sigma, seed)
+                    row.seconds.append(time.perf_counter() - start)
+                    row.accuracy.append(metrics["pixel_accuracy"])
+                    row.nll.append(metrics["nll"])
+                    row.epsilon = metrics["epsilon"]
+                rows.append(row)
+                log(
+                    f"[{data.name}] S = {size}, T = {iterations}, {method}: sigma {sigma:.3f}, "
+                    f"eps {row.epsilon:.3f} (strong composition {row.epsilon_strong:.3f}), "
+                    f"accuracy {np.mean(row.accuracy):.4f}, "
+                    f"NLL {np.mean(row.nll):.2f} ({np.mean(row.seconds):.1f} s per fit)"
+                )
+    return rows, baselines
+
+
+def _fmt(values: list[float], digits: int) -> str:
+    return f"{np.mean(values):.{digits}f} +- {np.std(values):.{digits}f}"
+
+
+def markdown(rows: Sequence[Row], baselines: dict[str, dict[str, float]]) -> str:
+    columns = (
+        "dataset",
+        "S",
+        "T",
+        "method",
+        "sigma",
+        "eps (MA)",
+        "eps (SC)",
+        "pixel accuracy",
+        "NLL",
+        "runs",
+    )
+    lines = ["| " + " | ".join(columns) + " |", "|---" * len(columns) + "|"]
+    for row in rows:
+        eps, strong = (f"{e:.3f}" if math.isfinite(e) else "inf" for e in (row.epsilon, row.epsilon_strong))
+        lines.append(
+            f"| {row.dataset} | {row.batch_size} | {row.iterations} | {row.method} | {row.sigma:.3f} | "
+            f"{eps} | {strong} | {_fmt(row.accuracy, 4)} | {_fmt(row.nll, 2)} | {len(row.accuracy)} |"
+        )
+    lines += ["", "| baseline | pixel accuracy | NLL (nats/image) |", "|---|---|---|"]
+    for name, metrics in baselines.items():
+        lines.append(f"| {name} | {metrics['pixel_accuracy']:.4f} | {metrics['nll']:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(rows: Sequence[Row], baselines: dict[str, dict[str, float]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = sorted({row.dataset for row in rows}, key=lambda name: name != "synthetic")
+    figure, axes = plt.subplots(2, len(names), figsize=(5.5 * len(names), 7.0), squeeze=False)
+    colours = {"non-private": "k", "moments accountant": "tab:red", "strong composition": "tab:blue"}
+    for col, name in enumerate(names):
+        for r, (metric, label) in enumerate((("accuracy", "pixel accuracy"), ("nll", "NLL (nats / image)"))):
+            ax = axes[r][col]
+            for method in METHODS:
+                series = [row for row in rows if row.dataset == name and row.method == method]
+                xs = [row.batch_size for row in series]
+                values = [getattr(row, metric) for row in series]
+                ax.errorbar(
+                    xs,
+                    [np.mean(v) for v in values],
+                    yerr=[np.std(v) for v in values],
+                    fmt="o-",
+                    capsize=3,
+                    color=colours[method],
+                    label=method,
+                )
+            for base, metrics in baselines.items():
+                if base.startswith(name):
+                    key = "pixel_accuracy" if metric == "accuracy" else "nll"
+                    style = ":" if "pixel mean" in base else "--"
+                    ax.axhline(metrics[key], color="grey", linestyle=style, label=base.split(": ")[1])
+            series = [row for row in rows if row.dataset == name and row.method == "moments accountant"]
+            ax.set_xscale("log", base=2)
+            ax.set_xticks([row.batch_size for row in series])
+            ax.set_xticklabels([f"{row.batch_size}\neps {row.epsilon:.2f}" for row in series])
+            ax.set_xlabel("batch size S (epsilon of the private fits)")
+            ax.set_ylabel(label)
+            ax.set_title(f"{name}: {label}")
+            ax.grid(True, alpha=0.3)
+            if r == 0:
+                ax.legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true", help="one batch size per dataset, 2 repeats")
+    parser.add_argument("--repeats", type=int, default=None, help="fits per setting (5; 2 with --quick)")
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "out")
+    args = parser.parse_args(argv)
+    repeats = args.repeats if args.repeats is not None else (2 if args.quick else 5)
+    if repeats < 1:
+        parser.error("--repeats must be >= 1")
+    start = time.perf_counter()
+    rows, baselines = run(args.quick, repeats)
+    elapsed = time.perf_counter() - start
+    command = (
+        "python -m bench.sbn"
+        + (" --quick" if args.quick else "")
+        + (f" --repeats {args.repeats}" if args.repeats is not None else "")
+    )
+    table = markdown(rows, baselines)
+    print(table)
+    print(f"({elapsed:.1f} s)", flush=True)
+    args.out.mkdir(parents=True, exist_ok=True)
+    stem = "sbn_quick" if args.quick else "sbn"
+    (args.out / f"{stem}.md").write_text(
+        f"Produced by `{command}` in {elapsed:.0f} s.\n\n{table}", encoding="utf-8"
+    )
+    plot(rows, baselines, args.out / f"{stem}.png")
+    log(f"wrote {args.out / (stem + '.md')} and {args.out / (stem + '.png')}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
