@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import scipy.sparse as sp
 from numpy.typing import NDArray
 from sqlalchemy import Engine, select
 
@@ -36,6 +37,28 @@ def decode_tabular(payloads: list[bytes], dimension: int) -> NDArray[np.float64]
     return np.frombuffer(b"".join(payloads), dtype="<f8").reshape(len(payloads), dimension).astype(np.float64)
 
 
+def decode_bow(payloads: list[bytes], dimension: int) -> sp.csr_array:
+    """Documents from their encodings (ingest.py: m int32 word ids, then their m int32 counts), as one
+    (S, V) CSR matrix of int32 counts; an empty payload is an empty document."""
+    lengths = np.fromiter((len(p) for p in payloads), dtype=np.int64, count=len(payloads))
+    if np.any(lengths % 8):
+        raise ValueError("a stored document is not a whole number of (word id, count) pairs")
+    entries = lengths // 8
+    indptr = np.zeros(len(payloads) + 1, dtype=np.int64)
+    np.cumsum(entries, out=indptr[1:])
+    flat = np.frombuffer(b"".join(payloads), dtype="<i4")
+    # Document d's ids start at 2 indptr[d] in `flat`, its counts m_d = entries[d] further on.
+    starts = np.repeat(2 * indptr[:-1], entries)
+    within = np.arange(int(indptr[-1]), dtype=np.int64) - np.repeat(indptr[:-1], entries)
+    ids = flat[starts + within]
+    counts = flat[starts + within + np.repeat(entries, entries)]
+    if ids.size and (ids.min() < 0 or ids.max() >= dimension):
+        raise ValueError("a stored document has a word id outside the vocabulary")
+    return sp.csr_array(
+        (counts.astype(np.int32), ids.astype(np.int32), indptr), shape=(len(payloads), dimension)
+    )
+
+
 def decode_binary(payloads: list[bytes], dimension: int) -> NDArray[np.float64]:
     """0/1 rows from their bit-packed encodings (np.packbits per row), as one (S, d) float array."""
     packed = np.frombuffer(b"".join(payloads), dtype=np.uint8).reshape(len(payloads), -1)
@@ -44,14 +67,14 @@ def decode_binary(payloads: list[bytes], dimension: int) -> NDArray[np.float64]:
 
 @dataclass
 class DatabaseStore:
-    """A dataset in the sensitive database, of the kind it was ingested as (tabular or binary)."""
+    """A dataset in the sensitive database, of the kind it was ingested as (tabular, bow or binary)."""
 
     engine: Engine
     name: str
 
     def __post_init__(self) -> None:
         self._info = load_info(self.engine, self.name)
-        if self._info.kind not in ("tabular", "binary"):
+        if self._info.kind not in ("tabular", "bow", "binary"):
             raise ValueError(f"dataset {self.name!r} is {self._info.kind}: no database store reads it yet")
 
     @property
@@ -62,6 +85,8 @@ class DatabaseStore:
         payloads, labels = self._fetch(size, rng)
         if self._info.kind == "binary":
             return Batch(decode_binary(payloads, self._info.dimension))
+        if self._info.kind == "bow":
+            return Batch.of_documents(decode_bow(payloads, self._info.dimension))
         features = decode_tabular(payloads, self._info.dimension)
         return Batch(features, np.asarray(labels, dtype=np.float64))
 

@@ -11,7 +11,10 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
+import scipy.sparse as sp
 from numpy.typing import NDArray
+
+from privacy_wall.formats import BagOfWords
 
 
 class BoundViolation(ValueError):
@@ -20,14 +23,26 @@ class BoundViolation(ValueError):
 
 @dataclass(frozen=True)
 class Batch:
-    """A minibatch of rows as one query sees it: features (S x d) and, for supervised data, labels (S,)."""
+    """A minibatch of rows as one query sees it: features (S x d) and, for supervised data, labels (S,).
+
+    A bag-of-words batch carries its documents as `counts` (S x V sparse word counts, one row per
+    document) and an empty (S x 0) `features`; build it with `Batch.of_documents`.
+    """
 
     features: NDArray[np.float64]
     labels: NDArray[np.float64] | None = None
+    counts: sp.csr_array | None = None
 
     @property
     def size(self) -> int:
+        if self.counts is not None:
+            return int(self.counts.shape[0])
         return int(self.features.shape[0])
+
+    @classmethod
+    def of_documents(cls, counts: sp.csr_array) -> Batch:
+        """A bag-of-words batch: document d's word counts are row d of `counts` (S x V)."""
+        return cls(np.zeros((counts.shape[0], 0)), counts=counts)
 
 
 @dataclass(frozen=True)
@@ -111,6 +126,45 @@ class InMemoryBinaryStore:
         return Batch(self.features[uniform_rows(self._info.population, size, rng)])
 
 
+@dataclass
+class InMemoryBowStore:
+    """Bag-of-words documents held in memory: row d of `counts` (D x V, sparse) is document d's word counts.
+
+    Counts must be whole numbers >= 0 (the ingestion bound); empty documents are kept, so D is as declared.
+    Stored as CSR with int32 counts (what ingestion writes) to keep large corpora small.
+    """
+
+    name: str
+    counts: sp.csr_array
+    public: bool = False
+    _info: DatasetInfo = field(init=False)
+
+    def __post_init__(self) -> None:
+        counts = sp.csr_array(self.counts)
+        if counts.ndim != 2 or counts.shape[0] == 0 or counts.shape[1] == 0:
+            raise BoundViolation("documents must be a non-empty 2-D sparse matrix (documents x vocabulary)")
+        counts.sum_duplicates()
+        check_bow_bounds(counts)
+        counts.eliminate_zeros()
+        self.counts = counts.astype(np.int32)
+        self._info = DatasetInfo(self.name, "bow", int(counts.shape[0]), int(counts.shape[1]), self.public)
+
+    @classmethod
+    def from_bag_of_words(cls, name: str, corpus: BagOfWords, *, public: bool = False) -> InMemoryBowStore:
+        """A store over a corpus read by `privacy_wall.formats.read_docword`."""
+        shape = (corpus.documents, len(corpus.vocabulary))
+        return cls(name, sp.csr_array((corpus.counts, corpus.word_ids, corpus.indptr), shape=shape), public)
+
+    @property
+    def info(self) -> DatasetInfo:
+        return self._info
+
+    def sample(self, size: int, rng: np.random.Generator) -> Batch:
+        rows = uniform_rows(self._info.population, size, rng)
+        counts = self.counts if isinstance(rows, slice) else self.counts[rows]
+        return Batch.of_documents(sp.csr_array(counts))
+
+
 def uniform_rows(population: int, size: int, rng: np.random.Generator) -> NDArray[np.int64] | slice:
     """Row indices of a uniform batch of `size` distinct rows (a whole-population slice when size = N)."""
     if not 0 < size <= population:
@@ -148,3 +202,20 @@ def check_tabular_bounds(features: NDArray[np.float64], labels: NDArray[np.float
     bad_label = (labels != 0) & (labels != 1)
     if bad_label.any():
         raise BoundViolation(f"row {int(np.argmax(bad_label))} has a label outside {{0, 1}}")
+
+
+#: Largest count a bag-of-words entry may have (ingestion stores counts as int32).
+MAX_COUNT = 2**31 - 1
+
+
+def check_bow_bounds(counts: sp.csr_array) -> None:
+    """Every count is a finite whole number in [0, MAX_COUNT].
+
+    Raises BoundViolation naming the first offending document (row) index, never its values.
+    """
+    data = np.asarray(counts.data)
+    bad = ~np.isfinite(data) | (data < 0) | (data > MAX_COUNT) | (np.floor(data) != data)
+    if bad.any():
+        entry = int(np.argmax(bad))
+        row = int(np.searchsorted(np.asarray(counts.indptr), entry, side="right")) - 1
+        raise BoundViolation(f"document {row} has a count that is not a whole number in [0, 2^31 - 1]")

@@ -14,7 +14,9 @@ from privacy_wall.control_schema import datasets
 from privacy_wall.db_store import DatabaseStore
 from privacy_wall.gate import Gate
 from privacy_wall.ingest import IngestError, ingest
+from privacy_wall.ledger import InMemoryLedger
 from privacy_wall.queries.blr import LogisticRegressionQuery
+from privacy_wall.queries.lda import LdaQuery
 from privacy_wall.sensitive_schema import rows, stored_datasets
 from privacy_wall.sqlengine import create_db_engine
 from tests.dbservers import fresh_database
@@ -160,6 +162,26 @@ def test_bow_and_binary(engines: tuple[Engine, Engine], tmp_path: Path) -> None:
     docword.write_text("3\n3\n4\n1 1 2\n1 3 1\n3 2 5\n3 3 1\n")
     meta = ingest(control=control, sensitive=sensitive, name="b", kind="bow", path=docword, vocab=vocab)
     assert (meta.population, meta.dimension) == (3, 3)  # the empty document 2 is kept
+    documents = [(2, 0, 1), (0, 0, 0), (0, 5, 1)]
+    bow = DatabaseStore(sensitive, "b")
+    assert (bow.info.kind, bow.info.population, bow.info.dimension) == ("bow", 3, 3)
+    whole = bow.sample(3, np.random.default_rng(0))
+    assert whole.counts is not None and whole.size == 3 and whole.features.shape == (3, 0)
+    assert sorted(map(tuple, whole.counts.toarray().tolist())) == sorted(documents)
+    for seed in range(5):
+        pair = bow.sample(2, np.random.default_rng(seed))
+        assert pair.counts is not None
+        rows = [tuple(r) for r in pair.counts.toarray().tolist()]
+        assert len(set(rows)) == 2 and set(rows) <= set(documents)  # two distinct stored documents
+    release = Gate(bow, InMemoryLedger(delta=1e-5)).release(
+        LdaQuery(2, doc_length=10),
+        {"expected_log_beta": np.log(np.full((2, 3), 1 / 3))},
+        job_id="lda",
+        iteration=1,
+        sigma=1.0,
+        batch_size=3,
+    )
+    assert release.statistics["s"].shape == (2, 3) and (release.statistics["s"] >= 0).all()
     docword.write_text("3\n3\n1\n1 4 2\n")
     with pytest.raises(IngestError, match=r"line 4.*wordID"):
         ingest(control=control, sensitive=sensitive, name="b2", kind="bow", path=docword, vocab=vocab)

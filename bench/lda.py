@@ -1,0 +1,690 @@
+"""VIPS for LDA (paper Sec. 4): speed and held-out perplexity against scikit-learn and gensim, and privacy.
+
+Sections:
+
+- wikipedia (non-private): VIPS-LDA at sigma = 0 vs scikit-learn's LatentDirichletAllocation
+  (learning_method="online") and gensim's LdaModel on the bundled Wikipedia paragraphs
+  (worker.datasets.wikipedia; training documents shuffled once, seed 0), with the same K, minibatch size S,
+  passes P (VIPS: T = P D / S iterations of uniform minibatches), alpha = eta = 1/K and step sizes
+  rho_t = (tau0 + t)^-kappa (gensim: its own formula with offset = tau0, decay = kappa). Documents per
+  second of fitting (one thread each: BLAS limited to 1 thread) and held-out perplexity, all computed by
+  the same code (worker.models.lda) from each library's lambda: document completion and the paper's bound.
+- private (synthetic): a corpus with planted topics (worker.datasets.synthetic_lda, D >= 100,000) at the
+  paper's sampling rate S / D = 0.05, T = 20 iterations (one epoch), N_w = 500, epsilon ~2.4 at
+  delta = 1e-4: sigma from the moments accountant (privacy_wall.accounting.calibrate_sigma) vs strong
+  composition (calibrate_sigma_strong), clipping a = 0.1 vs none (a = 1: the bound N_w), and the unigram
+  baseline; held-out perplexity per iteration (the paper's Fig. 3).
+- --full: the paper's scale (D = 400,000, V = 8,000, K = 50, S = 20,000, N_w = 500, T = 20, sigma = 1.24)
+  on a synthetic corpus: wall time and peak RSS.
+
+    python -m bench.lda [--quick] [--seeds N] [--out DIR]
+    python -m bench.lda --full [--out DIR]
+
+Fits run through the real pieces: an in-memory store, privacy_wall.gate.Gate, an InMemoryLedger and
+worker.runner.run_vips. Private fits cannot be seeded (OS CSPRNG): their repeats are independent runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import resource
+import sys
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+from threadpoolctl import threadpool_limits
+
+from privacy_wall.accounting import (
+    calibrate_sigma,
+    calibrate_sigma_strong,
+    epsilon,
+    strong_composition_epsilon,
+)
+from privacy_wall.gate import Gate
+from privacy_wall.ledger import InMemoryLedger
+from privacy_wall.queries.lda import (
+    LdaQuery,
+    fit_chunks,
+    resample_documents,
+    sanitize_counts,
+    shifted_topic_word,
+)
+from privacy_wall.store import Batch, InMemoryBowStore
+from worker.datasets.synthetic_lda import generate_corpus, planted_topics
+from worker.datasets.wikipedia import load_wikipedia
+from worker.models.base import step_size
+from worker.models.lda import (
+    LatentDirichletAllocation,
+    LdaState,
+    completion_perplexity,
+    expected_log_beta,
+    perplexity_bound,
+    split_documents,
+    unigram_perplexity,
+)
+from worker.runner import LoopSettings, run_vips
+
+Counts = sp.csr_array
+
+# Wikipedia comparison.
+WIKI_TOPICS = 20
+WIKI_BATCH = 256
+WIKI_PASSES = 5
+TAU0 = 10.0
+KAPPA = 0.7
+INNER_ITERATIONS = 30
+
+# Private comparison (paper Sec. 4.3 at a tenth of its corpus, same sampling rate and schedule).
+PRIVATE_EPSILON = 2.4
+PRIVATE_DELTA = 1e-4
+PRIVATE_RATE = 0.05
+PRIVATE_ITERATIONS = 20
+DOC_LENGTH = 500
+CLIP = 0.1
+PRIVATE_TAU0 = 1.0
+PRIVATE_KAPPA = 0.7
+
+
+@dataclass(frozen=True)
+class SyntheticSetting:
+    documents: int
+    vocabulary: int
+    topics: int
+    mean_length: float
+    alpha: float = 0.1
+    test_documents: int = 2000
+
+
+PRIVATE_SETTING = SyntheticSetting(documents=100_000, vocabulary=8_000, topics=50, mean_length=300.0)
+QUICK_PRIVATE_SETTING = SyntheticSetting(documents=100_000, vocabulary=2_000, topics=20, mean_length=100.0)
+FULL_SETTING = SyntheticSetting(documents=400_000, vocabulary=8_000, topics=50, mean_length=300.0)
+FULL_BATCH = 20_000
+FULL_SIGMA = 1.24
+
+
+@dataclass
+class Row:
+    """One line of a results table: repeated fits of one method at one setting."""
+
+    section: str
+    method: str
+    setting: str
+    epsilon: float = math.inf
+    sigma: float = 0.0
+    completion: list[float] = field(default_factory=list)
+    bound: list[float] = field(default_factory=list)
+    docs_per_second: list[float] = field(default_factory=list)
+    seconds: list[float] = field(default_factory=list)
+    curve: list[float] = field(default_factory=list)
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def mean_std(values: Sequence[float], digits: int = 1) -> str:
+    if not values:
+        return "-"
+    if len(values) == 1:
+        return f"{values[0]:.{digits}f}"
+    return f"{np.mean(values):.{digits}f} +- {np.std(values):.{digits}f}"
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """A held-out set: whole documents (for the bound) and their observed / held-out halves."""
+
+    counts: Counts
+    observed: Counts
+    held_out: Counts
+    alpha: float
+
+    @classmethod
+    def of(cls, counts: Counts, alpha: float) -> Evaluation:
+        observed, held_out = split_documents(counts, seed=0)
+        return cls(counts, observed, held_out, alpha)
+
+    def completion(self, lam: np.ndarray) -> float:
+        return completion_perplexity(lam, self.observed, self.held_out, self.alpha)
+
+    def bound(self, lam: np.ndarray) -> float:
+        return perplexity_bound(lam, self.counts, self.alpha)
+
+
+@dataclass
+class VipsFit:
+    state: LdaState
+    epsilon: float
+    seconds: float
+
+
+def vips_fit(
+    counts: Counts,
+    *,
+    topics: int,
+    sigma: float,
+    batch_size: int,
+    iterations: int,
+    doc_length: int,
+    clip: float,
+    tau0: float,
+    kappa: float,
+    delta: float,
+    seed: int,
+    on_iteration: Callable[[int, LdaState], None] | None = None,
+    store: InMemoryBowStore | None = None,
+) -> VipsFit:
+    """VIPS-LDA through the gate (public and seeded at sigma = 0); seconds exclude on_iteration's time."""
+    public = sigma == 0
+    store = store or InMemoryBowStore("bench", counts, public=public)
+    ledger = InMemoryLedger(delta=delta)
+    longest = int(np.asarray(counts.sum(axis=1)).max()) if doc_length == 0 else None
+    query = LdaQuery(
+        topics,
+        doc_length=doc_length,
+        clip=clip,
+        inner_iterations=INNER_ITERATIONS,
+        max_document_length=longest,
+    )
+    excluded = 0.0
+
+    def callback(t: int, _release: object, state: LdaState) -> None:
+        nonlocal excluded
+        if on_iteration is not None:
+            start = time.perf_counter()
+            on_iteration(t, state)
+            excluded += time.perf_counter() - start
+
+    start = time.perf_counter()
+    result = run_vips(
+        Gate(store, ledger, seed=seed if public else None),
+        query,
+        LatentDirichletAllocation(topics, seed=seed),
+        LoopSettings(iterations, batch_size, sigma, tau0, kappa),
+        job_id="bench",
+        dimension=counts.shape[1],
+        population=counts.shape[0],
+        on_iteration=callback,
+    )
+    seconds = time.perf_counter() - start - excluded
+    return VipsFit(result.state, ledger.epsilon_spent() if sigma > 0 else math.inf, seconds)
+
+
+# --------------------------------------------------------------------------------------------------------
+# (a) Wikipedia, non-private.
+
+
+def vips_epochs(counts: Counts, topics: int, seed: int) -> tuple[np.ndarray, float]:
+    """The wall's query and the model's M-step on scikit-learn's minibatches (consecutive slices of the
+    corpus, every pass in the same order) instead of the gate's independent uniform batches: separates
+    the sampling scheme (which DP accounting fixes) from the E-step and M-step themselves."""
+    documents, words = counts.shape
+    model = LatentDirichletAllocation(topics, seed=seed)
+    query = LdaQuery(
+        topics,
+        doc_length=0,
+        clip=1.0,
+        inner_iterations=INNER_ITERATIONS,
+        max_document_length=int(np.asarray(counts.sum(axis=1)).max()),
+    )
+    rng = np.random.default_rng(seed)  # unused: doc_length = 0 draws nothing
+    state = model.initial_state(words)
+    start = time.perf_counter()
+    t = 0
+    for _ in range(WIKI_PASSES):
+        for first in range(0, documents, WIKI_BATCH):
+            t += 1
+            batch = Batch.of_documents(sp.csr_array(counts[first : first + WIKI_BATCH]))
+            sums = query.clipped_sums(batch, model.public_params(state), rng)
+            means = query.postprocess({"s": sums["s"] / batch.size}, words)
+            state = model.m_step(state, means, documents, step_size(t, TAU0, KAPPA))
+    return state.lam, time.perf_counter() - start
+
+
+def sklearn_fit(counts: Counts, topics: int, seed: int) -> tuple[np.ndarray, float]:
+    from sklearn.decomposition import LatentDirichletAllocation as SkLda
+
+    model = SkLda(
+        n_components=topics,
+        learning_method="online",
+        batch_size=WIKI_BATCH,
+        max_iter=WIKI_PASSES,
+        learning_offset=TAU0,
+        learning_decay=KAPPA,
+        total_samples=counts.shape[0],
+        doc_topic_prior=1.0 / topics,
+        topic_word_prior=1.0 / topics,
+        random_state=seed,
+    )
+    matrix = sp.csr_matrix(counts)
+    start = time.perf_counter()
+    model.fit(matrix)
+    return np.asarray(model.components_, dtype=np.float64), time.perf_counter() - start
+
+
+def gensim_fit(counts: Counts, topics: int, seed: int) -> tuple[np.ndarray, float]:
+    import logging
+
+    from gensim.matutils import Sparse2Corpus
+    from gensim.models import LdaModel
+
+    logging.getLogger("gensim").setLevel(logging.ERROR)
+    corpus = Sparse2Corpus(sp.csc_matrix(sp.csr_matrix(counts).T))
+    id2word = {i: str(i) for i in range(counts.shape[1])}
+    start = time.perf_counter()
+    model = LdaModel(
+        corpus=corpus,
+        id2word=id2word,
+        num_topics=topics,
+        chunksize=WIKI_BATCH,
+        passes=WIKI_PASSES,
+        update_every=1,
+        alpha=np.full(topics, 1.0 / topics),
+        eta=1.0 / topics,
+        decay=KAPPA,
+        offset=TAU0,
+        iterations=50,
+        gamma_threshold=0.001,
+        random_state=seed,
+        eval_every=None,
+    )
+    seconds = time.perf_counter() - start
+    return np.asarray(model.state.get_lambda(), dtype=np.float64), seconds
+
+
+def wikipedia_section(seeds: int, article_order: bool) -> list[Row]:
+    corpus = load_wikipedia()
+    permutation = np.random.default_rng(0).permutation(corpus.train.shape[0])
+    shuffled = sp.csr_array(corpus.train[permutation])
+    documents = shuffled.shape[0]
+    topics = WIKI_TOPICS
+    evaluation = Evaluation.of(corpus.test, 1.0 / topics)
+    iterations = round(WIKI_PASSES * documents / WIKI_BATCH)
+    processed = WIKI_PASSES * documents
+    setting = f"K = {topics}, S = {WIKI_BATCH}, {WIKI_PASSES} passes, tau0 = {TAU0:g}, kappa = {KAPPA:g}"
+    rows = {
+        "vips": Row(
+            "wikipedia", "VIPS-LDA (sigma = 0)", f"{setting}, T = {iterations}, {INNER_ITERATIONS} inner"
+        ),
+        "sklearn": Row("wikipedia", "scikit-learn online LDA", f"{setting}, max_doc_update_iter = 100"),
+        "gensim": Row("wikipedia", "gensim LdaModel", f"{setting}, iterations = 50"),
+    }
+    rows["vips-epochs"] = Row(
+        "wikipedia",
+        "VIPS-LDA E-step + M-step, epoch minibatches (diagnostic)",
+        f"{setting}, scikit-learn's batches (not the gate's sampling)",
+    )
+    if article_order:
+        rows["sklearn-ordered"] = Row("wikipedia", "scikit-learn online LDA", f"{setting}, article order")
+        rows["gensim-ordered"] = Row("wikipedia", "gensim LdaModel", f"{setting}, article order")
+    log(f"wikipedia: {documents} train / {corpus.test.shape[0]} test documents, V = {len(corpus.vocabulary)}")
+    store = InMemoryBowStore("wikipedia", shuffled, public=True)
+
+    def record(key: str, lam: np.ndarray, seconds: float) -> None:
+        row = rows[key]
+        row.seconds.append(seconds)
+        row.docs_per_second.append(processed / seconds)
+        row.completion.append(evaluation.completion(lam))
+        row.bound.append(evaluation.bound(lam))
+        log(
+            f"  {row.method} ({key}): {processed / seconds:.0f} docs/s, completion perplexity "
+            f"{row.completion[-1]:.1f}, bound {row.bound[-1]:.1f}"
+        )
+
+    with threadpool_limits(1), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        # Methods alternate within each seed, so background load affects them alike.
+        for seed in range(seeds):
+            fit = vips_fit(
+                shuffled,
+                topics=topics,
+                sigma=0.0,
+                batch_size=WIKI_BATCH,
+                iterations=iterations,
+                doc_length=0,
+                clip=1.0,
+                tau0=TAU0,
+                kappa=KAPPA,
+                delta=1e-5,
+                seed=seed,
+                store=store,
+            )
+            record("vips", fit.state.lam, fit.seconds)
+            record("vips-epochs", *vips_epochs(shuffled, topics, seed))
+            record("sklearn", *sklearn_fit(shuffled, topics, seed))
+            record("gensim", *gensim_fit(shuffled, topics, seed))
+            if article_order:
+                record("sklearn-ordered", *sklearn_fit(corpus.train, topics, seed))
+                record("gensim-ordered", *gensim_fit(corpus.train, topics, seed))
+    return list(rows.values())
+
+
+# --------------------------------------------------------------------------------------------------------
+# (b) Private, synthetic.
+
+
+@dataclass(frozen=True)
+class SyntheticData:
+    train: Counts
+    evaluation: Evaluation
+    truth: np.ndarray
+    setting: SyntheticSetting
+
+
+def synthetic_data(setting: SyntheticSetting) -> SyntheticData:
+    truth = planted_topics(setting.topics, setting.vocabulary, seed=0)
+    train = generate_corpus(
+        setting.documents, truth, mean_length=setting.mean_length, alpha=setting.alpha, seed=1
+    )
+    test = generate_corpus(
+        setting.test_documents, truth, mean_length=setting.mean_length, alpha=setting.alpha, seed=2
+    )
+    return SyntheticData(train.counts, Evaluation.of(test.counts, 1.0 / setting.topics), truth, setting)
+
+
+def private_section(quick: bool, repeats: int) -> tuple[list[Row], dict[str, float]]:
+    setting = QUICK_PRIVATE_SETTING if quick else PRIVATE_SETTING
+    start = time.perf_counter()
+    data = synthetic_data(setting)
+    log(f"private: generated D = {setting.documents} in {time.perf_counter() - start:.1f} s")
+    documents, topics = setting.documents, setting.topics
+    batch = round(PRIVATE_RATE * documents)
+    doc_length = 100 if quick else DOC_LENGTH
+    sigma_ma = calibrate_sigma(PRIVATE_EPSILON, batch, documents, PRIVATE_ITERATIONS, PRIVATE_DELTA)
+    sigma_strong = calibrate_sigma_strong(
+        PRIVATE_EPSILON, batch, documents, PRIVATE_ITERATIONS, PRIVATE_DELTA
+    )
+    info: dict[str, float] = {
+        "clipped_fraction": math.nan,
+        "sigma_ma": sigma_ma,
+        "sigma_strong": sigma_strong,
+        "epsilon_ma": epsilon(sigma_ma, batch, documents, PRIVATE_ITERATIONS, PRIVATE_DELTA),
+        "strong_epsilon_of_strong_sigma": strong_composition_epsilon(
+            sigma_strong, batch, documents, PRIVATE_ITERATIONS, PRIVATE_DELTA
+        ),
+        "ma_epsilon_of_strong_sigma": epsilon(
+            sigma_strong, batch, documents, PRIVATE_ITERATIONS, PRIVATE_DELTA
+        ),
+        "batch": batch,
+        "doc_length": doc_length,
+    }
+    log(f"  sigma: moments accountant {sigma_ma:.3f}, strong composition {sigma_strong:.3f}")
+    base = (
+        f"D = {documents}, V = {setting.vocabulary}, K = {topics}, S = {batch}, T = {PRIVATE_ITERATIONS}, "
+        f"N_w = {doc_length}"
+    )
+    configurations = [
+        ("non-private (sigma = 0)", 0.0, CLIP, 1),
+        ("moments accountant, clip a = 0.1", sigma_ma, CLIP, repeats),
+        ("moments accountant, no clipping (a = 1)", sigma_ma, 1.0, repeats),
+        ("strong composition, clip a = 0.1", sigma_strong, CLIP, repeats),
+    ]
+    rows: list[Row] = []
+    store = InMemoryBowStore("synthetic", data.train, public=False)
+    public_store = InMemoryBowStore("synthetic", data.train, public=True)
+    with threadpool_limits(1):
+        for method, sigma, clip, runs in configurations:
+            setting = base + (
+                f"; eps {PRIVATE_EPSILON} by strong composition, the table's epsilon is the ledger's (RDP)"
+                if sigma == sigma_strong
+                else ""
+            )
+            row = Row("private", f"VIPS-LDA, {method}", setting, sigma=sigma)
+            for run in range(runs):
+                curve: list[float] = []
+                fit = vips_fit(
+                    data.train,
+                    topics=topics,
+                    sigma=sigma,
+                    batch_size=batch,
+                    iterations=PRIVATE_ITERATIONS,
+                    doc_length=doc_length,
+                    clip=clip,
+                    tau0=PRIVATE_TAU0,
+                    kappa=PRIVATE_KAPPA,
+                    delta=PRIVATE_DELTA,
+                    seed=0,
+                    on_iteration=(lambda _t, state, c=curve: c.append(data.evaluation.completion(state.lam)))
+                    if run == 0
+                    else None,
+                    store=public_store if sigma == 0 else store,
+                )
+                row.epsilon = fit.epsilon
+                row.seconds.append(fit.seconds)
+                if sigma == sigma_ma and clip == CLIP:
+                    info["clipped_fraction"] = clipped_fraction(data.train, fit.state.lam, doc_length, clip)
+                row.completion.append(data.evaluation.completion(fit.state.lam))
+                row.bound.append(data.evaluation.bound(fit.state.lam))
+                if curve:
+                    row.curve = curve
+                log(
+                    f"  {method}: sigma {sigma:.3f}, eps {fit.epsilon:.3f}, completion "
+                    f"{row.completion[-1]:.1f}, bound {row.bound[-1]:.1f} ({fit.seconds:.0f} s)"
+                )
+            rows.append(row)
+    unigram = Row("private", "unigram (non-private word frequencies)", base)
+    unigram.completion.append(unigram_perplexity(data.train, data.evaluation.held_out))
+    unigram.bound.append(unigram_perplexity(data.train, data.evaluation.counts))
+    rows.append(unigram)
+    truth = Row("private", "true topics (oracle)", base)
+    truth.completion.append(data.evaluation.completion(data.truth * 1e7))
+    truth.bound.append(data.evaluation.bound(data.truth * 1e7))
+    rows.append(truth)
+    return rows, info
+
+
+def clipped_fraction(
+    counts: Counts, lam: np.ndarray, doc_length: int, clip: float, sample: int = 2000
+) -> float:
+    """Fraction of (resampled) documents whose contribution the wall clips at these topics (public
+    diagnostic on the synthetic corpus; the paper reports about 3/4 on Wikipedia at a = 0.1)."""
+    rng = np.random.default_rng(0)
+    rows = rng.choice(counts.shape[0], size=min(sample, counts.shape[0]), replace=False)
+    resampled = resample_documents(sanitize_counts(sp.csr_array(counts[rows])), doc_length, rng)
+    table, _ = shifted_topic_word(expected_log_beta(lam))
+    clipped = 0
+    for chunk in fit_chunks(resampled, table, 1.0 / lam.shape[0], INNER_ITERATIONS, None):
+        contribution = chunk.topic_word * chunk.doc_topic[:, :, None] * chunk.ratio[:, None, :]
+        norms = np.sqrt(np.einsum("dkm,dkm->d", contribution, contribution))
+        clipped += int((norms > clip * doc_length).sum())
+    return clipped / rows.shape[0]
+
+
+# --------------------------------------------------------------------------------------------------------
+# (c) The paper's scale.
+
+
+def peak_rss_gb() -> float:
+    """Peak resident set size of this process (Linux reports ru_maxrss in KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+
+
+def full_mode() -> str:
+    setting = FULL_SETTING
+    start = time.perf_counter()
+    data = synthetic_data(setting)
+    generated = time.perf_counter() - start
+    log(f"full: generated D = {setting.documents} (nnz {data.train.nnz}) in {generated:.0f} s")
+    start = time.perf_counter()
+    store = InMemoryBowStore("full", data.train, public=False)
+    stored = time.perf_counter() - start
+    times: list[float] = []
+    last = time.perf_counter()
+
+    def tick(t: int, _state: LdaState) -> None:
+        nonlocal last
+        now = time.perf_counter()
+        times.append(now - last)
+        log(f"  iteration {t}: {now - last:.1f} s, peak RSS {peak_rss_gb():.2f} GB")
+        last = now
+
+    with threadpool_limits(1):
+        fit = vips_fit(
+            data.train,
+            topics=setting.topics,
+            sigma=FULL_SIGMA,
+            batch_size=FULL_BATCH,
+            iterations=PRIVATE_ITERATIONS,
+            doc_length=DOC_LENGTH,
+            clip=CLIP,
+            tau0=PRIVATE_TAU0,
+            kappa=PRIVATE_KAPPA,
+            delta=PRIVATE_DELTA,
+            seed=0,
+            on_iteration=tick,
+            store=store,
+        )
+    completion = data.evaluation.completion(fit.state.lam)
+    unigram = unigram_perplexity(data.train, data.evaluation.held_out)
+    lines = [
+        "| quantity | value |",
+        "|---|---|",
+        f"| corpus | D = {setting.documents:,}, V = {setting.vocabulary:,}, K = {setting.topics}, "
+        f"{data.train.nnz:,} non-zeros, mean length {setting.mean_length:g} |",
+        f"| schedule | S = {FULL_BATCH:,}, T = {PRIVATE_ITERATIONS}, N_w = {DOC_LENGTH}, a = {CLIP}, "
+        f"sigma = {FULL_SIGMA}, {INNER_ITERATIONS} inner iterations |",
+        f"| epsilon (delta = {PRIVATE_DELTA:g}) | {fit.epsilon:.3f} |",
+        f"| corpus generation | {generated:.0f} s |",
+        f"| store construction (bound checks) | {stored:.1f} s |",
+        f"| fit wall time (20 releases + M-steps) | {fit.seconds:.0f} s ({fit.seconds / 60:.1f} min) |",
+        f"| per iteration (median) | {np.median(times):.1f} s |",
+        f"| peak RSS (whole process) | {peak_rss_gb():.2f} GB |",
+        f"| held-out completion perplexity | {completion:.1f} (unigram {unigram:.1f}) |",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------------------------------------
+# Output.
+
+
+def _eps(value: float) -> str:
+    return "inf" if math.isinf(value) else f"{value:.3g}"
+
+
+def markdown(rows: Sequence[Row]) -> str:
+    lines = [
+        "| section | method | setting | sigma | epsilon | docs/s | completion perplexity | perplexity bound "
+        "| runs |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        speed = f"{np.median(row.docs_per_second):.0f}" if row.docs_per_second else "-"
+        lines.append(
+            f"| {row.section} | {row.method} | {row.setting} | {row.sigma:.3g} | {_eps(row.epsilon)} "
+            f"| {speed} | {mean_std(row.completion)} | {mean_std(row.bound)} | {len(row.completion)} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def summary(rows: Sequence[Row]) -> str:
+    by_method = {
+        row.method: row for row in rows if row.section == "wikipedia" and "article" not in row.setting
+    }
+    vips = by_method.get("VIPS-LDA (sigma = 0)")
+    sk = by_method.get("scikit-learn online LDA")
+    gs = by_method.get("gensim LdaModel")
+    if vips is None or sk is None or gs is None:
+        return ""
+    speed = np.median(vips.docs_per_second) / np.median(sk.docs_per_second)
+    gspeed = np.median(vips.docs_per_second) / np.median(gs.docs_per_second)
+    gap = np.mean(vips.completion) / np.mean(sk.completion) - 1
+    return (
+        f"VIPS / scikit-learn: {speed:.2f}x documents per second, completion perplexity {100 * gap:+.1f}%; "
+        f"VIPS / gensim: {gspeed:.2f}x documents per second\n"
+    )
+
+
+def plot(rows: Sequence[Row], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, (left, right) = plt.subplots(1, 2, figsize=(12.0, 4.5))
+    wiki = [r for r in rows if r.section == "wikipedia"]
+    for row in wiki:
+        label = row.method + (" (article order)" if "article order" in row.setting else "")
+        left.scatter(row.docs_per_second, row.completion, label=label)
+    left.set_xscale("log")
+    left.set_xlabel("documents per second (1 thread)")
+    left.set_ylabel("held-out completion perplexity")
+    left.set_title(f"Wikipedia paragraphs, K = {WIKI_TOPICS}, non-private")
+    left.legend(fontsize=7)
+    left.grid(True, alpha=0.3)
+    private = [r for r in rows if r.section == "private"]
+    for row in private:
+        if row.curve:
+            right.plot(range(1, len(row.curve) + 1), row.curve, marker="o", ms=3, label=row.method)
+        elif row.completion:
+            right.axhline(
+                row.completion[0],
+                linestyle=":",
+                color="k" if "unigram" in row.method else "g",
+                label=row.method,
+            )
+    right.set_xlabel("iteration")
+    right.set_ylabel("held-out completion perplexity")
+    right.set_title(f"Synthetic, eps = {PRIVATE_EPSILON} (delta = {PRIVATE_DELTA:g}), S/D = {PRIVATE_RATE}")
+    right.set_yscale("log")
+    right.legend(fontsize=7)
+    right.grid(True, which="both", alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true", help="one seed, a smaller private corpus")
+    parser.add_argument("--full", action="store_true", help="only the paper-scale timing run")
+    parser.add_argument("--seeds", type=int, default=None, help="wikipedia repeats (5; 1 with --quick)")
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "out")
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    if args.full:
+        table = full_mode()
+        print(table)
+        (args.out / "lda_full.md").write_text(
+            f"Produced by `python -m bench.lda --full`.\n\n{table}", encoding="utf-8"
+        )
+        return 0
+    seeds = args.seeds if args.seeds is not None else (1 if args.quick else 5)
+    rows = wikipedia_section(seeds, article_order=not args.quick)
+    private_rows, info = private_section(args.quick, repeats=1 if args.quick else 2)
+    rows += private_rows
+    elapsed = time.perf_counter() - start
+    table = markdown(rows)
+    notes = (
+        f"Private section: sigma {info['sigma_ma']:.3f} (moments accountant, eps "
+        f"{info['epsilon_ma']:.3f}) and {info['sigma_strong']:.3f} (strong composition at eps "
+        f"{info['strong_epsilon_of_strong_sigma']:.3f}; the moments accountant charges it "
+        f"{info['ma_epsilon_of_strong_sigma']:.3f}); documents clipped at a = {CLIP}: "
+        f"{100 * info['clipped_fraction']:.0f}% (final topics, 2,000 training documents).\n"
+    )
+    print(table)
+    print(summary(rows) + notes)
+    print(f"({elapsed:.0f} s)")
+    command = (
+        "python -m bench.lda"
+        + (" --quick" if args.quick else "")
+        + (f" --seeds {args.seeds}" if args.seeds is not None else "")
+    )
+    stem = "lda_quick" if args.quick else "lda"
+    (args.out / f"{stem}.md").write_text(
+        f"Produced by `{command}` in {elapsed:.0f} s.\n\n{table}\n{summary(rows)}{notes}", encoding="utf-8"
+    )
+    plot(rows, args.out / f"{stem}.png")
+    log(f"wrote {args.out / (stem + '.md')} and {args.out / (stem + '.png')}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

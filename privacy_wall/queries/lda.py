@@ -1,0 +1,431 @@
+"""Latent Dirichlet allocation's E-step behind the wall (VIPS paper Sec. 4, Alg. 3).
+
+Public parameters: E[log beta] (K x V, `expected_log_beta`), from the released posterior q(beta | lambda).
+For each document d of the minibatch (paper notation; code names in brackets):
+
+1. Resampling (Sec. 4.2): the document becomes exactly N_w tokens [doc_length] drawn with replacement from
+   its own words, so every document has the same length and the per-document bound below holds. The
+   draws use the release's generator in a data-independent way: one uniform matrix U of shape S x N_w is
+   drawn up front and token n of the document in row d is the word where U[d, n] falls in the document's
+   cumulative counts. The number of draws never depends on the data, and replacing one document leaves
+   every other document's tokens unchanged.
+2. A fixed number [inner_iterations] of coordinate-ascent steps, never a convergence test:
+       phi_{dvk} proportional to exp(E[log theta_dk] + E[log beta_kv])      (phi, per distinct word v)
+       gamma_dk = alpha + sum_v n_dv phi_{dvk}                                (gamma)
+   with E[log theta_dk] = digamma(gamma_dk) - digamma(sum_k gamma_dk), starting from uniform theta.
+3. The contribution s^d_{kv} = sum_n phi_{dnk} w_{dnv} = n_dv phi_{dvk}: entrywise non-negative with
+   L1 norm N_w, hence L2 norm <= N_w; clipped to L2 norm a N_w [clip] (Eq. 29).
+
+One block "s" (K x V, flattened row-major): per-record bound C = a N_w, non-negative, so under
+replace-one Delta = sqrt(2) a N_w / S (DESIGN section 2; the paper's N / S is the add/remove bound).
+Post-processing sets negative entries of the noised mean to zero.
+
+Keeping documents as they are (doc_length = 0) makes the per-document bound the document's length,
+which nothing bounds on private data. Such a query must be built with `max_document_length` L, declares
+C = a L and clips every contribution to it, so a release stays differentially private at the declared
+Delta whatever the documents are; but documents longer than L are then biased towards zero. The option
+is meant for public data at sigma = 0 (DESIGN section 6), where L is the corpus's longest document and
+a = 1, so nothing is clipped: callers that accept a job specification refuse doc_length = 0 with
+sigma > 0 (see worker.models.lda.check_options). The wall itself never needs that rule to stay private.
+
+Speed: the whole minibatch is processed at once, in chunks of a fixed number of documents (sorted by
+their number of distinct words, so little padding is needed). A chunk's E[beta] columns are gathered once
+into a padded (documents x words x K) array that stays in cache for all inner iterations, so each
+iteration is two batched matrix-vector products, a digamma and an exp; there is no dense S x V matrix
+and no Python loop per document.
+
+Numerics: phi is invariant to rescaling exp(E[log beta_kv]) per word v and exp(E[log theta_dk]) per
+document d, so both are shifted to a maximum of 1 before exponentiating; a word whose normaliser still
+underflows below PHI_NORM_FLOOR is dropped from its document (its phi is 0), which only lowers the
+contribution's norm. Counts of a batch that breaks the ingestion bounds are read as
+min(floor(count), 2^31 - 1) when finite and positive, 0 otherwise; every intermediate then stays finite.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+from numpy.typing import NDArray
+from scipy.special import digamma
+
+from privacy_wall.mechanisms import clip_factors
+from privacy_wall.queries.base import Array, Block
+from privacy_wall.store import MAX_COUNT, Batch
+
+Counts = sp.csr_array
+IntArray = NDArray[np.int64]
+
+PARAM = "expected_log_beta"
+BLOCK = "s"
+
+#: Normalisers sum_k E_dk B_kv below this are treated as 0 (the word is dropped from the document). With
+#: counts <= 2^31 the ratios n / normaliser stay below ~1e260, far from overflow.
+PHI_NORM_FLOOR = 1e-250
+
+#: Budget of float64 elements for a chunk's padded (documents x K x words) array: 2^19 (4 MB) keeps it in
+#: the L2/L3 cache across the inner iterations.
+CHUNK_ELEMENTS = 2**19
+MAX_CHUNK_DOCUMENTS = 4096
+MIN_ADAPTIVE_CHUNK = 32
+WIDTH_RATIO = 1.5
+
+#: Documents per chunk of the resampling's sorted search (bounds its temporary arrays; any fixed value).
+RESAMPLE_CHUNK = 1024
+
+
+# --------------------------------------------------------------------------------------------------------
+# Counts and resampling.
+
+
+def sanitize_counts(counts: Counts) -> Counts:
+    """Canonical CSR int64 counts: duplicates summed, each count min(floor(c), MAX_COUNT) when finite and
+    positive, else dropped. The identity on what ingestion stores (whole numbers in [1, MAX_COUNT])."""
+    matrix = sp.csr_array(counts)
+    if not matrix.has_canonical_format:
+        matrix = matrix.copy()
+        matrix.sum_duplicates()
+    data = np.asarray(matrix.data)
+    if np.issubdtype(data.dtype, np.integer):
+        clean = np.minimum(data, MAX_COUNT).astype(np.int64)
+    else:
+        finite = np.where(np.isfinite(data), data, 0.0)
+        clean = np.floor(np.clip(finite, 0.0, MAX_COUNT)).astype(np.int64)
+    np.maximum(clean, 0, out=clean)
+    if clean.all():  # what the stores hold: share the (read-only here) index arrays
+        return sp.csr_array((clean, matrix.indices, matrix.indptr), shape=matrix.shape)
+    # eliminate_zeros works in place: never on index arrays shared with the caller's batch.
+    out = sp.csr_array((clean, matrix.indices.copy(), matrix.indptr.copy()), shape=matrix.shape)
+    out.eliminate_zeros()
+    return out
+
+
+def resample_documents(counts: Counts, length: int, rng: np.random.Generator) -> Counts:
+    """Each non-empty document (row) becomes `length` tokens drawn with replacement from its words, with
+    probabilities proportional to its counts; empty documents stay empty.
+
+    Draws exactly counts.shape[0] x length uniforms from `rng` whatever the data; row d's tokens depend
+    only on row d of `counts` and row d of the uniforms (inverse-CDF through the row's own cumulative
+    counts, computed exactly in int64). `counts` must be canonical with positive integer data
+    (`sanitize_counts`). The result keeps the input's sparsity structure, with zero entries removed.
+    """
+    rows = counts.shape[0]
+    uniforms = rng.random((rows, length))
+    indptr = np.asarray(counts.indptr, dtype=np.int64)
+    data = np.asarray(counts.data, dtype=np.int64)
+    cumulative = np.cumsum(data)
+    drawn = np.zeros(data.shape[0], dtype=np.int64)
+    for start in range(0, rows, RESAMPLE_CHUNK):
+        stop = min(rows, start + RESAMPLE_CHUNK)
+        lo, hi = int(indptr[start]), int(indptr[stop])
+        if lo == hi:
+            continue
+        entries = np.diff(indptr[start : stop + 1])
+        nonempty = entries > 0
+        local = np.repeat(np.arange(stop - start, dtype=np.int64), entries)
+        # Each row's running totals, exact in int64 and so a function of the row's own counts only.
+        row_start = indptr[start:stop]
+        before = np.where(row_start > 0, cumulative[np.maximum(row_start - 1, 0)], 0)
+        within = cumulative[lo:hi] - np.repeat(before, entries)
+        totals = np.zeros(stop - start, dtype=np.int64)
+        totals[nonempty] = within[indptr[start + 1 : stop + 1][nonempty] - 1 - lo]
+        # Row r's cumulative distribution, shifted by its chunk position r: non-decreasing overall.
+        grid = local + within / totals[local]
+        targets = np.flatnonzero(nonempty)
+        queries = targets[:, None] + uniforms[start + targets]
+        found = np.searchsorted(grid, queries, side="right")
+        # Rounding can put a query on its row's upper edge: keep every token inside its own row.
+        first = (indptr[start + targets] - lo)[:, None]
+        last = (indptr[start + targets + 1] - 1 - lo)[:, None]
+        found = np.clip(found, first, last)
+        drawn[lo:hi] += np.bincount(found.ravel(), minlength=hi - lo)
+    out = sp.csr_array((drawn, counts.indices.copy(), indptr.copy()), shape=counts.shape)
+    out.eliminate_zeros()
+    return out
+
+
+# --------------------------------------------------------------------------------------------------------
+# The vectorised E-step.
+
+
+def shifted_topic_word(expected_log_beta: Array) -> tuple[Array, Array]:
+    """(B, shift): B is (V + 1) x K with B[v, k] = exp(E[log beta_kv] - shift_v), shift_v = max_k
+    E[log beta_kv], and a last row of zeros (the padding word)."""
+    shift = expected_log_beta.max(axis=0)
+    topics, words = expected_log_beta.shape
+    table = np.zeros((words + 1, topics))
+    np.subtract(expected_log_beta, shift, out=table[:words].T)
+    np.exp(table[:words], out=table[:words])
+    return table, shift
+
+
+def chunk_size(topics: int, width: int) -> int:
+    """Documents per chunk so that a padded (documents x topics x width) array fits CHUNK_ELEMENTS."""
+    return max(1, min(MAX_CHUNK_DOCUMENTS, CHUNK_ELEMENTS // max(1, width * topics)))
+
+
+def plan_chunks(sorted_lengths: IntArray, topics: int, documents_per_chunk: int | None) -> list[int]:
+    """Chunk boundaries (positions in the length-sorted order, from 0 to the end) for the E-step.
+
+    Fixed-size chunks when documents_per_chunk is given (the wall's resampled documents: the public width
+    bound N_w makes a fixed size fit the budget). Otherwise (public documents, or documents kept as they
+    are) a chunk doubles while it fits CHUNK_ELEMENTS at the width of its longest document and, once it
+    has MIN_ADAPTIVE_CHUNK documents, while that width stays within WIDTH_RATIO of its shortest one's
+    (so that padding stays small).
+    """
+    total = int(sorted_lengths.shape[0])
+    if documents_per_chunk is not None:
+        return [*range(0, total, documents_per_chunk), total]
+    bounds = [0]
+    while bounds[-1] < total:
+        start = bounds[-1]
+        first = max(1, int(sorted_lengths[start]))
+        size = 1
+        while size < MAX_CHUNK_DOCUMENTS and start + size < total:
+            grown = min(2 * size, total - start)
+            width = int(sorted_lengths[start + grown - 1])
+            if grown * width * topics > CHUNK_ELEMENTS:
+                break
+            if size >= MIN_ADAPTIVE_CHUNK and width > WIDTH_RATIO * first:
+                break
+            size = grown
+        bounds.append(start + size)
+    return bounds
+
+
+@dataclass
+class ChunkFit:
+    """The E-step of one chunk of documents (rows `documents` of the batch), at its final iterate.
+
+    words (c x m): padded word ids (V for padding); counts (c x m): n_dv (0 for padding);
+    topic_word (c x K x m): B gathered at the words; doc_topic (c x K): E_dk = exp(digamma(gamma_dk) -
+    max_k digamma(gamma_dk)); gamma (c x K); ratio (c x m): n_dv / sum_k E_dk B_vk, the final phi being
+    phi_{dvk} = E_dk B_vk ratio_dv / n_dv.
+    """
+
+    documents: IntArray
+    words: IntArray
+    counts: Array
+    topic_word: Array
+    doc_topic: Array
+    gamma: Array
+    ratio: Array
+    normaliser: Array
+
+
+def _dirichlet_exp(gamma: Array) -> Array:
+    """exp(digamma(gamma) - max_k digamma(gamma)) per row: exp(E[log theta]) up to a per-row factor."""
+    out: Array = digamma(gamma)
+    out -= out.max(axis=-1, keepdims=True)
+    np.exp(out, out=out)
+    return out
+
+
+def fit_chunks(
+    counts: Counts, table: Array, alpha: float, iterations: int, documents_per_chunk: int | None
+) -> Iterator[ChunkFit]:
+    """The E-step over all non-empty documents of `counts` (canonical, non-negative), chunk by chunk.
+
+    `table` is `shifted_topic_word(...)[0]`. Documents are visited in order of their number of distinct
+    words (stable), so chunks need little padding; each document's result depends only on its own row.
+    """
+    topics = table.shape[1]
+    padding_word = table.shape[0] - 1
+    indptr = np.asarray(counts.indptr, dtype=np.int64)
+    indices = np.asarray(counts.indices, dtype=np.int64)
+    data = np.asarray(counts.data, dtype=np.float64)
+    entries = np.diff(indptr)
+    order = np.argsort(entries, kind="stable")
+    order = order[entries[order] > 0]
+    bounds = plan_chunks(entries[order], topics, documents_per_chunk)
+    for start, stop in itertools.pairwise(bounds):
+        documents = order[start:stop]
+        c = documents.shape[0]
+        lengths = entries[documents]
+        width = int(lengths.max())
+        # Flat positions of every (document, word) entry in the padded c x width layout.
+        offsets = np.repeat(np.arange(c, dtype=np.int64) * width, lengths)
+        within = np.arange(int(lengths.sum()), dtype=np.int64) - np.repeat(
+            np.cumsum(lengths) - lengths, lengths
+        )
+        gather = np.repeat(indptr[documents], lengths) + within
+        words = np.full(c * width, padding_word, dtype=np.int64)
+        words[offsets + within] = indices[gather]
+        n = np.zeros(c * width)
+        n[offsets + within] = data[gather]
+        words = words.reshape(c, width)
+        n = n.reshape(c, width)
+        # The SDDMM-style gather, once per chunk: c x K x width (words last: the faster gemv layout).
+        topic_word = np.ascontiguousarray(table[words].transpose(0, 2, 1))
+
+        doc_topic = np.ones((c, 1, topics))
+        ratio = np.empty((c, width, 1))
+        gamma = np.full((c, topics), alpha)
+        for _ in range(iterations):
+            normaliser = np.matmul(doc_topic, topic_word)[:, 0, :]
+            np.maximum(normaliser, PHI_NORM_FLOOR, out=normaliser)
+            np.divide(n, normaliser, out=ratio[:, :, 0])
+            gamma = np.matmul(topic_word, ratio)[:, :, 0]
+            gamma *= doc_topic[:, 0, :]
+            gamma += alpha
+            doc_topic = _dirichlet_exp(gamma)[:, None, :]
+        normaliser = np.matmul(doc_topic, topic_word)[:, 0, :]
+        np.divide(n, np.maximum(normaliser, PHI_NORM_FLOOR), out=ratio[:, :, 0])
+        yield ChunkFit(documents, words, n, topic_word, doc_topic[:, 0, :], gamma, ratio[:, :, 0], normaliser)
+
+
+@dataclass(frozen=True)
+class DocumentFit:
+    """Per-document results of the E-step on public documents.
+
+    gamma (S x K): q(theta_d) = Dirichlet(gamma_d) (alpha for empty documents);
+    log_normaliser (S,): sum_v n_dv log sum_k exp(E[log theta_dk] + E[log beta_kv]), the words' term of
+    the per-document ELBO at the optimal phi (Hoffman, Blei, Bach 2010, Eq. 3).
+    """
+
+    gamma: Array
+    log_normaliser: Array
+
+
+def fit_documents(
+    counts: Counts,
+    expected_log_beta: Array,
+    alpha: float,
+    iterations: int,
+    documents_per_chunk: int | None = None,
+) -> DocumentFit:
+    """The E-step (fixed iterations) on public documents, as documents' q(theta) and likelihood terms.
+
+    For evaluation and prediction outside the wall; the wall's query runs the same code.
+    """
+    clean = sanitize_counts(counts)
+    table, shift = shifted_topic_word(np.asarray(expected_log_beta, dtype=np.float64))
+    topics = table.shape[1]
+    rows = clean.shape[0]
+    gamma = np.full((rows, topics), float(alpha))
+    log_normaliser = np.zeros(rows)
+    extended_shift = np.concatenate([shift, [0.0]])
+    for chunk in fit_chunks(clean, table, alpha, iterations, documents_per_chunk):
+        gamma[chunk.documents] = chunk.gamma
+        psi = digamma(chunk.gamma)
+        theta_shift = psi.max(axis=1) - digamma(chunk.gamma.sum(axis=1))
+        safe = np.maximum(chunk.normaliser, PHI_NORM_FLOOR)
+        word_terms = chunk.counts * (np.log(safe) + extended_shift[chunk.words])
+        log_normaliser[chunk.documents] = word_terms.sum(axis=1) + chunk.counts.sum(axis=1) * theta_shift
+    return DocumentFit(gamma, log_normaliser)
+
+
+# --------------------------------------------------------------------------------------------------------
+# The query.
+
+
+class LdaQuery:
+    """The wall's half of VIPS-LDA (Alg. 3) for K topics.
+
+    Parameters (all public): topics K; alpha, the Dirichlet prior on theta (default 1/K); doc_length N_w
+    (default 500; 0 keeps documents as they are and then needs max_document_length, see the module
+    docstring); inner_iterations, the fixed number of E-step iterations per document (default 30: on
+    Wikipedia paragraphs and on synthetic 500-token documents, theta is then within a mean L1 distance of
+    0.003 of its fixed point); clip a in (0, 1] (default 0.1, the paper's; 1 is the theory bound N_w).
+    documents_per_chunk overrides the E-step's chunking (results do not depend on it).
+    """
+
+    name = "lda"
+
+    def __init__(
+        self,
+        topics: int,
+        *,
+        alpha: float | None = None,
+        doc_length: int = 500,
+        inner_iterations: int = 30,
+        clip: float = 0.1,
+        max_document_length: int | None = None,
+        documents_per_chunk: int | None = None,
+    ) -> None:
+        if not isinstance(topics, int) or topics < 1:
+            raise ValueError("topics must be a whole number >= 1")
+        alpha = 1.0 / topics if alpha is None else float(alpha)
+        if not (alpha > 0 and math.isfinite(alpha)):
+            raise ValueError("alpha must be a finite number > 0")
+        if not isinstance(doc_length, int) or doc_length < 0:
+            raise ValueError("doc_length must be a whole number >= 0 (0 keeps documents as they are)")
+        if not isinstance(inner_iterations, int) or inner_iterations < 1:
+            raise ValueError("inner_iterations must be a whole number >= 1")
+        if not (0 < clip <= 1):
+            raise ValueError("clip must be in (0, 1]")
+        if doc_length == 0:
+            if max_document_length is None or max_document_length < 1:
+                raise ValueError(
+                    "doc_length = 0 keeps documents as they are: give max_document_length, the public "
+                    "bound every contribution is clipped to"
+                )
+            length = int(max_document_length)
+        else:
+            length = doc_length
+        self.topics = topics
+        self.alpha = alpha
+        self.doc_length = doc_length
+        self.inner_iterations = inner_iterations
+        self.clip = float(clip)
+        self.max_document_length = length
+        self.bound = self.clip * length
+        self._documents_per_chunk = documents_per_chunk
+
+    def blocks(self, dimension: int) -> tuple[Block, ...]:
+        return (Block(BLOCK, self.bound, nonnegative_or_psd=True),)
+
+    def validate_params(self, params: dict[str, Array], dimension: int) -> None:
+        if set(params) != {PARAM}:
+            raise ValueError(f"lda takes exactly one public parameter: {PARAM}")
+        value = params[PARAM]
+        if value.shape != (self.topics, dimension) or not np.isfinite(value).all():
+            raise ValueError(f"{PARAM} must be a finite {self.topics}x{dimension} matrix (topics x words)")
+
+    def documents_per_chunk(self, dimension: int) -> int | None:
+        """Fixed chunks of resampled documents (width <= N_w); budgeted chunks when they are kept as is."""
+        if self._documents_per_chunk is not None:
+            return self._documents_per_chunk
+        if self.doc_length > 0:
+            return chunk_size(self.topics, min(dimension, self.doc_length))
+        return None
+
+    def clipped_sums(
+        self, batch: Batch, params: dict[str, Array], rng: np.random.Generator
+    ) -> dict[str, Array]:
+        if batch.counts is None:
+            raise ValueError("lda needs bag-of-words documents")
+        counts = sanitize_counts(batch.counts)
+        if self.doc_length > 0:
+            counts = resample_documents(counts, self.doc_length, rng)
+        words = counts.shape[1]
+        table, _ = shifted_topic_word(np.asarray(params[PARAM], dtype=np.float64))
+        # total[v, k] = sum_d c_d sum over d's entries of word v of ratio * E_dk; s = B * total (then K x V).
+        total = np.zeros((words + 1, self.topics))
+        per_chunk = self.documents_per_chunk(words)
+        for chunk in fit_chunks(counts, table, self.alpha, self.inner_iterations, per_chunk):
+            # s^d entries: ratio_dv E_dk B_vk = n_dv phi_dvk, each <= n_dv, so their squares stay finite.
+            contribution = chunk.topic_word * chunk.doc_topic[:, :, None]
+            contribution *= chunk.ratio[:, None, :]
+            norms = np.sqrt(np.einsum("dkm,dkm->d", contribution, contribution))
+            weights = chunk.ratio * clip_factors(norms, self.bound)[:, None]
+            c = chunk.documents.shape[0]
+            scatter = sp.csr_array(
+                (
+                    weights.ravel(),
+                    chunk.words.ravel(),
+                    np.arange(0, c * weights.shape[1] + 1, weights.shape[1]),
+                ),
+                shape=(c, words + 1),
+            )
+            total += scatter.T @ chunk.doc_topic
+        s = (table * total)[:words].T
+        return {BLOCK: np.ascontiguousarray(s).ravel()}
+
+    def postprocess(self, noised_means: dict[str, Array], dimension: int) -> dict[str, Array]:
+        s = np.maximum(noised_means[BLOCK], 0.0).reshape(self.topics, dimension)
+        return {BLOCK: s}
