@@ -367,9 +367,23 @@ def test_doc_length_zero_declares_and_enforces_the_given_bound() -> None:
 
 
 def test_constructor_and_batch_errors_name_no_data() -> None:
-    for kwargs in ({"alpha": 0.0}, {"doc_length": -1}, {"inner_iterations": 0}, {"clip": 0.0}, {"clip": 1.5}):
+    bad: list[dict[str, object]] = [
+        {"alpha": 0.0},
+        {"alpha": math.nan},
+        {"doc_length": -1},
+        {"doc_length": 2.5},
+        {"inner_iterations": 0},
+        {"inner_iterations": True},
+        {"clip": 0.0},
+        {"clip": 1.5},
+        {"documents_per_chunk": 0},
+        {"doc_length": 0, "max_document_length": 0},
+    ]
+    for kwargs in bad:
         with pytest.raises(ValueError):
             LdaQuery(K, **kwargs)  # type: ignore[arg-type]
+    numpy_ints = LdaQuery(np.int64(K), doc_length=np.int64(N_W), inner_iterations=np.int32(5))  # type: ignore[arg-type]
+    assert (numpy_ints.topics, numpy_ints.doc_length, numpy_ints.bound) == (K, N_W, 0.1 * N_W)
     with pytest.raises(ValueError, match="bag-of-words"):
         LdaQuery(K).clipped_sums(
             Batch(np.ones((2, V))), {"expected_log_beta": np.zeros((K, V))}, np.random.default_rng(0)

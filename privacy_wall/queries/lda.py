@@ -28,11 +28,13 @@ is meant for public data at sigma = 0 (DESIGN section 6), where L is the corpus'
 a = 1, so nothing is clipped: callers that accept a job specification refuse doc_length = 0 with
 sigma > 0 (see worker.models.lda.check_options). The wall itself never needs that rule to stay private.
 
-Speed: the whole minibatch is processed at once, in chunks of a fixed number of documents (sorted by
-their number of distinct words, so little padding is needed). A chunk's E[beta] columns are gathered once
-into a padded (documents x words x K) array that stays in cache for all inner iterations, so each
-iteration is two batched matrix-vector products, a digamma and an exp; there is no dense S x V matrix
-and no Python loop per document.
+Speed: the whole minibatch is processed at once, in chunks of documents sorted by their number of
+distinct words (so little padding is needed): a fixed number per chunk for resampled documents (whose
+width N_w is public), as many as fit a memory budget otherwise. A chunk's exp(E[log beta]) columns are
+gathered once into a padded (documents x K x words) array that stays in cache for all inner iterations,
+so each iteration is two batched matrix-vector products, a digamma and an exp; there is no dense S x V
+matrix and no Python loop per document. As for any sparse E-step, the running time grows with the
+number of distinct words in the batch; the released values do not depend on the chunking.
 
 Numerics: phi is invariant to rescaling exp(E[log beta_kv]) per word v and exp(E[log theta_dk]) per
 document d, so both are shifted to a maximum of 1 before exponentiating; a word whose normaliser still
@@ -323,6 +325,11 @@ def fit_documents(
 # The query.
 
 
+def _whole(value: object) -> bool:
+    """A whole number (Python or numpy integer), not a bool."""
+    return isinstance(value, int | np.integer) and not isinstance(value, bool)
+
+
 class LdaQuery:
     """The wall's half of VIPS-LDA (Alg. 3) for K topics.
 
@@ -347,19 +354,23 @@ class LdaQuery:
         max_document_length: int | None = None,
         documents_per_chunk: int | None = None,
     ) -> None:
-        if not isinstance(topics, int) or topics < 1:
+        if not _whole(topics) or topics < 1:
             raise ValueError("topics must be a whole number >= 1")
+        topics = int(topics)
         alpha = 1.0 / topics if alpha is None else float(alpha)
         if not (alpha > 0 and math.isfinite(alpha)):
             raise ValueError("alpha must be a finite number > 0")
-        if not isinstance(doc_length, int) or doc_length < 0:
+        if not _whole(doc_length) or doc_length < 0:
             raise ValueError("doc_length must be a whole number >= 0 (0 keeps documents as they are)")
-        if not isinstance(inner_iterations, int) or inner_iterations < 1:
+        if not _whole(inner_iterations) or inner_iterations < 1:
             raise ValueError("inner_iterations must be a whole number >= 1")
+        if documents_per_chunk is not None and (not _whole(documents_per_chunk) or documents_per_chunk < 1):
+            raise ValueError("documents_per_chunk must be a whole number >= 1")
+        doc_length, inner_iterations = int(doc_length), int(inner_iterations)
         if not (0 < clip <= 1):
             raise ValueError("clip must be in (0, 1]")
         if doc_length == 0:
-            if max_document_length is None or max_document_length < 1:
+            if max_document_length is None or not _whole(max_document_length) or max_document_length < 1:
                 raise ValueError(
                     "doc_length = 0 keeps documents as they are: give max_document_length, the public "
                     "bound every contribution is clipped to"
