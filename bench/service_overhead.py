@@ -98,6 +98,7 @@ def main() -> None:
     parser.add_argument("--long", type=int, default=50, help="iterations of the long job")
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--requests", type=int, default=50, help="GETs per client")
+    parser.add_argument("--api-workers", type=int, default=2, help="`vips serve --workers` (one per core)")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -106,7 +107,7 @@ def main() -> None:
         synthetic_csv(csv, n=N, d=D)
         raw = np.loadtxt(csv, delimiter=",", skiprows=1)
         x, y = raw[:, :D], raw[:, D]
-        with production_service(tmp_path) as service:
+        with production_service(tmp_path, api_workers=args.api_workers) as service:
             service.vips(
                 "data", "ingest", "synth", "--kind", "tabular", "--input", str(csv), "--label", "label"
             )

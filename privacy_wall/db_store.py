@@ -11,9 +11,11 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 from numpy.typing import NDArray
-from sqlalchemy import Engine, select
+from sqlalchemy import ColumnElement, Connection, Integer, any_, bindparam, select
+from sqlalchemy.dialects.postgresql import ARRAY
 
 from privacy_wall.sensitive_schema import rows, stored_datasets
+from privacy_wall.sqlengine import Bind, reading
 from privacy_wall.store import Batch, DatasetInfo
 
 #: Ids per IN (...) list: below SQLite's and PostgreSQL's bound-parameter limits.
@@ -24,8 +26,8 @@ class UnknownStoredDataset(LookupError):
     """The sensitive database holds no dataset of that name."""
 
 
-def load_info(engine: Engine, name: str) -> DatasetInfo:
-    with engine.connect() as conn:
+def load_info(bind: Bind, name: str) -> DatasetInfo:
+    with reading(bind) as conn:
         row = conn.execute(select(stored_datasets).where(stored_datasets.c.name == name)).one_or_none()
     if row is None:
         raise UnknownStoredDataset(f"no stored dataset named {name!r}")
@@ -65,15 +67,23 @@ def decode_binary(payloads: list[bytes], dimension: int) -> NDArray[np.float64]:
     return np.unpackbits(packed, axis=1, count=dimension).astype(np.float64)
 
 
+def in_ids(conn: Connection, ids: list[int]) -> ColumnElement[bool]:
+    """`row_id IN ids`: on PostgreSQL one array parameter (`= ANY(:ids)`), which plans and binds in a
+    fraction of the time of a list of S parameters."""
+    if conn.dialect.name == "postgresql":
+        return rows.c.row_id == any_(bindparam("ids", ids, type_=ARRAY(Integer)))
+    return rows.c.row_id.in_(ids)
+
+
 @dataclass
 class DatabaseStore:
     """A dataset in the sensitive database, of the kind it was ingested as (tabular, bow or binary)."""
 
-    engine: Engine
+    bind: Bind
     name: str
 
     def __post_init__(self) -> None:
-        self._info = load_info(self.engine, self.name)
+        self._info = load_info(self.bind, self.name)
         if self._info.kind not in ("tabular", "bow", "binary"):
             raise ValueError(f"dataset {self.name!r} is {self._info.kind}: no database store reads it yet")
 
@@ -98,13 +108,13 @@ class DatabaseStore:
         query = select(rows.c.payload, rows.c.label).where(rows.c.dataset == self.name)
         payloads: list[bytes] = []
         labels: list[float] = []
-        with self.engine.connect() as conn:
+        with reading(self.bind) as conn:
             if size == n:
                 chunks = [conn.execute(query)]
             else:
                 ids = np.sort(rng.choice(n, size=size, replace=False)).tolist()
                 chunks = [
-                    conn.execute(query.where(rows.c.row_id.in_(ids[i : i + ID_CHUNK])))
+                    conn.execute(query.where(in_ids(conn, ids[i : i + ID_CHUNK])))
                     for i in range(0, size, ID_CHUNK)
                 ]
             for result in chunks:

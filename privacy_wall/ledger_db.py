@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Connection, Engine, and_, func, insert, select, update
+from sqlalchemy import Connection, Engine, Executable, and_, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from privacy_wall.accounting import (
@@ -25,6 +25,7 @@ from privacy_wall.accounting import (
 )
 from privacy_wall.control_schema import budgets, charges, reservations
 from privacy_wall.ledger import BudgetExceeded, Charge, DuplicateCharge
+from privacy_wall.sqlengine import Bind, reading, run_writes, transaction
 
 
 class UnknownDataset(LookupError):
@@ -152,7 +153,7 @@ def set_budget(engine: Engine, dataset: str, epsilon: float | None, delta: float
 
 
 def budget_status(engine: Engine, dataset: str) -> BudgetStatus:
-    with engine.connect() as conn:
+    with reading(engine) as conn:
         row = conn.execute(select(budgets).where(budgets.c.dataset == dataset)).one_or_none()
         if row is None:
             raise UnknownDataset(f"dataset {dataset!r} has no budget")
@@ -162,7 +163,7 @@ def budget_status(engine: Engine, dataset: str) -> BudgetStatus:
 def quote(engine: Engine, dataset: str, event: SubsampledGaussianEvent, iterations: int) -> Quote:
     """The cost of a job of `iterations` releases of `event`, and what would remain; reserves nothing."""
     job_curve = rdp_curve(event).scaled(iterations)
-    with engine.connect() as conn:
+    with reading(engine) as conn:
         row = conn.execute(select(budgets).where(budgets.c.dataset == dataset)).one_or_none()
         if row is None:
             raise UnknownDataset(f"dataset {dataset!r} has no budget")
@@ -209,11 +210,11 @@ def refund(engine: Engine, job_id: str) -> int:
         return int(res.iterations - res.committed)
 
 
-def commit_charge(engine: Engine, charge: Charge) -> None:
+def commit_charge(bind: Bind, charge: Charge) -> None:
     """Write one iteration's charge: from the job's reservation if it has one, else admitted on its own."""
     curve = rdp_curve(charge.event)
     try:
-        with engine.begin() as conn:
+        with transaction(bind) as conn:
             # One round trip: lock the budget row and read the job's reservation beside it.
             own = and_(reservations.c.job_id == charge.job_id, reservations.c.dataset == budgets.c.dataset)
             row = conn.execute(
@@ -236,8 +237,9 @@ def commit_charge(engine: Engine, charge: Charge) -> None:
                 and row.committed < row.iterations
                 and _curve(row.per_iteration_curve) == curve
             )
+            writes: list[Executable] = []
             if covered:
-                conn.execute(
+                writes.append(
                     update(reservations)
                     .where(reservations.c.job_id == charge.job_id)
                     .values(committed=reservations.c.committed + 1)
@@ -246,7 +248,7 @@ def commit_charge(engine: Engine, charge: Charge) -> None:
                 status, after = _check(row, conn, curve)
                 if status.epsilon_budget is not None and not after <= status.epsilon_budget:
                     raise _refuse(status, after)
-            conn.execute(
+            writes.append(
                 insert(charges).values(
                     dataset=charge.dataset,
                     job_id=charge.job_id,
@@ -258,11 +260,12 @@ def commit_charge(engine: Engine, charge: Charge) -> None:
                     created_at=_now(),
                 )
             )
-            conn.execute(
+            writes.append(
                 update(budgets)
                 .where(budgets.c.dataset == charge.dataset)
                 .values(committed_curve=_json_curve(_curve(row.committed_curve) + curve), updated_at=_now())
             )
+            run_writes(conn, *writes)
     except IntegrityError as exc:
         raise DuplicateCharge(
             f"iteration {charge.iteration} (attempt {charge.attempt}) of job {charge.job_id} "
@@ -272,7 +275,7 @@ def commit_charge(engine: Engine, charge: Charge) -> None:
 
 def charged_iterations(engine: Engine, job_id: str) -> list[tuple[int, int]]:
     """(iteration, attempt) of every charge of a job, in order."""
-    with engine.connect() as conn:
+    with reading(engine) as conn:
         rows = conn.execute(
             select(charges.c.iteration, charges.c.attempt)
             .where(charges.c.job_id == job_id)
@@ -284,7 +287,7 @@ def charged_iterations(engine: Engine, job_id: str) -> list[tuple[int, int]]:
 def job_epsilon_spent(engine: Engine, job_id: str, delta: float) -> float:
     """Epsilon of the charges a job has committed so far, on their own, at the given delta."""
     total = RdpCurve.zero()
-    with engine.connect() as conn:
+    with reading(engine) as conn:
         for (curve,) in conn.execute(select(charges.c.curve).where(charges.c.job_id == job_id)):
             total = total + _curve(curve)
     return total.epsilon(delta)
@@ -292,7 +295,7 @@ def job_epsilon_spent(engine: Engine, job_id: str, delta: float) -> float:
 
 def ledger_entries(engine: Engine, dataset: str) -> list[dict[str, Any]]:
     """The audit log of a dataset: every charge with its event, in order."""
-    with engine.connect() as conn:
+    with reading(engine) as conn:
         rows = conn.execute(select(charges).where(charges.c.dataset == dataset).order_by(charges.c.id))
         return [
             {
@@ -308,15 +311,15 @@ def ledger_entries(engine: Engine, dataset: str) -> list[dict[str, Any]]:
 
 
 def count_charges(engine: Engine, dataset: str) -> int:
-    with engine.connect() as conn:
+    with reading(engine) as conn:
         return int(conn.execute(select(func.count()).where(charges.c.dataset == dataset)).scalar_one())
 
 
 @dataclass(frozen=True)
 class SqlLedger:
-    """The gate's Ledger protocol over the control database."""
+    """The gate's Ledger protocol over the control database (a job may hold one connection for it)."""
 
-    engine: Engine
+    bind: Bind
 
     def commit(self, charge: Charge) -> None:
-        commit_charge(self.engine, charge)
+        commit_charge(self.bind, charge)

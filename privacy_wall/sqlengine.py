@@ -7,9 +7,11 @@ counterpart of PostgreSQL's SELECT ... FOR UPDATE on the budget row.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, cast
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Connection, Engine, Executable, create_engine, event
 from sqlalchemy.engine import make_url
 
 SQLITE_BUSY_TIMEOUT_SECONDS = 60
@@ -37,3 +39,80 @@ def create_db_engine(url: str, **kwargs: Any) -> Engine:
         connection.exec_driver_sql("BEGIN IMMEDIATE")
 
     return engine
+
+
+#: Where a function runs its statements: an engine (a pooled connection per call) or an open connection
+#: that the caller holds across calls (a job's iterations, a request), saving a checkout and its ping.
+Bind = Engine | Connection
+
+
+@contextmanager
+def transaction(bind: Bind) -> Iterator[Connection]:
+    """A transaction committed on exit (rolled back on error), on a fresh or on the caller's connection."""
+    if isinstance(bind, Engine):
+        with bind.begin() as conn:
+            yield conn
+    else:
+        with bind.begin():
+            yield bind
+
+
+@contextmanager
+def reading(bind: Bind) -> Iterator[Connection]:
+    """A connection for reads only: a fresh one in autocommit (see `autocommit_reads`), or the caller's,
+    whose implicit transaction is ended afterwards."""
+    if isinstance(bind, Engine):
+        with bind.connect() as conn:
+            yield autocommit_reads(conn)
+        return
+    try:
+        yield bind
+    finally:
+        if bind.in_transaction():
+            bind.rollback()
+
+
+def autocommit_reads(conn: Connection) -> Connection:
+    """On PostgreSQL, let each read on this connection run without BEGIN and ROLLBACK round trips (the
+    pool restores the isolation level when the connection returns).
+
+    Only for connections that never write: an autocommit connection's `begin()` is not atomic. SQLite
+    keeps its transactions (the embedded mode is not where round trips matter).
+    """
+    if conn.dialect.name == "postgresql":
+        return conn.execution_options(isolation_level="AUTOCOMMIT")
+    return conn
+
+
+def run_writes(conn: Connection, *statements: Executable) -> None:
+    """Run INSERT/UPDATE statements in one transaction; on PostgreSQL as one statement (one round trip).
+
+    PostgreSQL runs data-modifying CTEs on one snapshot in unspecified order, so the statements must not
+    depend on each other's effects (here they always write different tables).
+    """
+    if conn.dialect.name == "postgresql" and len(statements) > 1:
+        *first, last = statements
+        ctes = [cast(Any, statement).cte(f"write_{i}") for i, statement in enumerate(first)]
+        conn.execute(cast(Any, last).add_cte(*ctes))
+        return
+    for statement in statements:
+        conn.execute(statement)
+
+
+@contextmanager
+def relaxed_connection(engine: Engine) -> Iterator[Connection]:
+    """A connection whose writes commit without waiting for their WAL flush (PostgreSQL), one statement
+    per transaction (autocommit). SQLite: an ordinary connection.
+
+    Only for writes whose loss errs on the safe side (see worker/jobs.py). The connection is detached
+    from the pool, so the setting can never leak into a pooled connection that writes charges.
+    """
+    with engine.connect() as conn:
+        if conn.dialect.name != "postgresql":
+            yield conn
+            return
+        conn.execution_options(isolation_level="AUTOCOMMIT")
+        conn.exec_driver_sql("SET synchronous_commit TO OFF")
+        conn.commit()  # ends SQLAlchemy's implicit transaction (autocommit: nothing is sent)
+        conn.detach()
+        yield conn

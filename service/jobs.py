@@ -26,10 +26,11 @@ from privacy_wall.accounting import CalibrationError, RdpCurve, SubsampledGaussi
 from privacy_wall.accounting import epsilon as job_epsilon
 from privacy_wall.control_schema import charges, datasets, reservations
 from privacy_wall.ledger import BudgetExceeded
+from privacy_wall.sqlengine import reading
 from service.auth import sees_job
 from service.keys import Principal
 from service.models import jobs, posteriors, releases
-from service.options import option_problem
+from service.options import MODEL_KINDS, option_problem, schedule_problem
 from service.queue import JobQueue
 from service.schemas import BudgetRefusal, JobCreate, JobPublic, JobQuote, ReleasePublic
 from service.settings import ServiceSettings
@@ -39,8 +40,6 @@ log = logging.getLogger(__name__)
 #: The delta of the budget row created on a public dataset's first use (no epsilon cap).
 PUBLIC_DEFAULT_DELTA = 1e-5
 TERMINAL = ("succeeded", "failed", "cancelled")
-#: The dataset kind each model fits.
-MODEL_KINDS = {"blr": "tabular", "lda": "bow", "sbn": "binary"}
 
 Loc = tuple[str | int, ...]
 
@@ -124,7 +123,7 @@ def finite(value: float | None) -> float | None:
 
 
 def load_dataset(engine: Engine, name: str) -> Row[Any] | None:
-    with engine.connect() as conn:
+    with reading(engine) as conn:
         return conn.execute(select(datasets).where(datasets.c.name == name)).one_or_none()
 
 
@@ -209,6 +208,9 @@ def plan_job(engine: Engine, spec: JobCreate, dataset: Row[Any], settings: Servi
     else:
         assert spec.sigma is not None
         sigma = spec.sigma
+    conflict = schedule_problem(spec.model, spec.options, sigma)
+    if conflict is not None:
+        raise SpecError([(("options", conflict[0]), conflict[1])])
     eps = job_epsilon(sigma, batch_size, population, spec.iterations, budget.delta) if sigma > 0 else None
     return Plan(dataset.name, batch_size, population, sigma, budget.delta, finite(eps))
 
@@ -312,7 +314,7 @@ def _fail_unsent(engine: Engine, job_id: str) -> bool:
 
 
 def get_job(engine: Engine, job_id: str) -> Row[Any] | None:
-    with engine.connect() as conn:
+    with reading(engine) as conn:
         return conn.execute(select(jobs).where(jobs.c.id == job_id)).one_or_none()
 
 
@@ -345,7 +347,7 @@ def list_jobs(
         query = query.where(jobs.c.dataset == dataset)
     if status is not None:
         query = query.where(jobs.c.status == status)
-    with engine.connect() as conn:
+    with reading(engine) as conn:
         return list(conn.execute(query).all())
 
 
@@ -364,7 +366,7 @@ def epsilon_spent(engine: Engine, deltas: dict[str, float]) -> dict[str, float]:
     ids = list(deltas)
     totals: dict[str, RdpCurve] = {}
     charge_count = select(func.count()).where(charges.c.job_id == reservations.c.job_id).scalar_subquery()
-    with engine.connect() as conn:
+    with reading(engine) as conn:
         for chunk in _chunks(ids):
             rows = conn.execute(
                 select(
@@ -454,7 +456,7 @@ def job_releases(
     )
     if limit is not None:
         query = query.limit(limit)
-    with engine.connect() as conn:
+    with reading(engine) as conn:
         rows = conn.execute(query).all()
     return [
         ReleasePublic(
@@ -470,7 +472,7 @@ def job_releases(
 def job_posterior(engine: Engine, job: Row[Any]) -> dict[str, Any]:
     if job.status != "succeeded":
         raise Conflict(f"job {job.id} is {job.status}: a posterior exists once the job has succeeded")
-    with engine.connect() as conn:
+    with reading(engine) as conn:
         document = conn.execute(select(posteriors.c.document).where(posteriors.c.job_id == job.id)).scalar()
     if document is None:
         raise NotFound(f"job {job.id} has no stored posterior")

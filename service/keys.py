@@ -14,6 +14,7 @@ from typing import Literal, get_args
 
 from sqlalchemy import Engine, insert, select, update
 
+from privacy_wall.sqlengine import reading
 from service.models import api_keys
 
 Role = Literal["admin", "custodian", "analyst", "client"]
@@ -83,7 +84,7 @@ def authenticate(engine: Engine, key: str) -> Principal | None:
     key_id = split_key(key)
     if key_id is None:
         return None
-    with engine.connect() as conn:
+    with reading(engine) as conn:
         row = conn.execute(
             select(api_keys.c.key_hash, api_keys.c.role, api_keys.c.dataset, api_keys.c.revoked).where(
                 api_keys.c.id == key_id

@@ -15,14 +15,34 @@ class OptionSpec:
     requirement: str
 
 
+def _whole(low: int, high: int) -> OptionSpec:
+    return OptionSpec(
+        lambda v: v == int(v) and low <= v <= high, f"must be a whole number in [{low}, {high}]"
+    )
+
+
 _NON_NEGATIVE = OptionSpec(lambda v: v >= 0, "must be >= 0")
 _POSITIVE = OptionSpec(lambda v: v > 0, "must be > 0")
 _UNIT_INTERVAL = OptionSpec(lambda v: 0 <= v <= 1, "must be in [0, 1]")
+_CLIP_FRACTION = OptionSpec(lambda v: 0 < v <= 1, "must be in (0, 1]")
 
+#: The dataset kind each model fits.
+MODEL_KINDS = {"blr": "tabular", "lda": "bow", "sbn": "binary"}
 #: Options every model takes (the step-size schedule rho_t = (tau0 + t)^-kappa).
 COMMON_OPTIONS: dict[str, OptionSpec] = {"tau0": _NON_NEGATIVE, "kappa": _UNIT_INTERVAL}
-#: Options of each model that runs (DESIGN section 6 lists those still to come).
-MODEL_OPTIONS: dict[str, dict[str, OptionSpec]] = {"blr": {"a0": _POSITIVE, "b0": _POSITIVE}}
+#: Options of each model (DESIGN section 6). The upper bounds keep one job's memory reasonable: LDA holds
+#: K x V topic parameters and resamples S x N_w tokens; the SBN holds J (K+1) x (K+1) covariances.
+MODEL_OPTIONS: dict[str, dict[str, OptionSpec]] = {
+    "blr": {"a0": _POSITIVE, "b0": _POSITIVE},
+    "lda": {
+        "topics": _whole(1, 1000),
+        "alpha": _POSITIVE,
+        "eta": _POSITIVE,
+        "doc_length": _whole(0, 100_000),
+        "clip": _CLIP_FRACTION,
+    },
+    "sbn": {"hidden": _whole(1, 500)},
+}
 
 
 def option_specs(model: str) -> dict[str, OptionSpec]:
@@ -37,4 +57,15 @@ def option_problem(model: str, name: str, value: float) -> str | None:
         return f"unknown option {name!r} for model {model}; valid: {', '.join(sorted(specs))}"
     if not (math.isfinite(value) and spec.check(value)):
         return f"option {name!r} {spec.requirement}"
+    return None
+
+
+def schedule_problem(model: str, options: dict[str, float], sigma: float) -> tuple[str, str] | None:
+    """(option name, why) when valid options conflict with the job's sigma, or None.
+
+    LDA's doc_length 0 keeps documents as they are; their length then bounds each contribution, and a
+    private dataset does not publish it, so it is allowed only without noise (DESIGN section 6).
+    """
+    if model == "lda" and options.get("doc_length") == 0 and sigma > 0:
+        return "doc_length", "doc_length 0 (documents kept as they are) is only allowed with sigma 0"
     return None

@@ -15,7 +15,7 @@ JobStatus = Literal["queued", "running", "succeeded", "failed", "cancelled"]
 DatasetKind = Literal["tabular", "bow", "binary"]
 
 #: Models and algorithms that run today; the others are part of the contract but answer 422.
-AVAILABLE_MODELS: tuple[str, ...] = ("blr",)
+AVAILABLE_MODELS: tuple[str, ...] = ("blr", "lda", "sbn")
 AVAILABLE_ALGORITHMS: tuple[str, ...] = ("vips",)
 
 FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]

@@ -133,8 +133,11 @@ def embedded_service(home: Path) -> Iterator[Service]:
 
 
 @contextmanager
-def production_service(tmp_path: Path, heartbeat_timeout: float = 60.0) -> Iterator[Service]:
-    """`vips serve` and `vips worker` on fresh PostgreSQL databases and a private Redis database."""
+def production_service(
+    tmp_path: Path, heartbeat_timeout: float = 60.0, api_workers: int = 1
+) -> Iterator[Service]:
+    """`vips serve` (`api_workers` processes) and `vips worker` on fresh PostgreSQL databases and a
+    private Redis database."""
     import redis
 
     require_redis()
@@ -162,7 +165,9 @@ def production_service(tmp_path: Path, heartbeat_timeout: float = 60.0) -> Itera
         port = free_port()
         service = Service(f"http://127.0.0.1:{port}", wall_env, worker_env)
         logs = [tmp_path / "api.log", tmp_path / "worker.log"]
-        service.processes["api"] = start_vips(["serve", "--port", str(port)], api_env, logs[0])
+        service.processes["api"] = start_vips(
+            ["serve", "--port", str(port), "--workers", str(api_workers)], api_env, logs[0]
+        )
         service.processes["worker"] = start_vips(["worker"], worker_env, logs[1])
         stack.callback(_stop, service.processes)
         _wait_ready(service.url, service.processes, logs)

@@ -19,11 +19,11 @@ from privacy_wall.gate import Gate
 from privacy_wall.ledger import InMemoryLedger
 from privacy_wall.queries.lda import LdaQuery
 from privacy_wall.store import InMemoryBowStore
+from service.options import schedule_problem
 from worker.datasets.synthetic_lda import SyntheticCorpus, generate_corpus, planted_topics
 from worker.models.lda import (
     LatentDirichletAllocation,
     LdaState,
-    check_options,
     completion_perplexity,
     document_topics,
     expected_log_beta,
@@ -210,11 +210,12 @@ def test_posterior_document_and_predictions() -> None:
     np.testing.assert_allclose(theta.sum(axis=1), 1.0)
 
 
-def test_check_options() -> None:
-    check_options(doc_length=0, sigma=0.0)
-    check_options(doc_length=500, sigma=1.0)
-    with pytest.raises(ValueError, match="sigma = 0"):
-        check_options(doc_length=0, sigma=0.5)
+def test_doc_length_zero_only_without_noise() -> None:
+    assert schedule_problem("lda", {"doc_length": 0}, 0.0) is None
+    assert schedule_problem("lda", {"doc_length": 500}, 1.0) is None
+    assert schedule_problem("lda", {}, 1.0) is None
+    problem = schedule_problem("lda", {"doc_length": 0}, 0.5)
+    assert problem is not None and problem[0] == "doc_length" and "sigma 0" in problem[1]
 
 
 def test_split_documents_halves() -> None:

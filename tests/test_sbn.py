@@ -26,8 +26,8 @@ from worker.models.sbn import (
     project_statistics,
     reconstruct_proba,
     reconstruction_metrics,
-    state_from_posterior,
 )
+from worker.posterior import sbn_parameters
 from worker.runner import LoopSettings, run_vips
 
 # --------------------------------------------------------------------------------------------------------
@@ -260,7 +260,8 @@ def test_posterior_document_round_trips_through_json(synthetic: Synthetic) -> No
     assert {"natural_parameters", "sufficient_statistics", "variational_parameters", "W", "b", "c"} <= set(
         document
     )
-    w, b, c = state_from_posterior(document)
+    params = sbn_parameters(document)
+    w, b, c = params.W, params.b, params.c
     assert w.shape == (VISIBLE, 3) and b.shape == (3,) and c.shape == (VISIBLE,)
     np.testing.assert_array_equal(w, state.w_mean)
     assert set(document["sufficient_statistics"]) == {"s1", "s3", "s4", "s5", "s6", "s7"}

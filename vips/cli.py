@@ -156,6 +156,12 @@ def _add_server(commands: argparse._SubParsersAction[_Parser]) -> None:
         parser.add_argument("--host", default="127.0.0.1")
         parser.add_argument("--port", type=_positive_int, default=8000)
         parser.set_defaults(handler=handler)
+    parser.add_argument(
+        "--workers",
+        type=_positive_int,
+        default=1,
+        help="API processes (about one per core serves most reads)",
+    )
     parser = commands.add_parser("worker", help="a Celery worker that runs jobs through the privacy wall")
     parser.add_argument("--concurrency", type=_positive_int, default=1, help="jobs run at once (threads)")
     parser.set_defaults(handler=server.run_worker)

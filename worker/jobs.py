@@ -16,17 +16,24 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
-from sqlalchemy import Connection, Engine, and_, func, insert, select, text, update
+from sqlalchemy import Engine, and_, func, insert, select, update
 
 from privacy_wall import ledger_db
 from privacy_wall.accounting import ACCOUNTANT_VERSION
-from privacy_wall.control_schema import budgets, charges
+from privacy_wall.control_schema import budgets, charges, datasets
 from privacy_wall.db_store import DatabaseStore
 from privacy_wall.gate import Gate, Release
 from privacy_wall.queries.base import Array, Query
-from privacy_wall.queries.blr import LogisticRegressionQuery
+from privacy_wall.sqlengine import (
+    Bind,
+    autocommit_reads,
+    reading,
+    relaxed_connection,
+    run_writes,
+    transaction,
+)
 from service.models import jobs, posteriors, releases
-from worker.models.blr import BayesianLogisticRegression
+from worker.models.registry import model_setup, public_schema_extra
 from worker.posterior import Privacy, build_posterior
 from worker.runner import LoopSettings, run_vips
 
@@ -44,11 +51,19 @@ class JobCancelled(Exception):
 
 
 class StoredReleases:
-    """The Releaser the loop sees: stored releases of (job, t) are reused, new ones go through the gate."""
+    """The Releaser the loop sees: stored releases of (job, t) are reused, new ones go through the gate.
 
-    def __init__(self, gate: Gate, control: Engine, job_id: str) -> None:
+    A job holds its control-database connections for all its iterations: `reads` (autocommit on
+    PostgreSQL: one round trip per read) and `relaxed`, whose writes commit without waiting for their
+    WAL flush. That is safe for stored releases alone: a release lost in a database crash is paid again
+    by the retry, because its charge was committed durably (on the gate's ledger connection) before the
+    gate computed it; WAL losses are a suffix, so a lost release never outlives its charge.
+    """
+
+    def __init__(self, gate: Gate, reads: Bind, relaxed: Bind, job_id: str) -> None:
         self._gate = gate
-        self._control = control
+        self._reads = reads
+        self._relaxed = relaxed
         self._job_id = job_id
 
     def release(
@@ -67,7 +82,7 @@ class StoredReleases:
             .scalar_subquery()
         )
         stored_release = and_(releases.c.job_id == jobs.c.id, releases.c.iteration == iteration)
-        with self._control.connect() as conn:  # one round trip: stored release, cancel flag, attempts
+        with reading(self._reads) as conn:  # one query: stored release, cancel flag, attempts
             state = conn.execute(
                 select(
                     jobs.c.cancel_requested,
@@ -100,32 +115,19 @@ class StoredReleases:
             batch_size=batch_size,
             attempt=int(state.attempts),
         )
-        with self._control.begin() as conn:
-            relax_durability(conn)
-            conn.execute(
+        with transaction(self._relaxed) as conn:
+            run_writes(
+                conn,
                 insert(releases).values(
                     job_id=job_id,
                     iteration=iteration,
                     statistics={k: v.tolist() for k, v in release.statistics.items()},
                     noise_std=release.noise_std,
                     created_at=_now(),
-                )
-            )
-            conn.execute(
-                update(jobs).where(jobs.c.id == job_id).values(iteration=iteration, heartbeat_at=_now())
+                ),
+                update(jobs).where(jobs.c.id == job_id).values(iteration=iteration, heartbeat_at=_now()),
             )
         return release
-
-
-def relax_durability(conn: Connection) -> None:
-    """Let this transaction commit without waiting for its WAL flush (PostgreSQL; SQLite is unaffected).
-
-    Only for writes whose loss errs on the safe side: a stored release lost in a database crash is paid
-    again by the retry, because its charge was committed durably before the gate computed it. (Losses are
-    a suffix of the WAL, so a lost release never outlives its charge.) Saves one disk flush per iteration.
-    """
-    if conn.dialect.name == "postgresql":
-        conn.execute(text("SET LOCAL synchronous_commit TO OFF"))
 
 
 @contextmanager
@@ -195,26 +197,34 @@ def execute_job(job_id: str, control: Engine, sensitive: Engine, *, heartbeat_ti
 
 
 def _run(job: Any, control: Engine, sensitive: Engine) -> dict[str, Any]:
-    if job.model != "blr" or job.algorithm != "vips":
-        raise ValueError(f"model {job.model} with algorithm {job.algorithm} is not available")
+    if job.algorithm != "vips":
+        raise ValueError(f"algorithm {job.algorithm} is not available")
     options = dict(job.options)
-    store = DatabaseStore(sensitive, job.dataset)
-    gate = Gate(store, ledger_db.SqlLedger(control))
-    model = BayesianLogisticRegression(a0=options.get("a0", 1.0), b0=options.get("b0", 1.0))
-    settings = LoopSettings(
-        job.iterations, job.batch_size, job.sigma, options.get("tau0", 0.0), options.get("kappa", 1.0)
-    )
-    result = run_vips(
-        StoredReleases(gate, control, job.id),
-        LogisticRegressionQuery(),
-        model,
-        settings,
-        job_id=job.id,
-        dimension=store.info.dimension,
-        population=store.info.population,
-    )
-    with control.connect() as conn:
+    setup = model_setup(job.model, options, sigma=job.sigma)
+    # One connection of each kind for the whole job: no pool checkout (and its ping) per iteration.
+    with (
+        control.connect() as reads,
+        control.connect() as writes,
+        relaxed_connection(control) as relaxed,
+        sensitive.connect() as rows,
+    ):
+        store = DatabaseStore(autocommit_reads(rows), job.dataset)
+        gate = Gate(store, ledger_db.SqlLedger(writes))
+        settings = LoopSettings(
+            job.iterations, job.batch_size, job.sigma, options.get("tau0", 0.0), options.get("kappa", 1.0)
+        )
+        result = run_vips(
+            StoredReleases(gate, autocommit_reads(reads), relaxed, job.id),
+            setup.query,
+            setup.model,
+            settings,
+            job_id=job.id,
+            dimension=store.info.dimension,
+            population=store.info.population,
+        )
+    with reading(control) as conn:
         delta = conn.execute(select(budgets.c.delta).where(budgets.c.dataset == job.dataset)).scalar_one()
+        schema = conn.execute(select(datasets.c.schema).where(datasets.c.name == job.dataset)).scalar_one()
     return build_posterior(
         model=job.model,
         algorithm=job.algorithm,
@@ -229,7 +239,8 @@ def _run(job: Any, control: Engine, sensitive: Engine) -> dict[str, Any]:
             population=store.info.population,
             accountant=ACCOUNTANT_VERSION,
         ),
-        parameters=model.posterior(result.state),
+        parameters=setup.model.posterior(result.state),
+        extra=public_schema_extra(job.model, schema),
     )
 
 

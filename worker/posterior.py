@@ -2,7 +2,8 @@
 
 {"model", "algorithm", "dataset", "job_id", "privacy": {"epsilon", "delta", "sigma", "iterations",
 "batch_size", "sampling", "accountant"}, "natural_parameters", "sufficient_statistics",
-"variational_parameters", plus what prediction needs (BLR: "mean", "covariance").}
+"variational_parameters", plus what prediction needs (BLR: "mean", "covariance"; LDA: "lambda",
+"vocabulary"; SBN: "W", "b", "c" and the column names).}
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import numpy as np
 from worker.models.base import Array
 
 FORMAT_VERSION = 1
-MODELS = ("blr",)
+MODELS = ("blr", "lda", "sbn")
 ALGORITHMS = ("vips",)
 
 
@@ -116,3 +117,64 @@ def blr_parameters(document: dict[str, Any]) -> tuple[Array, Array]:
             "blr posterior: 'mean' must be a vector and 'covariance' a matching square matrix"
         )
     return mean, covariance
+
+
+def _matrix(document: dict[str, Any], key: str, model: str, ndim: int) -> Array:
+    try:
+        value = np.asarray(document[key], dtype=np.float64)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise PosteriorError(f"a {model} posterior needs a numeric {key!r}") from exc
+    if value.ndim != ndim or 0 in value.shape or not np.isfinite(value).all():
+        raise PosteriorError(f"{model} posterior: {key!r} must be a finite non-empty {ndim}-d array")
+    return value
+
+
+def _names(document: dict[str, Any], key: str, count: int, model: str) -> tuple[str, ...] | None:
+    names = document.get(key)
+    if names is None:
+        return None
+    if not isinstance(names, list) or len(names) != count or not all(isinstance(n, str) for n in names):
+        raise PosteriorError(f"{model} posterior: {key!r} must be a list of {count} strings")
+    return tuple(names)
+
+
+@dataclass(frozen=True)
+class LdaPosterior:
+    """q(beta) = prod_k Dirichlet(lam_k), the document-topic prior alpha and the vocabulary (if any)."""
+
+    lam: Array
+    alpha: float
+    vocabulary: tuple[str, ...] | None
+
+
+def lda_parameters(document: dict[str, Any]) -> LdaPosterior:
+    lam = _matrix(document, "lambda", "lda", 2)
+    if (lam <= 0).any():
+        raise PosteriorError("lda posterior: 'lambda' must be positive")
+    try:
+        alpha = float(document["variational_parameters"]["alpha"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise PosteriorError("an lda posterior needs variational_parameters.alpha") from exc
+    if not (alpha > 0 and math.isfinite(alpha)):
+        raise PosteriorError("lda posterior: alpha must be a finite number > 0")
+    return LdaPosterior(lam, alpha, _names(document, "vocabulary", lam.shape[1], "lda"))
+
+
+@dataclass(frozen=True)
+class SbnPosterior:
+    """Posterior means of the SBN's weights W (J x K), hidden biases b (K) and visible biases c (J)."""
+
+    W: Array
+    b: Array
+    c: Array
+    columns: tuple[str, ...] | None
+
+
+def sbn_parameters(document: dict[str, Any]) -> SbnPosterior:
+    W = _matrix(document, "W", "sbn", 2)
+    b = _matrix(document, "b", "sbn", 1)
+    c = _matrix(document, "c", "sbn", 1)
+    visible, hidden = W.shape
+    if b.shape != (hidden,) or c.shape != (visible,):
+        raise PosteriorError("sbn posterior: W is J x K, b has K entries and c has J")
+    return SbnPosterior(W, b, c, _names(document, "columns", visible, "sbn"))

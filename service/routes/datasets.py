@@ -9,6 +9,7 @@ from sqlalchemy import Engine, Row, select
 
 from privacy_wall import ledger_db
 from privacy_wall.control_schema import datasets
+from privacy_wall.sqlengine import reading
 from service.auth import AUTH_RESPONSES, CurrentKey, owns_dataset, sees_dataset
 from service.deps import EngineDep
 from service.jobs import NotFound, aware, budget_or_none, load_dataset
@@ -53,7 +54,7 @@ def _public(engine: Engine, row: Row[Any]) -> dict[str, Any]:
 @router.get("", response_model=list[DatasetPublic])
 def list_datasets(engine: EngineDep, principal: CurrentKey) -> list[DatasetPublic]:
     """The datasets this key may see (custodians: their own; scoped clients: their one)."""
-    with engine.connect() as conn:
+    with reading(engine) as conn:
         rows = conn.execute(select(datasets).order_by(datasets.c.name)).all()
     return [DatasetPublic(**_public(engine, row)) for row in rows if sees_dataset(principal, row)]
 

@@ -39,12 +39,18 @@ def run_migrate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _serve(settings: ServiceSettings, host: str, port: int) -> None:
+def _serve(settings: ServiceSettings, host: str, port: int, workers: int = 1) -> None:
+    """uvicorn on the app; several worker processes build their apps from the same environment."""
     import uvicorn
 
     from service.app import create_app
 
-    uvicorn.run(create_app(settings), host=host, port=port, log_level="warning")
+    if workers == 1:
+        uvicorn.run(create_app(settings), host=host, port=port, log_level="warning")
+        return
+    uvicorn.run(
+        "service.app:create_app", factory=True, host=host, port=port, workers=workers, log_level="warning"
+    )
 
 
 def run_serve(args: argparse.Namespace) -> int:
@@ -52,7 +58,7 @@ def run_serve(args: argparse.Namespace) -> int:
     if settings.control_database_url is None:
         settings.home.mkdir(parents=True, exist_ok=True)
         upgrade("control", settings.control_url())
-    _serve(settings, args.host, args.port)
+    _serve(settings, args.host, args.port, args.workers)
     return 0
 
 

@@ -57,19 +57,6 @@ def top_words(lam: Array, count: int = 10) -> list[list[int]]:
     return [[int(v) for v in row] for row in order]
 
 
-def check_options(*, doc_length: int, sigma: float) -> None:
-    """Refuse doc_length = 0 (documents kept as they are) on a noisy fit.
-
-    Without resampling the per-document bound is the longest document's length, which a private dataset
-    does not publish; the wall then clips to a declared max_document_length, which keeps the release
-    private but biases long documents. DESIGN section 6 allows it at sigma = 0 only.
-    """
-    if doc_length < 0:
-        raise ValueError("doc_length must be >= 0")
-    if doc_length == 0 and sigma > 0:
-        raise ValueError("doc_length = 0 (documents kept as they are) is only allowed with sigma = 0")
-
-
 @dataclass(frozen=True)
 class LatentDirichletAllocation:
     """VIPS-LDA's public half with K topics, priors alpha (on theta) and eta (on beta).

@@ -304,12 +304,3 @@ def pixel_mean_metrics(train: Array, test: Array) -> dict[str, float]:
         "pixel_accuracy": float(np.mean((logits > 0) == (test > 0.5))),
         "nll": float(np.mean(bernoulli_nll(test, np.broadcast_to(logits, test.shape)))),
     }
-
-
-def state_from_posterior(posterior: dict[str, Any]) -> tuple[Array, Array, Array]:
-    """(W, b, c) as arrays from a posterior document."""
-    return (
-        np.asarray(posterior["W"], dtype=np.float64),
-        np.asarray(posterior["b"], dtype=np.float64),
-        np.asarray(posterior["c"], dtype=np.float64),
-    )

@@ -1,0 +1,86 @@
+"""Which public half and which wall query each model runs, built from a job's options (DESIGN section 6).
+
+One place maps a model name and its options to (VipsModel, Query), for the worker's jobs, the in-process
+estimators and `vips fit --local` alike. Options arrive validated by service.options; defaults are the
+papers' (LDA: K = 10, N_w = 500, a = 0.1; SBN: K = 50 hidden units).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from privacy_wall.queries.base import Query
+from privacy_wall.queries.blr import LogisticRegressionQuery
+from privacy_wall.queries.lda import LdaQuery
+from privacy_wall.store import MAX_COUNT
+from service.options import MODEL_KINDS, option_problem, schedule_problem
+from worker.models.base import VipsModel
+from worker.models.blr import BayesianLogisticRegression
+from worker.models.lda import LatentDirichletAllocation
+from worker.models.sbn import DEFAULT_HIDDEN, SigmoidBeliefNetwork
+
+LDA_DEFAULTS = {"topics": 10, "doc_length": 500, "clip": 0.1}
+#: doc_length 0 (sigma 0 only, so no noise is calibrated to it): documents are kept as they are. The
+#: query still declares a bound to clip to; this one is far above any real document's length.
+UNCLIPPED_DOCUMENT_LENGTH = MAX_COUNT * 10_000
+
+
+class ModelOptionError(ValueError):
+    """Options that are not valid for the model (the message names the option)."""
+
+
+@dataclass(frozen=True)
+class ModelSetup:
+    """The public half (M-step, posterior) and the wall's query (E-step) of one job."""
+
+    model: VipsModel[Any]
+    query: Query
+
+
+def check_model_options(model: str, options: dict[str, float], sigma: float) -> None:
+    """Raise ModelOptionError naming the first invalid option (the API checks the same rules first)."""
+    if model not in MODEL_KINDS:
+        raise ModelOptionError(f"unknown model {model!r}; expected one of {', '.join(MODEL_KINDS)}")
+    for name, value in options.items():
+        problem = option_problem(model, name, float(value))
+        if problem is not None:
+            raise ModelOptionError(problem)
+    conflict = schedule_problem(model, options, sigma)
+    if conflict is not None:
+        raise ModelOptionError(conflict[1])
+
+
+def model_setup(model: str, options: dict[str, float], *, sigma: float) -> ModelSetup:
+    """The model and query a job of `model` with `options` runs (step-size options tau0, kappa are the
+    loop's, not the model's)."""
+    check_model_options(model, options, sigma)
+    if model == "blr":
+        return ModelSetup(
+            BayesianLogisticRegression(a0=options.get("a0", 1.0), b0=options.get("b0", 1.0)),
+            LogisticRegressionQuery(),
+        )
+    if model == "lda":
+        topics = int(options.get("topics", LDA_DEFAULTS["topics"]))
+        lda = LatentDirichletAllocation(topics=topics, alpha=options.get("alpha"), eta=options.get("eta"))
+        doc_length = int(options.get("doc_length", LDA_DEFAULTS["doc_length"]))
+        query = LdaQuery(
+            topics,
+            alpha=lda.doc_topic_prior,
+            doc_length=doc_length,
+            clip=float(options.get("clip", LDA_DEFAULTS["clip"])),
+            max_document_length=UNCLIPPED_DOCUMENT_LENGTH if doc_length == 0 else None,
+        )
+        return ModelSetup(lda, query)
+    sbn = SigmoidBeliefNetwork(hidden=int(options.get("hidden", DEFAULT_HIDDEN)))
+    return ModelSetup(sbn, sbn.query())
+
+
+def public_schema_extra(model: str, schema: dict[str, Any]) -> dict[str, Any]:
+    """What a posterior carries from the dataset's public schema so that clients can use it on their own
+    files: LDA the vocabulary (word ids -> words), SBN the column names (DESIGN section 6)."""
+    if model == "lda" and "vocabulary" in schema:
+        return {"vocabulary": list(schema["vocabulary"])}
+    if model == "sbn" and "columns" in schema:
+        return {"columns": list(schema["columns"])}
+    return {}
