@@ -378,6 +378,10 @@ def test_unknown_dataset_is_404(api: Api) -> None:
     assert api.call("GET", "/v1/datasets/nosuch", "analyst").status_code == 404
 
 
+LDA_TOPICS = ["body", "options", "topics"]
+LDA_DOC_LENGTH = ["body", "options", "doc_length"]
+
+
 @pytest.mark.parametrize(
     ("spec", "field", "words"),
     [
@@ -397,8 +401,17 @@ def test_unknown_dataset_is_404(api: Api) -> None:
         ({"options": {"a0": 0}}, ["body", "options", "a0"], "> 0"),
         ({"options": {"a0": "x"}}, ["body", "options", "a0"], "number"),
         ({"model": "foo"}, ["body", "model"], "'blr'"),
-        ({"model": "lda"}, ["body", "model"], "not available yet"),
-        ({"model": "sbn"}, ["body", "model"], "not available yet"),
+        ({"model": "lda"}, ["body", "model"], "needs a bow dataset"),
+        ({"model": "sbn"}, ["body", "model"], "needs a binary dataset"),
+        ({"model": "lda", "dataset": "docs", "options": {"topics": 2.5}}, LDA_TOPICS, "whole number"),
+        ({"model": "lda", "dataset": "docs", "options": {"topics": 0}}, LDA_TOPICS, "[1, 1000]"),
+        ({"model": "lda", "dataset": "docs", "options": {"clip": 0}}, ["body", "options", "clip"], "(0, 1]"),
+        ({"model": "lda", "dataset": "docs", "options": {"doc_length": 0}}, LDA_DOC_LENGTH, "sigma 0"),
+        (
+            {"model": "lda", "dataset": "docs", "options": {"hidden": 5}},
+            ["body", "options", "hidden"],
+            "unknown",
+        ),
         ({"algorithm": "dpvi"}, ["body", "algorithm"], "not available yet"),
         ({"dataset": "docs"}, ["body", "model"], "tabular"),
         ({"seed": 3}, ["body", "seed"], "not permitted"),

@@ -121,25 +121,39 @@ def _add_fit(commands: argparse._SubParsersAction[_Parser]) -> None:
         "--option",
         action="append",
         metavar="KEY=VALUE",
-        help="model option: tau0, kappa for all models; a0, b0 for blr (repeatable)",
+        help="model option: tau0, kappa for all models; a0, b0 for blr; topics, alpha, eta, doc_length, "
+        "clip for lda; hidden for sbn (repeatable)",
     )
     parser.add_argument("-o", "--output", metavar="posterior.json", help="write the posterior here")
     parser.set_defaults(handler=fit.run)
 
 
 def _add_predict_evaluate(commands: argparse._SubParsersAction[_Parser]) -> None:
-    parser = commands.add_parser("predict", help="predict with a posterior (BLR: column p = P(y=1))")
+    parser = commands.add_parser(
+        "predict",
+        help="predict with a posterior (BLR: column p = P(y=1); LDA: topic proportions; SBN: "
+        "reconstruction probabilities)",
+    )
     parser.add_argument("--posterior", metavar="P", required=True)
-    parser.add_argument("--input", metavar="FILE", required=True, help="numeric CSV with a header")
-    parser.add_argument("--label", metavar="COLUMN", help="a column of the input to drop (not a feature)")
+    parser.add_argument(
+        "--input", metavar="FILE", required=True, help="BLR: numeric CSV; LDA: UCI docword; SBN: 0/1 CSV"
+    )
+    parser.add_argument(
+        "--label", metavar="COLUMN", help="BLR: a column of the input to drop (not a feature)"
+    )
+    parser.add_argument("--vocab", metavar="FILE", help="LDA: the input's vocabulary, one word per line")
     parser.add_argument("-o", "--output", metavar="predictions.csv", help="default: stdout")
     parser.set_defaults(handler=predict.run_predict)
 
-    parser = commands.add_parser("evaluate", help="metrics of a posterior on labelled data (one JSON line)")
+    parser = commands.add_parser("evaluate", help="metrics of a posterior on held-out data (one JSON line)")
     parser.add_argument("--posterior", metavar="P", required=True)
-    parser.add_argument("--input", metavar="FILE", required=True, help="numeric CSV with a header")
-    parser.add_argument("--label", metavar="COLUMN", help=f"label column (default {predict.DEFAULT_LABEL})")
-    parser.add_argument("--vocab", metavar="FILE", help="vocabulary (LDA posteriors)")
+    parser.add_argument(
+        "--input", metavar="FILE", required=True, help="BLR: labelled CSV; LDA: UCI docword; SBN: 0/1 CSV"
+    )
+    parser.add_argument(
+        "--label", metavar="COLUMN", help=f"BLR label column (default {predict.DEFAULT_LABEL})"
+    )
+    parser.add_argument("--vocab", metavar="FILE", help="LDA: the input's vocabulary, one word per line")
     parser.set_defaults(handler=predict.run_evaluate)
 
 

@@ -1,38 +1,142 @@
-"""In-process entry point for researchers: a scikit-learn style estimator over the same gate and accountant.
+"""In-process entry point for researchers: scikit-learn style estimators over the same gate and accountant.
 
     model = VIPSLogisticRegression(epsilon=1.0, delta=1e-5, iterations=5).fit(X, y)
     model.predict_proba(X_test)[:, 1], model.epsilon_, model.posterior_
+    lda = VIPSLatentDirichletAllocation(topics=20, sigma=1.24, batch_size=2000).fit(counts)   # CSR D x V
+    sbn = VIPSSigmoidBeliefNetwork(hidden=20, epsilon=2.0, batch_size=400).fit(images)      # 0/1 rows
 
-Rows must already have L2 norm <= 1 and labels in {0, 1} (the wall checks, it does not rescale).
-sigma = 0 is a non-private fit (epsilon infinite) and is the only kind that accepts random_state: private
-releases always draw sampling and noise from the OS's CSPRNG.
+The wall checks the bounds its sensitivities assume (it does not rescale): BLR rows of L2 norm <= 1 and
+labels in {0, 1}; LDA whole non-negative counts; SBN 0/1 values. sigma = 0 is a non-private fit (epsilon
+infinite) and is the only kind that accepts random_state: private releases always draw sampling and noise
+from the OS's CSPRNG.
 """
 
 from __future__ import annotations
 
 import math
 import uuid
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
+import scipy.sparse as sp
 from numpy.typing import ArrayLike
 
 from privacy_wall.accounting import ACCOUNTANT_VERSION, SubsampledGaussianEvent, calibrate_sigma, epsilon
 from privacy_wall.gate import Gate, PrivacyError
 from privacy_wall.ledger import InMemoryLedger
-from privacy_wall.queries.blr import LogisticRegressionQuery
-from privacy_wall.store import InMemoryTabularStore
+from privacy_wall.store import InMemoryBinaryStore, InMemoryBowStore, InMemoryTabularStore, RowStore
 from worker.models.base import Array
-from worker.models.blr import BayesianLogisticRegression, BlrState, predict_proba
-from worker.posterior import Privacy, blr_parameters, build_posterior
+from worker.models.blr import predict_proba
+from worker.models.lda import completion_perplexity, document_topics, perplexity_bound, split_documents
+from worker.models.registry import model_setup
+from worker.models.sbn import reconstruct_proba, reconstruction_metrics
+from worker.posterior import Privacy, blr_parameters, build_posterior, lda_parameters, sbn_parameters
 from worker.runner import LoopSettings, run_vips
 
 
-class VIPSLogisticRegression:
-    """Private Bayesian logistic regression by VIPS (Park et al. 2020, Alg. 5).
+class VipsEstimator:
+    """What every VIPS estimator shares: the privacy schedule, the loop over the gate, the posterior.
 
-    Give either epsilon (sigma is calibrated for it) or sigma. batch_size None means S = N (batch mode).
+    Give either epsilon (sigma is calibrated for it at delta) or sigma. batch_size None means S = N.
+    Subclasses name their model and list their model options (DESIGN section 6).
     """
+
+    model_name: ClassVar[str]
+    option_names: ClassVar[tuple[str, ...]]
+
+    def __init__(
+        self,
+        *,
+        epsilon: float | None,
+        delta: float,
+        sigma: float | None,
+        batch_size: int | None,
+        iterations: int,
+        tau0: float,
+        kappa: float,
+        random_state: int | None,
+    ) -> None:
+        self.epsilon = epsilon
+        self.delta = delta
+        self.sigma = sigma
+        self.batch_size = batch_size
+        self.iterations = iterations
+        self.tau0 = tau0
+        self.kappa = kappa
+        self.random_state = random_state
+
+    def model_options(self) -> dict[str, float]:
+        """The model's options that are set (None means the model's default)."""
+        values = {name: getattr(self, name) for name in self.option_names}
+        return {name: float(value) for name, value in values.items() if value is not None}
+
+    def _resolve_sigma(self, batch_size: int, population: int) -> float:
+        if (self.epsilon is None) == (self.sigma is None):
+            raise ValueError("give exactly one of epsilon and sigma")
+        if self.sigma is not None:
+            if not self.sigma >= 0:
+                raise ValueError("sigma must be >= 0")
+            return float(self.sigma)
+        assert self.epsilon is not None
+        return calibrate_sigma(self.epsilon, batch_size, population, self.iterations, self.delta)
+
+    def _fit_store(self, make_store: Any, population: int, dataset: str) -> dict[str, Any]:
+        """Run the loop on the store `make_store(public)` builds; set the fitted attributes and return
+        the posterior document."""
+        batch_size = population if self.batch_size is None else int(self.batch_size)
+        sigma = self._resolve_sigma(batch_size, max(population, 1))
+        settings = LoopSettings(self.iterations, batch_size, sigma, self.tau0, self.kappa)
+        public = sigma == 0
+        if self.random_state is not None and not public:
+            raise PrivacyError(
+                "random_state is only accepted with sigma = 0: private releases cannot be seeded"
+            )
+        setup = model_setup(self.model_name, self.model_options(), sigma=sigma)
+        store: RowStore = make_store(public)
+        ledger = InMemoryLedger(delta=self.delta, epsilon_budget=self.epsilon)
+        gate = Gate(store, ledger, seed=self.random_state)
+        job_id = uuid.uuid4().hex
+        ledger.reserve(job_id, SubsampledGaussianEvent(sigma, batch_size, population), self.iterations)
+        try:
+            result = run_vips(
+                gate,
+                setup.query,
+                setup.model,
+                settings,
+                job_id=job_id,
+                dimension=store.info.dimension,
+                population=population,
+            )
+        finally:
+            ledger.refund(job_id)
+        self.state_ = result.state
+        self.sigma_ = sigma
+        self.epsilon_ = ledger.epsilon_spent() if sigma > 0 else math.inf
+        self.delta_ = self.delta
+        self.posterior_: dict[str, Any] = build_posterior(
+            model=self.model_name,
+            algorithm="vips",
+            dataset=dataset,
+            job_id=job_id,
+            privacy=Privacy(
+                epsilon=self.epsilon_,
+                delta=self.delta,
+                sigma=sigma,
+                iterations=self.iterations,
+                batch_size=batch_size,
+                population=population,
+                accountant=ACCOUNTANT_VERSION,
+            ),
+            parameters=setup.model.posterior(result.state),
+        )
+        return self.posterior_
+
+
+class VIPSLogisticRegression(VipsEstimator):
+    """Private Bayesian logistic regression by VIPS (Park et al. 2020, Alg. 5)."""
+
+    model_name = "blr"
+    option_names = ("a0", "b0")
 
     def __init__(
         self,
@@ -48,79 +152,27 @@ class VIPSLogisticRegression:
         b0: float = 1.0,
         random_state: int | None = None,
     ) -> None:
-        self.epsilon = epsilon
-        self.delta = delta
-        self.sigma = sigma
-        self.batch_size = batch_size
-        self.iterations = iterations
-        self.tau0 = tau0
-        self.kappa = kappa
+        super().__init__(
+            epsilon=epsilon,
+            delta=delta,
+            sigma=sigma,
+            batch_size=batch_size,
+            iterations=iterations,
+            tau0=tau0,
+            kappa=kappa,
+            random_state=random_state,
+        )
         self.a0 = a0
         self.b0 = b0
-        self.random_state = random_state
-
-    def _resolve_sigma(self, batch_size: int, population: int) -> float:
-        if (self.epsilon is None) == (self.sigma is None):
-            raise ValueError("give exactly one of epsilon and sigma")
-        if self.sigma is not None:
-            if not self.sigma >= 0:
-                raise ValueError("sigma must be >= 0")
-            return float(self.sigma)
-        assert self.epsilon is not None
-        return calibrate_sigma(self.epsilon, batch_size, population, self.iterations, self.delta)
 
     def fit(self, X: ArrayLike, y: ArrayLike, *, dataset: str = "local") -> VIPSLogisticRegression:
         features = np.asarray(X, dtype=np.float64)
         labels = np.asarray(y, dtype=np.float64)
         population = int(features.shape[0]) if features.ndim == 2 else 0
-        batch_size = population if self.batch_size is None else int(self.batch_size)
-        sigma = self._resolve_sigma(batch_size, max(population, 1))
-        settings = LoopSettings(self.iterations, batch_size, sigma, self.tau0, self.kappa)
-        public = sigma == 0
-        if self.random_state is not None and not public:
-            raise PrivacyError(
-                "random_state is only accepted with sigma = 0: private releases cannot be seeded"
-            )
-        store = InMemoryTabularStore(dataset, features, labels, public=public)
-        ledger = InMemoryLedger(delta=self.delta, epsilon_budget=self.epsilon)
-        gate = Gate(store, ledger, seed=self.random_state)
-        job_id = uuid.uuid4().hex
-        ledger.reserve(job_id, SubsampledGaussianEvent(sigma, batch_size, population), self.iterations)
-        model = BayesianLogisticRegression(self.a0, self.b0)
-        try:
-            result = run_vips(
-                gate,
-                LogisticRegressionQuery(),
-                model,
-                settings,
-                job_id=job_id,
-                dimension=store.info.dimension,
-                population=population,
-            )
-        finally:
-            ledger.refund(job_id)
-        self.state_: BlrState = result.state
-        self.sigma_ = sigma
-        self.epsilon_ = ledger.epsilon_spent() if sigma > 0 else math.inf
-        self.delta_ = self.delta
-        self.coef_ = result.state.mean
-        self.covariance_ = result.state.covariance
-        self.posterior_: dict[str, Any] = build_posterior(
-            model="blr",
-            algorithm="vips",
-            dataset=dataset,
-            job_id=job_id,
-            privacy=Privacy(
-                epsilon=self.epsilon_,
-                delta=self.delta,
-                sigma=sigma,
-                iterations=self.iterations,
-                batch_size=batch_size,
-                population=population,
-                accountant=ACCOUNTANT_VERSION,
-            ),
-            parameters=model.posterior(result.state),
+        self._fit_store(
+            lambda public: InMemoryTabularStore(dataset, features, labels, public=public), population, dataset
         )
+        self.coef_, self.covariance_ = blr_parameters(self.posterior_)
         return self
 
     def predict_proba(self, X: ArrayLike) -> Array:
@@ -131,6 +183,121 @@ class VIPSLogisticRegression:
 
     def predict(self, X: ArrayLike) -> Array:
         return (self.predict_proba(X)[:, 1] >= 0.5).astype(np.float64)
+
+
+class VIPSLatentDirichletAllocation(VipsEstimator):
+    """Private LDA by VIPS (Park et al. 2020, Alg. 3) on a documents x words count matrix (anything
+    scipy.sparse.csr_array accepts).
+
+    doc_length N_w: documents are resampled to N_w tokens inside the wall (0 keeps them: sigma 0 only);
+    clip a: each document's contribution is clipped to a N_w.
+    """
+
+    model_name = "lda"
+    option_names = ("topics", "alpha", "eta", "doc_length", "clip")
+
+    def __init__(
+        self,
+        *,
+        topics: int = 10,
+        alpha: float | None = None,
+        eta: float | None = None,
+        doc_length: int = 500,
+        clip: float = 0.1,
+        epsilon: float | None = None,
+        delta: float = 1e-5,
+        sigma: float | None = None,
+        batch_size: int | None = None,
+        iterations: int = 10,
+        tau0: float = 0.0,
+        kappa: float = 1.0,
+        random_state: int | None = None,
+    ) -> None:
+        super().__init__(
+            epsilon=epsilon,
+            delta=delta,
+            sigma=sigma,
+            batch_size=batch_size,
+            iterations=iterations,
+            tau0=tau0,
+            kappa=kappa,
+            random_state=random_state,
+        )
+        self.topics = topics
+        self.alpha = alpha
+        self.eta = eta
+        self.doc_length = doc_length
+        self.clip = clip
+
+    def fit(self, counts: Any, *, dataset: str = "local") -> VIPSLatentDirichletAllocation:
+        matrix = sp.csr_array(counts)
+        population = int(matrix.shape[0])
+        self._fit_store(lambda public: InMemoryBowStore(dataset, matrix, public=public), population, dataset)
+        fitted = lda_parameters(self.posterior_)
+        self.components_, self.doc_topic_prior_ = fitted.lam, fitted.alpha
+        return self
+
+    def transform(self, counts: Any) -> Array:
+        """Topic proportions E[theta_d] of each document (rows sum to 1)."""
+        return document_topics(self.components_, sp.csr_array(counts), self.doc_topic_prior_)
+
+    def perplexity(self, counts: Any, *, seed: int = 0) -> dict[str, float]:
+        """Held-out perplexity: document completion (half of each document's tokens fit its topic
+        proportions, the other half is scored) and the paper's bound on all tokens."""
+        matrix = sp.csr_array(counts)
+        observed, held_out = split_documents(matrix, seed=seed)
+        return {
+            "perplexity": completion_perplexity(self.components_, observed, held_out, self.doc_topic_prior_),
+            "perplexity_bound": perplexity_bound(self.components_, matrix, self.doc_topic_prior_),
+        }
+
+
+class VIPSSigmoidBeliefNetwork(VipsEstimator):
+    """Private sigmoid belief network by VIPS (Park et al. 2020, Alg. 6) on 0/1 rows."""
+
+    model_name = "sbn"
+    option_names = ("hidden",)
+
+    def __init__(
+        self,
+        *,
+        hidden: int = 50,
+        epsilon: float | None = None,
+        delta: float = 1e-5,
+        sigma: float | None = None,
+        batch_size: int | None = None,
+        iterations: int = 10,
+        tau0: float = 0.0,
+        kappa: float = 1.0,
+        random_state: int | None = None,
+    ) -> None:
+        super().__init__(
+            epsilon=epsilon,
+            delta=delta,
+            sigma=sigma,
+            batch_size=batch_size,
+            iterations=iterations,
+            tau0=tau0,
+            kappa=kappa,
+            random_state=random_state,
+        )
+        self.hidden = hidden
+
+    def fit(self, Y: ArrayLike, *, dataset: str = "local") -> VIPSSigmoidBeliefNetwork:
+        rows = np.asarray(Y, dtype=np.float64)
+        population = int(rows.shape[0]) if rows.ndim == 2 else 0
+        self._fit_store(lambda public: InMemoryBinaryStore(dataset, rows, public=public), population, dataset)
+        fitted = sbn_parameters(self.posterior_)
+        self.W_, self.b_, self.c_ = fitted.W, fitted.b, fitted.c
+        return self
+
+    def reconstruct_proba(self, Y: ArrayLike) -> Array:
+        """p(y_nj = 1 | <z_n>) for each row (n x J): the reconstruction of each image."""
+        return reconstruct_proba(np.asarray(Y, dtype=np.float64), self.W_, self.b_, self.c_)
+
+    def score(self, Y: ArrayLike) -> dict[str, float]:
+        """Reconstruction pixel accuracy and negative log-likelihood (nats per row)."""
+        return reconstruction_metrics(np.asarray(Y, dtype=np.float64), self.W_, self.b_, self.c_)
 
 
 def quoted_epsilon(sigma: float, batch_size: int, population: int, iterations: int, delta: float) -> float:

@@ -1,24 +1,41 @@
-"""`vips fit`: `--local` fits in-process through the same gate and accountant; server mode comes later.
+"""`vips fit`: a job on the server, or `--local`: in-process through the same gate and accountant.
 
-The local fit reads the researcher's file with the wall's strict reader, hands the rows to
-worker.estimator.VIPSLogisticRegression (in-memory store, throwaway ledger), writes the posterior and
-prints one JSON line with its privacy: {"epsilon", "delta", "sigma", "iterations", "batch_size", ...}.
+The local fit reads the researcher's file with the wall's strict reader (tabular CSV, UCI docword with
+its vocabulary, binary CSV), hands it to the model's estimator in worker.estimator (in-memory store,
+throwaway ledger), writes the posterior and prints one JSON line with its privacy: {"epsilon", "delta",
+"sigma", "iterations", "batch_size", ...}.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from privacy_wall.formats import FIRST_DATA_LINE, read_tabular_csv
+import scipy.sparse as sp
+
+from privacy_wall.formats import (
+    FIRST_DATA_LINE,
+    read_binary_csv,
+    read_docword,
+    read_tabular_csv,
+    read_vocabulary,
+)
 from privacy_wall.store import BoundViolation, check_tabular_bounds
-from service.options import option_problem, option_specs
+from service.options import MODEL_KINDS, option_problem, option_specs, schedule_problem
 from vips.commands import remote
 from vips.errors import NotAvailable, RuntimeFailure, UsageError
 from vips.output import print_json
-from worker.estimator import VIPSLogisticRegression
+from worker.estimator import (
+    VipsEstimator,
+    VIPSLatentDirichletAllocation,
+    VIPSLogisticRegression,
+    VIPSSigmoidBeliefNetwork,
+)
+from worker.models.base import Array
 from worker.posterior import save_posterior
 
 KINDS = ("tabular", "bow", "binary")
@@ -62,33 +79,84 @@ def _check_available(args: argparse.Namespace) -> None:
         raise UsageError(f"--local needs --kind ({', '.join(KINDS)})")
     if args.input is None:
         raise UsageError("--local needs --input FILE")
-    if args.kind != "tabular":
-        raise NotAvailable(f"--kind {args.kind} is not available yet; this version fits --kind tabular")
-    if args.model != "blr":
-        raise NotAvailable(f"--model {args.model} is not available yet; this version fits --model blr")
     if args.algorithm != "vips":
         raise NotAvailable(f"--algorithm {args.algorithm} is not available yet; this version runs vips")
-    if args.vocab is not None:
+    if MODEL_KINDS[args.model] != args.kind:
+        raise UsageError(f"--model {args.model} fits --kind {MODEL_KINDS[args.model]} data, not {args.kind}")
+    if args.vocab is not None and args.kind != "bow":
         raise UsageError("--vocab is only for --kind bow")
+    if args.vocab is None and args.kind == "bow":
+        raise UsageError("--kind bow needs --vocab FILE (one word per line)")
+    if args.label is not None and args.kind != "tabular":
+        raise UsageError("--label is only for --kind tabular")
     if (args.sigma is None) == (args.epsilon is None):
         raise UsageError("give exactly one of --sigma and --epsilon")
     if not 0 < args.delta < 1:
         raise UsageError("--delta must be in (0, 1)")
 
 
+@dataclass(frozen=True)
+class LocalData:
+    """A researcher's file read with the wall's strict reader, ready for an estimator."""
+
+    rows: Any  # tabular/binary: (N, d) array; bow: CSR counts
+    labels: Array | None
+    population: int
+    dimension: int
+    vocabulary: tuple[str, ...] | None = None
+    columns: tuple[str, ...] | None = None
+
+
+def read_local(args: argparse.Namespace) -> LocalData:
+    path = Path(args.input)
+    try:
+        if args.kind == "tabular":
+            table = read_tabular_csv(path, args.label or DEFAULT_LABEL)
+            assert table.labels is not None
+            check_tabular_bounds(table.features, table.labels)
+            return LocalData(table.features, table.labels, table.rows, table.dimension)
+        if args.kind == "binary":
+            table = read_binary_csv(path)
+            return LocalData(table.features, None, table.rows, table.dimension, columns=table.feature_names)
+        corpus = read_docword(path, read_vocabulary(Path(args.vocab)))
+        counts = sp.csr_array(
+            (corpus.counts, corpus.word_ids, corpus.indptr), shape=(corpus.documents, len(corpus.vocabulary))
+        )
+        return LocalData(counts, None, corpus.documents, len(corpus.vocabulary), vocabulary=corpus.vocabulary)
+    except BoundViolation as exc:
+        raise UsageError(
+            f"{path}: {exc} (data rows count from 0: row r is on line r + {FIRST_DATA_LINE})"
+        ) from None
+
+
+ESTIMATORS: dict[str, type[VipsEstimator]] = {
+    "blr": VIPSLogisticRegression,
+    "lda": VIPSLatentDirichletAllocation,
+    "sbn": VIPSSigmoidBeliefNetwork,
+}
+
+
 def _run_local(args: argparse.Namespace) -> int:
     _check_available(args)
     options = parse_options(args.option or [], args.model)
+    data = read_local(args)
     path = Path(args.input)
-    table = read_tabular_csv(path, args.label or DEFAULT_LABEL)
-    assert table.labels is not None
-    population = table.rows
-    batch_size = population if args.batch_size is None else args.batch_size
-    if batch_size > population:
-        raise UsageError(f"--batch-size {batch_size} is larger than the {population} rows of {path}")
+    if data.population == 0:
+        raise UsageError(f"{path} has no rows")
+    batch_size = data.population if args.batch_size is None else args.batch_size
+    if batch_size > data.population:
+        raise UsageError(f"--batch-size {batch_size} is larger than the {data.population} rows of {path}")
+    # A target epsilon always means noise (sigma > 0).
+    conflict = schedule_problem(args.model, options, math.inf if args.sigma is None else args.sigma)
+    if conflict is not None:
+        raise UsageError(f"option {conflict[0]!r}: {conflict[1]}")
     dataset = args.dataset or path.stem
-    model_options: dict[str, Any] = dict(options)  # names checked above; all are float keywords
-    estimator = VIPSLogisticRegression(
+    model_options: dict[str, Any] = {
+        # whole-number options (topics, hidden, doc_length) are ints to the estimators
+        name: int(value) if name in ("topics", "hidden", "doc_length") else value
+        for name, value in options.items()
+    }
+    estimator: Any = ESTIMATORS[args.model](
         epsilon=args.epsilon,
         delta=args.delta,
         sigma=args.sigma,
@@ -97,19 +165,22 @@ def _run_local(args: argparse.Namespace) -> int:
         **model_options,
     )
     try:
-        check_tabular_bounds(
-            table.features, table.labels
-        )  # the store checks too; this fails before calibration
-        estimator.fit(table.features, table.labels, dataset=dataset)
+        if data.labels is not None:
+            estimator.fit(data.rows, data.labels, dataset=dataset)
+        else:
+            estimator.fit(data.rows, dataset=dataset)
     except BoundViolation as exc:
-        raise UsageError(
-            f"{path}: {exc} (data rows count from 0: row r is on line r + {FIRST_DATA_LINE})"
-        ) from None
+        raise UsageError(f"{path}: {exc}") from None
+    document: dict[str, Any] = estimator.posterior_
+    if data.vocabulary is not None:
+        document["vocabulary"] = list(data.vocabulary)
+    if data.columns is not None:
+        document["columns"] = list(data.columns)
     if args.output is not None:
-        _save(estimator.posterior_, Path(args.output))
+        _save(document, Path(args.output))
     else:
         print("vips: note: no -o given, the posterior was not saved", file=sys.stderr)
-    print_json(_summary(estimator.posterior_, args, options, table.dimension))
+    print_json(_summary(document, args, options, data.dimension))
     return 0
 
 

@@ -1,4 +1,15 @@
-"""`vips predict` and `vips evaluate`: use a downloaded posterior on public data, outside the wall."""
+"""`vips predict` and `vips evaluate`: use a downloaded posterior on public data, outside the wall.
+
+The posterior's model decides the input and the output (DESIGN section 6):
+- blr: a numeric CSV (a label column, if named, is dropped); predict writes column p = P(y = 1 | x);
+  evaluate prints {"auc", "accuracy", "log_loss", "n"}.
+- lda: a UCI docword file with its vocabulary (--vocab; words are matched to the posterior's vocabulary
+  by spelling, unknown words dropped; without --vocab the file must use the posterior's word ids);
+  predict writes each document's topic proportions (columns topic_0 ... topic_{K-1}); evaluate prints
+  {"perplexity" (document completion), "perplexity_bound", "documents", "tokens"}.
+- sbn: a CSV of 0/1 columns; predict writes reconstruction probabilities (one column per input column);
+  evaluate prints {"pixel_accuracy", "nll" (nats per row), "n"}.
+"""
 
 from __future__ import annotations
 
@@ -8,22 +19,37 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 
-from privacy_wall.formats import TabularFile, read_tabular_csv
-from vips.errors import NotAvailable, UsageError
+from privacy_wall.formats import (
+    TabularFile,
+    read_binary_csv,
+    read_docword,
+    read_tabular_csv,
+    read_vocabulary,
+)
+from vips.errors import UsageError
 from vips.output import print_json, write_text_atomically
 from worker.models.base import Array
 from worker.models.blr import predict_proba
-from worker.posterior import blr_parameters, load_posterior
+from worker.models.lda import completion_perplexity, document_topics, perplexity_bound, split_documents
+from worker.models.sbn import reconstruct_proba, reconstruction_metrics
+from worker.posterior import (
+    LdaPosterior,
+    SbnPosterior,
+    blr_parameters,
+    lda_parameters,
+    load_posterior,
+    sbn_parameters,
+)
 
 DEFAULT_LABEL = "label"
 
 
-def _blr_probabilities(posterior: Path, table: TabularFile, input_path: Path) -> Array:
+def _blr_probabilities(
+    document: dict[str, Any], posterior: Path, table: TabularFile, input_path: Path
+) -> Array:
     """P(y = 1 | x) for each row of the table under a BLR posterior."""
-    document: dict[str, Any] = load_posterior(posterior)
-    if document["model"] != "blr":
-        raise NotAvailable(f"predicting with a {document['model']} posterior is not available yet")
     mean, covariance = blr_parameters(document)
     if table.dimension != mean.shape[0]:
         hint = "" if table.labels is not None else " (name a label column to drop with --label)"
@@ -34,10 +60,68 @@ def _blr_probabilities(posterior: Path, table: TabularFile, input_path: Path) ->
     return predict_proba(mean, covariance, table.features)
 
 
+def _lda_counts(fitted: LdaPosterior, input_path: Path, vocab: str | None) -> sp.csr_array:
+    """The docword file's counts over the posterior's vocabulary (D x V)."""
+    words = fitted.lam.shape[1]
+    if vocab is None:
+        if fitted.vocabulary is not None:
+            vocabulary = fitted.vocabulary
+        else:
+            vocabulary = tuple(str(i) for i in range(words))
+        corpus = read_docword(input_path, vocabulary)
+        return sp.csr_array((corpus.counts, corpus.word_ids, corpus.indptr), shape=(corpus.documents, words))
+    corpus = read_docword(input_path, read_vocabulary(Path(vocab)))
+    if fitted.vocabulary is None:
+        raise UsageError(
+            "this lda posterior carries no vocabulary: give the file in its word ids, without --vocab"
+        )
+    index = {word: i for i, word in enumerate(fitted.vocabulary)}
+    mapping = np.array([index.get(word, -1) for word in corpus.vocabulary], dtype=np.int64)
+    ids = mapping[corpus.word_ids]
+    rows = np.repeat(np.arange(corpus.documents), np.diff(corpus.indptr))
+    known = ids >= 0
+    return sp.csr_array((corpus.counts[known], (rows[known], ids[known])), shape=(corpus.documents, words))
+
+
+def _sbn_rows(fitted: SbnPosterior, input_path: Path) -> TabularFile:
+    table = read_binary_csv(input_path)
+    visible = fitted.W.shape[0]
+    if table.dimension != visible:
+        raise UsageError(f"{input_path} has {table.dimension} columns, the sbn posterior expects {visible}")
+    return table
+
+
+def _check_flags(model: str, args: argparse.Namespace) -> None:
+    if getattr(args, "vocab", None) is not None and model != "lda":
+        raise UsageError("--vocab is only for lda posteriors")
+    if args.label is not None and model != "blr":
+        raise UsageError("--label is only for blr posteriors")
+
+
+def _csv(header: list[str], values: Array) -> str:
+    lines = [",".join(header)]
+    lines.extend(",".join(repr(float(v)) for v in row) for row in np.atleast_2d(values))
+    return "\n".join(lines) + "\n"
+
+
 def run_predict(args: argparse.Namespace) -> int:
-    table = read_tabular_csv(Path(args.input), args.label)
-    p = _blr_probabilities(Path(args.posterior), table, Path(args.input))
-    text = "p\n" + "".join(f"{value!r}\n" for value in p.tolist())
+    posterior, input_path = Path(args.posterior), Path(args.input)
+    document = load_posterior(posterior)
+    model = document["model"]
+    _check_flags(model, args)
+    if model == "blr":
+        table = read_tabular_csv(input_path, args.label)
+        p = _blr_probabilities(document, posterior, table, input_path)
+        text = "p\n" + "".join(f"{value!r}\n" for value in p.tolist())
+    elif model == "lda":
+        fitted = lda_parameters(document)
+        theta = document_topics(fitted.lam, _lda_counts(fitted, input_path, args.vocab), fitted.alpha)
+        text = _csv([f"topic_{k}" for k in range(theta.shape[1])], theta)
+    else:
+        sbn = sbn_parameters(document)
+        table = _sbn_rows(sbn, input_path)
+        proba = reconstruct_proba(table.features, sbn.W, sbn.b, sbn.c)
+        text = _csv(list(table.feature_names), proba)
     if args.output is None:
         sys.stdout.write(text)
         sys.stdout.flush()
@@ -46,24 +130,52 @@ def run_predict(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_evaluate(args: argparse.Namespace) -> int:
-    if args.vocab is not None:
-        raise UsageError("--vocab is only for LDA posteriors")
+def _evaluate_blr(document: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     from sklearn.metrics import accuracy_score, log_loss, roc_auc_score  # slow import: only here
 
     label = args.label or DEFAULT_LABEL
     table = read_tabular_csv(Path(args.input), label)
     assert table.labels is not None
-    p = _blr_probabilities(Path(args.posterior), table, Path(args.input))
+    p = _blr_probabilities(document, Path(args.posterior), table, Path(args.input))
     y = table.labels
     if np.unique(y).size < 2:
         raise UsageError(f"{args.input}: AUC needs both classes, but every {label!r} is the same")
-    print_json(
-        {
-            "auc": float(roc_auc_score(y, p)),
-            "accuracy": float(accuracy_score(y, (p >= 0.5).astype(np.float64))),
-            "log_loss": float(log_loss(y, p, labels=[0.0, 1.0])),
-            "n": table.rows,
-        }
-    )
+    return {
+        "auc": float(roc_auc_score(y, p)),
+        "accuracy": float(accuracy_score(y, (p >= 0.5).astype(np.float64))),
+        "log_loss": float(log_loss(y, p, labels=[0.0, 1.0])),
+        "n": table.rows,
+    }
+
+
+def _evaluate_lda(document: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    fitted = lda_parameters(document)
+    counts = _lda_counts(fitted, Path(args.input), args.vocab)
+    tokens = int(counts.sum())
+    if tokens < 2:
+        raise UsageError(f"{args.input}: perplexity needs held-out tokens, the file has {tokens} known words")
+    observed, held_out = split_documents(counts, seed=0)
+    return {
+        "perplexity": completion_perplexity(fitted.lam, observed, held_out, fitted.alpha),
+        "perplexity_bound": perplexity_bound(fitted.lam, counts, fitted.alpha),
+        "documents": int(counts.shape[0]),
+        "tokens": tokens,
+    }
+
+
+def _evaluate_sbn(document: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    sbn = sbn_parameters(document)
+    table = _sbn_rows(sbn, Path(args.input))
+    if table.rows == 0:
+        raise UsageError(f"{args.input} has no rows")
+    metrics = reconstruction_metrics(table.features, sbn.W, sbn.b, sbn.c)
+    return {**metrics, "n": table.rows}
+
+
+def run_evaluate(args: argparse.Namespace) -> int:
+    document = load_posterior(Path(args.posterior))
+    model = document["model"]
+    _check_flags(model, args)
+    evaluate = {"blr": _evaluate_blr, "lda": _evaluate_lda, "sbn": _evaluate_sbn}[model]
+    print_json(evaluate(document, args))
     return 0
