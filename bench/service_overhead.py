@@ -98,7 +98,7 @@ def main() -> None:
     parser.add_argument("--long", type=int, default=50, help="iterations of the long job")
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--requests", type=int, default=50, help="GETs per client")
-    parser.add_argument("--api-workers", type=int, default=2, help="`vips serve --workers` (one per core)")
+    parser.add_argument("--api-workers", type=int, default=1, help="`vips serve --workers`")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:

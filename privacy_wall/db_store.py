@@ -7,11 +7,12 @@ exactly those rows through the primary key, without scanning the table.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 from numpy.typing import NDArray
-from sqlalchemy import ColumnElement, Connection, Integer, any_, bindparam, select
+from sqlalchemy import Connection, CursorResult, Integer, any_, bindparam, select
 from sqlalchemy.dialects.postgresql import ARRAY
 
 from privacy_wall.sensitive_schema import rows, stored_datasets
@@ -67,12 +68,20 @@ def decode_binary(payloads: list[bytes], dimension: int) -> NDArray[np.float64]:
     return np.unpackbits(packed, axis=1, count=dimension).astype(np.float64)
 
 
-def in_ids(conn: Connection, ids: list[int]) -> ColumnElement[bool]:
-    """`row_id IN ids`: on PostgreSQL one array parameter (`= ANY(:ids)`), which plans and binds in a
-    fraction of the time of a list of S parameters."""
+#: A minibatch's rows on PostgreSQL: the ids as one array parameter (`= ANY(:ids)`), which plans and binds
+#: in a fraction of the time of a list of S parameters; built once.
+_ROWS_BY_ID_ARRAY = select(rows.c.payload, rows.c.label).where(
+    rows.c.dataset == bindparam("p_dataset"),
+    rows.c.row_id == any_(bindparam("p_ids", type_=ARRAY(Integer))),
+)
+
+
+def _rows_by_id(conn: Connection, dataset: str, ids: list[int]) -> CursorResult[Any]:
     if conn.dialect.name == "postgresql":
-        return rows.c.row_id == any_(bindparam("ids", ids, type_=ARRAY(Integer)))
-    return rows.c.row_id.in_(ids)
+        return conn.execute(_ROWS_BY_ID_ARRAY, {"p_dataset": dataset, "p_ids": ids})
+    return conn.execute(
+        select(rows.c.payload, rows.c.label).where(rows.c.dataset == dataset, rows.c.row_id.in_(ids))
+    )
 
 
 @dataclass
@@ -114,8 +123,7 @@ class DatabaseStore:
             else:
                 ids = np.sort(rng.choice(n, size=size, replace=False)).tolist()
                 chunks = [
-                    conn.execute(query.where(in_ids(conn, ids[i : i + ID_CHUNK])))
-                    for i in range(0, size, ID_CHUNK)
+                    _rows_by_id(conn, self.name, ids[i : i + ID_CHUNK]) for i in range(0, size, ID_CHUNK)
                 ]
             for result in chunks:
                 for payload, label in result:

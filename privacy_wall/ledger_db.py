@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Connection, Engine, Executable, and_, func, insert, select, update
+from sqlalchemy import Connection, Engine, Executable, and_, bindparam, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from privacy_wall.accounting import (
@@ -210,24 +210,57 @@ def refund(engine: Engine, job_id: str) -> int:
         return int(res.iterations - res.committed)
 
 
+# commit_charge runs once per iteration of every job: its statements are built once, with bound parameters.
+_LOCK_WITH_RESERVATION = (
+    select(
+        budgets,
+        reservations.c.open,
+        reservations.c.committed,
+        reservations.c.iterations,
+        reservations.c.per_iteration_curve,
+    )
+    .select_from(
+        budgets.outerjoin(
+            reservations,
+            and_(reservations.c.job_id == bindparam("p_job_id"), reservations.c.dataset == budgets.c.dataset),
+        )
+    )
+    .where(budgets.c.dataset == bindparam("p_dataset"))
+    .with_for_update(of=budgets)
+)
+_COMMIT_FROM_RESERVATION = (
+    update(reservations)
+    .where(reservations.c.job_id == bindparam("p_job_id"))
+    .values(committed=reservations.c.committed + 1)
+)
+_INSERT_CHARGE = insert(charges).values(
+    dataset=bindparam("p_dataset"),
+    job_id=bindparam("p_job_id"),
+    iteration=bindparam("p_iteration"),
+    attempt=bindparam("p_attempt"),
+    event=bindparam("p_event", type_=charges.c.event.type),
+    curve=bindparam("p_curve", type_=charges.c.curve.type),
+    accountant=bindparam("p_accountant"),
+    created_at=bindparam("p_created_at", type_=charges.c.created_at.type),
+)
+_ADD_TO_BUDGET = (
+    update(budgets)
+    .where(budgets.c.dataset == bindparam("p_dataset"))
+    .values(
+        committed_curve=bindparam("p_committed_curve", type_=budgets.c.committed_curve.type),
+        updated_at=bindparam("p_updated_at", type_=budgets.c.updated_at.type),
+    )
+)
+
+
 def commit_charge(bind: Bind, charge: Charge) -> None:
     """Write one iteration's charge: from the job's reservation if it has one, else admitted on its own."""
     curve = rdp_curve(charge.event)
     try:
         with transaction(bind) as conn:
             # One round trip: lock the budget row and read the job's reservation beside it.
-            own = and_(reservations.c.job_id == charge.job_id, reservations.c.dataset == budgets.c.dataset)
             row = conn.execute(
-                select(
-                    budgets,
-                    reservations.c.open,
-                    reservations.c.committed,
-                    reservations.c.iterations,
-                    reservations.c.per_iteration_curve,
-                )
-                .select_from(budgets.outerjoin(reservations, own))
-                .where(budgets.c.dataset == charge.dataset)
-                .with_for_update(of=budgets)
+                _LOCK_WITH_RESERVATION, {"p_job_id": charge.job_id, "p_dataset": charge.dataset}
             ).one_or_none()
             if row is None:
                 raise UnknownDataset(f"dataset {charge.dataset!r} has no budget")
@@ -239,33 +272,25 @@ def commit_charge(bind: Bind, charge: Charge) -> None:
             )
             writes: list[Executable] = []
             if covered:
-                writes.append(
-                    update(reservations)
-                    .where(reservations.c.job_id == charge.job_id)
-                    .values(committed=reservations.c.committed + 1)
-                )
+                writes.append(_COMMIT_FROM_RESERVATION)
             else:
                 status, after = _check(row, conn, curve)
                 if status.epsilon_budget is not None and not after <= status.epsilon_budget:
                     raise _refuse(status, after)
-            writes.append(
-                insert(charges).values(
-                    dataset=charge.dataset,
-                    job_id=charge.job_id,
-                    iteration=charge.iteration,
-                    attempt=charge.attempt,
-                    event=event_to_dict(charge.event),
-                    curve=_json_curve(curve),
-                    accountant=ACCOUNTANT_VERSION,
-                    created_at=_now(),
-                )
-            )
-            writes.append(
-                update(budgets)
-                .where(budgets.c.dataset == charge.dataset)
-                .values(committed_curve=_json_curve(_curve(row.committed_curve) + curve), updated_at=_now())
-            )
-            run_writes(conn, *writes)
+            now = _now()
+            params = {
+                "p_dataset": charge.dataset,
+                "p_job_id": charge.job_id,
+                "p_iteration": charge.iteration,
+                "p_attempt": charge.attempt,
+                "p_event": event_to_dict(charge.event),
+                "p_curve": _json_curve(curve),
+                "p_accountant": ACCOUNTANT_VERSION,
+                "p_created_at": now,
+                "p_committed_curve": _json_curve(_curve(row.committed_curve) + curve),
+                "p_updated_at": now,
+            }
+            run_writes(conn, *writes, _INSERT_CHARGE, _ADD_TO_BUDGET, parameters=params)
     except IntegrityError as exc:
         raise DuplicateCharge(
             f"iteration {charge.iteration} (attempt {charge.attempt}) of job {charge.job_id} "

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, cast
 
-from sqlalchemy import Connection, Engine, Executable, create_engine, event
+from sqlalchemy import Connection, CursorResult, Engine, Executable, create_engine, event
 from sqlalchemy.engine import make_url
 
 SQLITE_BUSY_TIMEOUT_SECONDS = 60
@@ -84,19 +84,26 @@ def autocommit_reads(conn: Connection) -> Connection:
     return conn
 
 
-def run_writes(conn: Connection, *statements: Executable) -> None:
+def run_writes(
+    conn: Connection, *statements: Executable, parameters: dict[str, Any] | None = None
+) -> CursorResult[Any]:
     """Run INSERT/UPDATE statements in one transaction; on PostgreSQL as one statement (one round trip).
+    `parameters` fills the statements' bindparam()s (shared names mean the same value). Returns the last
+    statement's result (for its RETURNING rows).
 
     PostgreSQL runs data-modifying CTEs on one snapshot in unspecified order, so the statements must not
     depend on each other's effects (here they always write different tables).
     """
+    if not statements:
+        raise ValueError("run_writes needs at least one statement")
     if conn.dialect.name == "postgresql" and len(statements) > 1:
         *first, last = statements
         ctes = [cast(Any, statement).cte(f"write_{i}") for i, statement in enumerate(first)]
-        conn.execute(cast(Any, last).add_cte(*ctes))
-        return
-    for statement in statements:
-        conn.execute(statement)
+        return conn.execute(cast(Any, last).add_cte(*ctes), parameters)
+    *first, last = statements
+    for statement in first:
+        conn.execute(statement, parameters)
+    return conn.execute(cast(Any, last), parameters)
 
 
 @contextmanager

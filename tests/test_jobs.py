@@ -164,17 +164,16 @@ def test_release_lost_after_its_charge_is_paid_again_never_reused(
 ) -> None:
     control, sensitive = engines
     job_id = submit(control)
-    real_insert = job_runner.insert
+    real_store = job_runner.run_writes  # the worker's only write of a release
     calls = {"n": 0}
 
-    def crashing_insert(table: Any) -> Any:
-        if table is releases:
-            calls["n"] += 1
-            if calls["n"] == 3:
-                raise Crash  # iteration 3 was charged and computed, then the process died
-        return real_insert(table)
+    def crashing_store(*args: Any, **kwargs: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise Crash  # iteration 3 was charged and computed, then the process died
+        return real_store(*args, **kwargs)
 
-    monkeypatch.setattr(job_runner, "insert", crashing_insert)
+    monkeypatch.setattr(job_runner, "run_writes", crashing_store)
     with pytest.raises(Crash):
         job_runner.execute_job(job_id, control, sensitive)
     monkeypatch.undo()
@@ -195,15 +194,15 @@ def test_cancel_between_iterations_refunds_the_rest(
 ) -> None:
     control, sensitive = engines
     job_id = submit(control)
-    real = job_runner.StoredReleases.release
+    real = Gate.release
 
-    def cancel_after_two(self: job_runner.StoredReleases, *args: Any, **kwargs: Any) -> Any:
-        if kwargs["iteration"] == 3:
+    def cancel_during_two(self: Gate, *args: Any, **kwargs: Any) -> Any:
+        if kwargs["iteration"] == 2:  # the analyst cancels while iteration 2 is being computed
             with control.begin() as conn:
                 conn.execute(update(jobs).where(jobs.c.id == job_id).values(cancel_requested=True))
         return real(self, *args, **kwargs)
 
-    monkeypatch.setattr(job_runner.StoredReleases, "release", cancel_after_two)
+    monkeypatch.setattr(Gate, "release", cancel_during_two)
     assert job_runner.execute_job(job_id, control, sensitive) == "cancelled"
     assert charge_keys(control, job_id) == [(1, 0), (2, 0)]
     status = ledger_db.budget_status(control, "t")

@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
-from sqlalchemy import Engine, and_, func, insert, select, update
+from sqlalchemy import Engine, bindparam, func, insert, select, update
 
 from privacy_wall import ledger_db
 from privacy_wall.accounting import ACCOUNTANT_VERSION
@@ -50,6 +50,24 @@ class JobCancelled(Exception):
     """The analyst cancelled the job between iterations."""
 
 
+# Run once per iteration of every job: built once, with bound parameters.
+_STORE_RELEASE = insert(releases).values(
+    job_id=bindparam("p_job_id"),
+    iteration=bindparam("p_iteration"),
+    statistics=bindparam("p_statistics", type_=releases.c.statistics.type),
+    noise_std=bindparam("p_noise_std", type_=releases.c.noise_std.type),
+    created_at=bindparam("p_now", type_=releases.c.created_at.type),
+)
+_RECORD_PROGRESS = (
+    update(jobs)
+    .where(jobs.c.id == bindparam("p_job_id"))
+    .values(
+        iteration=bindparam("p_iteration"), heartbeat_at=bindparam("p_now", type_=jobs.c.heartbeat_at.type)
+    )
+    .returning(jobs.c.cancel_requested)
+)
+
+
 class StoredReleases:
     """The Releaser the loop sees: stored releases of (job, t) are reused, new ones go through the gate.
 
@@ -58,6 +76,10 @@ class StoredReleases:
     WAL flush. That is safe for stored releases alone: a release lost in a database crash is paid again
     by the retry, because its charge was committed durably (on the gate's ledger connection) before the
     gate computed it; WAL losses are a suffix, so a lost release never outlives its charge.
+
+    Round trips: what a resumed job already has (its stored iterations, the attempts charged per
+    iteration, the cancel flag) is read once; afterwards each iteration's store returns the cancel flag,
+    so a cancel that arrives during iteration t stops the job before iteration t + 1 is charged.
     """
 
     def __init__(self, gate: Gate, reads: Bind, relaxed: Bind, job_id: str) -> None:
@@ -65,6 +87,38 @@ class StoredReleases:
         self._reads = reads
         self._relaxed = relaxed
         self._job_id = job_id
+        with reading(reads) as conn:
+            self._cancel = bool(
+                conn.execute(select(jobs.c.cancel_requested).where(jobs.c.id == job_id)).scalar_one()
+            )
+            self._stored = set(
+                conn.execute(select(releases.c.iteration).where(releases.c.job_id == job_id)).scalars()
+            )
+            self._attempts: dict[int, int] = {
+                int(t): int(n)
+                for t, n in conn.execute(
+                    select(charges.c.iteration, func.count())
+                    .where(charges.c.job_id == job_id)
+                    .group_by(charges.c.iteration)
+                )
+            }
+
+    def _replay(self, iteration: int, sigma: float, batch_size: int) -> Release:
+        with reading(self._reads) as conn:
+            stored = conn.execute(
+                select(releases.c.statistics, releases.c.noise_std).where(
+                    releases.c.job_id == self._job_id, releases.c.iteration == iteration
+                )
+            ).one()
+        return Release(
+            job_id=self._job_id,
+            iteration=iteration,
+            statistics={k: np.asarray(v, dtype=np.float64) for k, v in stored.statistics.items()},
+            noise_std=dict(stored.noise_std),
+            sigma=sigma,
+            batch_size=batch_size,
+            population=self._gate.population,
+        )
 
     def release(
         self,
@@ -76,35 +130,11 @@ class StoredReleases:
         sigma: float,
         batch_size: int,
     ) -> Release:
-        attempts = (
-            select(func.count())
-            .where(charges.c.job_id == job_id, charges.c.iteration == iteration)
-            .scalar_subquery()
-        )
-        stored_release = and_(releases.c.job_id == jobs.c.id, releases.c.iteration == iteration)
-        with reading(self._reads) as conn:  # one query: stored release, cancel flag, attempts
-            state = conn.execute(
-                select(
-                    jobs.c.cancel_requested,
-                    attempts.label("attempts"),
-                    releases.c.statistics,
-                    releases.c.noise_std,
-                )
-                .select_from(jobs.outerjoin(releases, stored_release))
-                .where(jobs.c.id == job_id)
-            ).one()
-        cancel = state.cancel_requested
-        if state.statistics is not None:
-            return Release(
-                job_id=job_id,
-                iteration=iteration,
-                statistics={k: np.asarray(v, dtype=np.float64) for k, v in state.statistics.items()},
-                noise_std=dict(state.noise_std),
-                sigma=sigma,
-                batch_size=batch_size,
-                population=self._gate.population,
-            )
-        if cancel:
+        if job_id != self._job_id:
+            raise ValueError("this releaser serves one job")
+        if iteration in self._stored:
+            return self._replay(iteration, sigma, batch_size)
+        if self._cancel:
             raise JobCancelled
         release = self._gate.release(
             query,
@@ -113,20 +143,25 @@ class StoredReleases:
             iteration=iteration,
             sigma=sigma,
             batch_size=batch_size,
-            attempt=int(state.attempts),
+            attempt=self._attempts.get(iteration, 0),
         )
+        self._attempts[iteration] = self._attempts.get(iteration, 0) + 1
+        now = _now()
         with transaction(self._relaxed) as conn:
-            run_writes(
+            progress = run_writes(
                 conn,
-                insert(releases).values(
-                    job_id=job_id,
-                    iteration=iteration,
-                    statistics={k: v.tolist() for k, v in release.statistics.items()},
-                    noise_std=release.noise_std,
-                    created_at=_now(),
-                ),
-                update(jobs).where(jobs.c.id == job_id).values(iteration=iteration, heartbeat_at=_now()),
+                _STORE_RELEASE,
+                _RECORD_PROGRESS,
+                parameters={
+                    "p_job_id": job_id,
+                    "p_iteration": iteration,
+                    "p_statistics": {k: v.tolist() for k, v in release.statistics.items()},
+                    "p_noise_std": release.noise_std,
+                    "p_now": now,
+                },
             )
+            self._cancel = bool(progress.scalar_one())
+        self._stored.add(iteration)
         return release
 
 
