@@ -5,7 +5,8 @@ Sections:
 - wikipedia (non-private): VIPS-LDA at sigma = 0 vs scikit-learn's LatentDirichletAllocation
   (learning_method="online") and gensim's LdaModel on the bundled Wikipedia paragraphs
   (worker.datasets.wikipedia; training documents shuffled once, seed 0), with the same K, minibatch size S,
-  passes P (VIPS: T = P D / S iterations of uniform minibatches), alpha = eta = 1/K and step sizes
+  passes P (VIPS: T = P D / S iterations, in shuffled passes like the libraries, and with the uniform
+  minibatches private fits use), alpha = eta = 1/K and step sizes
   rho_t = (tau0 + t)^-kappa (gensim: its own formula with offset = tau0, decay = kappa). Documents per
   second of fitting (one thread each: BLAS limited to 1 thread) and held-out perplexity, all computed by
   the same code (worker.models.lda) from each library's lambda: document completion and the paper's bound.
@@ -55,10 +56,9 @@ from privacy_wall.queries.lda import (
     sanitize_counts,
     shifted_topic_word,
 )
-from privacy_wall.store import Batch, InMemoryBowStore
+from privacy_wall.store import InMemoryBowStore
 from worker.datasets.synthetic_lda import generate_corpus, planted_topics
 from worker.datasets.wikipedia import load_wikipedia
-from worker.models.base import step_size
 from worker.models.lda import (
     LatentDirichletAllocation,
     LdaState,
@@ -179,8 +179,10 @@ def vips_fit(
     seed: int,
     on_iteration: Callable[[int, LdaState], None] | None = None,
     store: InMemoryBowStore | None = None,
+    passes: bool = False,
 ) -> VipsFit:
-    """VIPS-LDA through the gate (public and seeded at sigma = 0); seconds exclude on_iteration's time."""
+    """VIPS-LDA through the gate (public and seeded at sigma = 0; `passes`: shuffled passes instead of
+    uniform minibatches, sigma = 0 only); seconds exclude on_iteration's time."""
     public = sigma == 0
     store = store or InMemoryBowStore("bench", counts, public=public)
     ledger = InMemoryLedger(delta=delta)
@@ -203,7 +205,7 @@ def vips_fit(
 
     start = time.perf_counter()
     result = run_vips(
-        Gate(store, ledger, seed=seed if public else None),
+        Gate(store, ledger, seed=seed if public else None, passes=passes),
         query,
         LatentDirichletAllocation(topics, seed=seed),
         LoopSettings(iterations, batch_size, sigma, tau0, kappa),
@@ -218,33 +220,6 @@ def vips_fit(
 
 # --------------------------------------------------------------------------------------------------------
 # (a) Wikipedia, non-private.
-
-
-def vips_epochs(counts: Counts, topics: int, seed: int) -> tuple[np.ndarray, float]:
-    """The wall's query and the model's M-step on scikit-learn's minibatches (consecutive slices of the
-    corpus, every pass in the same order) instead of the gate's independent uniform batches: separates
-    the sampling scheme (which DP accounting fixes) from the E-step and M-step themselves."""
-    documents, words = counts.shape
-    model = LatentDirichletAllocation(topics, seed=seed)
-    query = LdaQuery(
-        topics,
-        doc_length=0,
-        clip=1.0,
-        inner_iterations=INNER_ITERATIONS,
-        max_document_length=int(np.asarray(counts.sum(axis=1)).max()),
-    )
-    rng = np.random.default_rng(seed)  # unused: doc_length = 0 draws nothing
-    state = model.initial_state(words)
-    start = time.perf_counter()
-    t = 0
-    for _ in range(WIKI_PASSES):
-        for first in range(0, documents, WIKI_BATCH):
-            t += 1
-            batch = Batch.of_documents(sp.csr_array(counts[first : first + WIKI_BATCH]))
-            sums = query.clipped_sums(batch, model.public_params(state), rng)
-            means = query.postprocess({"s": sums["s"] / batch.size}, words)
-            state = model.m_step(state, means, documents, step_size(t, TAU0, KAPPA))
-    return state.lam, time.perf_counter() - start
 
 
 def sklearn_fit(counts: Counts, topics: int, seed: int) -> tuple[np.ndarray, float]:
@@ -310,16 +285,18 @@ def wikipedia_section(seeds: int, article_order: bool) -> list[Row]:
     setting = f"K = {topics}, S = {WIKI_BATCH}, {WIKI_PASSES} passes, tau0 = {TAU0:g}, kappa = {KAPPA:g}"
     rows = {
         "vips": Row(
-            "wikipedia", "VIPS-LDA (sigma = 0)", f"{setting}, T = {iterations}, {INNER_ITERATIONS} inner"
+            "wikipedia",
+            "VIPS-LDA (sigma = 0, shuffled passes)",
+            f"{setting}, T = {iterations}, {INNER_ITERATIONS} inner",
+        ),
+        "vips-uniform": Row(
+            "wikipedia",
+            "VIPS-LDA (sigma = 0, uniform minibatches as private fits draw them)",
+            f"{setting}, T = {iterations}, {INNER_ITERATIONS} inner",
         ),
         "sklearn": Row("wikipedia", "scikit-learn online LDA", f"{setting}, max_doc_update_iter = 100"),
         "gensim": Row("wikipedia", "gensim LdaModel", f"{setting}, iterations = 50"),
     }
-    rows["vips-epochs"] = Row(
-        "wikipedia",
-        "VIPS-LDA E-step + M-step, epoch minibatches (diagnostic)",
-        f"{setting}, scikit-learn's batches (not the gate's sampling)",
-    )
     if article_order:
         rows["sklearn-ordered"] = Row("wikipedia", "scikit-learn online LDA", f"{setting}, article order")
         rows["gensim-ordered"] = Row("wikipedia", "gensim LdaModel", f"{setting}, article order")
@@ -341,22 +318,23 @@ def wikipedia_section(seeds: int, article_order: bool) -> list[Row]:
         warnings.simplefilter("ignore")
         # Methods alternate within each seed, so background load affects them alike.
         for seed in range(seeds):
-            fit = vips_fit(
-                shuffled,
-                topics=topics,
-                sigma=0.0,
-                batch_size=WIKI_BATCH,
-                iterations=iterations,
-                doc_length=0,
-                clip=1.0,
-                tau0=TAU0,
-                kappa=KAPPA,
-                delta=1e-5,
-                seed=seed,
-                store=store,
-            )
-            record("vips", fit.state.lam, fit.seconds)
-            record("vips-epochs", *vips_epochs(shuffled, topics, seed))
+            for key, passes in (("vips", True), ("vips-uniform", False)):
+                fit = vips_fit(
+                    shuffled,
+                    topics=topics,
+                    sigma=0.0,
+                    batch_size=WIKI_BATCH,
+                    iterations=iterations,
+                    doc_length=0,
+                    clip=1.0,
+                    tau0=TAU0,
+                    kappa=KAPPA,
+                    delta=1e-5,
+                    seed=seed,
+                    store=store,
+                    passes=passes,
+                )
+                record(key, fit.state.lam, fit.seconds)
             record("sklearn", *sklearn_fit(shuffled, topics, seed))
             record("gensim", *gensim_fit(shuffled, topics, seed))
             if article_order:
@@ -587,7 +565,7 @@ def summary(rows: Sequence[Row]) -> str:
     by_method = {
         row.method: row for row in rows if row.section == "wikipedia" and "article" not in row.setting
     }
-    vips = by_method.get("VIPS-LDA (sigma = 0)")
+    vips = by_method.get("VIPS-LDA (sigma = 0, shuffled passes)")
     sk = by_method.get("scikit-learn online LDA")
     gs = by_method.get("gensim LdaModel")
     if vips is None or sk is None or gs is None:
@@ -645,6 +623,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="one seed, a smaller private corpus")
     parser.add_argument("--full", action="store_true", help="only the paper-scale timing run")
     parser.add_argument("--seeds", type=int, default=None, help="wikipedia repeats (5; 1 with --quick)")
+    parser.add_argument("--wikipedia-only", action="store_true", help="skip the private section")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "out")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -658,6 +637,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     seeds = args.seeds if args.seeds is not None else (1 if args.quick else 5)
     rows = wikipedia_section(seeds, article_order=not args.quick)
+    if args.wikipedia_only:
+        table = markdown(rows)
+        print(table)
+        print(summary(rows))
+        (args.out / "lda_wikipedia.md").write_text(
+            f"Produced by `python -m bench.lda --wikipedia-only`.\n\n{table}\n{summary(rows)}",
+            encoding="utf-8",
+        )
+        return 0
     private_rows, info = private_section(args.quick, repeats=1 if args.quick else 2)
     rows += private_rows
     elapsed = time.perf_counter() - start

@@ -17,7 +17,7 @@ from sqlalchemy.dialects.postgresql import ARRAY
 
 from privacy_wall.sensitive_schema import rows, stored_datasets
 from privacy_wall.sqlengine import Bind, reading
-from privacy_wall.store import Batch, DatasetInfo
+from privacy_wall.store import Batch, DatasetInfo, Rows, uniform_rows
 
 #: Ids per IN (...) list: below SQLite's and PostgreSQL's bound-parameter limits.
 ID_CHUNK = 10_000
@@ -101,7 +101,10 @@ class DatabaseStore:
         return self._info
 
     def sample(self, size: int, rng: np.random.Generator) -> Batch:
-        payloads, labels = self._fetch(size, rng)
+        return self.take(uniform_rows(self._info.population, size, rng))
+
+    def take(self, selected: Rows) -> Batch:
+        payloads, labels = self._fetch(selected)
         if self._info.kind == "binary":
             return Batch(decode_binary(payloads, self._info.dimension))
         if self._info.kind == "bow":
@@ -109,21 +112,21 @@ class DatabaseStore:
         features = decode_tabular(payloads, self._info.dimension)
         return Batch(features, np.asarray(labels, dtype=np.float64))
 
-    def _fetch(self, size: int, rng: np.random.Generator) -> tuple[list[bytes], list[float]]:
-        """The payloads and labels of `size` distinct rows drawn uniformly by id."""
-        n = self._info.population
-        if not 0 < size <= n:
-            raise ValueError(f"batch size must be between 1 and the population {n}")
+    def _fetch(self, selected: Rows) -> tuple[list[bytes], list[float]]:
+        """The payloads and labels of the selected rows, looked up by id (the primary key)."""
         query = select(rows.c.payload, rows.c.label).where(rows.c.dataset == self.name)
         payloads: list[bytes] = []
         labels: list[float] = []
         with reading(self.bind) as conn:
-            if size == n:
+            if isinstance(selected, slice):
+                size = self._info.population
                 chunks = [conn.execute(query)]
             else:
-                ids = np.sort(rng.choice(n, size=size, replace=False)).tolist()
+                ids = np.sort(selected).tolist()
+                size = len(ids)
                 chunks = [
-                    _rows_by_id(conn, self.name, ids[i : i + ID_CHUNK]) for i in range(0, size, ID_CHUNK)
+                    _rows_by_id(conn, self.name, ids[start : start + ID_CHUNK])
+                    for start in range(0, size, ID_CHUNK)
                 ]
             for result in chunks:
                 for payload, label in result:

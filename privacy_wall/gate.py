@@ -17,6 +17,7 @@ from privacy_wall.accounting import SubsampledGaussianEvent
 from privacy_wall.ledger import Charge, Ledger
 from privacy_wall.mechanisms import Array, private_generator, release_blocks
 from privacy_wall.queries.base import Query
+from privacy_wall.sampling import ShuffledPasses
 from privacy_wall.store import RowStore
 
 
@@ -40,13 +41,20 @@ class Release:
 class Gate:
     """Releases of one dataset, charged to one ledger."""
 
-    def __init__(self, store: RowStore, ledger: Ledger, *, seed: int | None = None) -> None:
+    def __init__(
+        self, store: RowStore, ledger: Ledger, *, seed: int | None = None, passes: bool = False
+    ) -> None:
+        """`passes`: minibatches in shuffled passes over the rows (privacy_wall.sampling), for non-private
+        fits (sigma = 0) of public data only; otherwise every minibatch is drawn uniformly."""
         info = store.info
         if seed is not None and not info.public:
             raise PrivacyError(f"dataset {info.name} is private: its releases cannot be seeded")
+        if passes and not info.public:
+            raise PrivacyError(f"dataset {info.name} is private: its minibatches are drawn uniformly")
         self._store = store
         self._ledger = ledger
         self._seeded = np.random.default_rng(seed) if seed is not None else None
+        self._passes = ShuffledPasses() if passes else None
 
     @property
     def population(self) -> int:
@@ -72,6 +80,8 @@ class Gate:
             raise ValueError("sigma must be a finite number >= 0")
         if sigma == 0 and not info.public:
             raise PrivacyError(f"dataset {info.name} is private: sigma = 0 is not allowed")
+        if self._passes is not None and sigma != 0:
+            raise PrivacyError("shuffled passes have no privacy analysis: they are only for sigma = 0")
         if not 0 < batch_size <= info.population:
             raise ValueError(f"batch size must be between 1 and the population {info.population}")
         query.validate_params(params, info.dimension)
@@ -79,7 +89,10 @@ class Gate:
         self._ledger.commit(Charge(info.name, job_id, iteration, event, attempt))
 
         rng = self._generator()
-        batch = self._store.sample(batch_size, rng)
+        if self._passes is None:
+            batch = self._store.sample(batch_size, rng)
+        else:
+            batch = self._store.take(self._passes.next_rows(info.population, batch_size, rng))
         blocks = query.blocks(info.dimension)
         sums = query.clipped_sums(batch, params, rng)
         means = {name: value / batch_size for name, value in sums.items()}

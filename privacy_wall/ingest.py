@@ -20,6 +20,7 @@ from sqlalchemy import Engine, delete, insert, select, text
 from privacy_wall.control_schema import datasets
 from privacy_wall.formats import (
     FIRST_DATA_LINE,
+    BagOfWords,
     FormatError,
     read_binary_csv,
     read_docword,
@@ -84,7 +85,11 @@ def _tabular(path: Path, label: str | None) -> _Encoded:
 def _bow(path: Path, vocab: Path | None) -> _Encoded:
     if vocab is None:
         raise IngestError("bag-of-words data needs --vocab: the public vocabulary, one word per line")
-    corpus = read_docword(path, read_vocabulary(vocab))
+    return encode_bag_of_words(read_docword(path, read_vocabulary(vocab)))
+
+
+def encode_bag_of_words(corpus: BagOfWords) -> _Encoded:
+    """Each document as its m int32 word ids then their m int32 counts (db_store.decode_bow reads them)."""
     payloads = []
     for d in range(corpus.documents):
         lo, hi = corpus.indptr[d], corpus.indptr[d + 1]
@@ -112,6 +117,11 @@ def encode_file(kind: str, path: Path, label: str | None = None, vocab: Path | N
     raise IngestError(f"unknown kind {kind!r}; expected one of {', '.join(KINDS)}")
 
 
+def _check_name(name: str) -> None:
+    if not NAME_PATTERN.match(name):
+        raise IngestError("a dataset name is 1-128 letters, digits, '_', '.' or '-', starting alphanumeric")
+
+
 def ingest(
     *,
     control: Engine,
@@ -125,12 +135,60 @@ def ingest(
     owner: str | None = None,
 ) -> Ingested:
     """Validate and store a dataset; on any failure nothing stays written."""
-    if not NAME_PATTERN.match(name):
-        raise IngestError("a dataset name is 1-128 letters, digits, '_', '.' or '-', starting alphanumeric")
+    _check_name(name)
     try:
         encoded = encode_file(kind, Path(path), label, vocab)
     except FormatError as exc:
         raise IngestError(str(exc)) from None
+    return store_encoded(
+        control=control,
+        sensitive=sensitive,
+        name=name,
+        kind=kind,
+        encoded=encoded,
+        public=public,
+        owner=owner,
+    )
+
+
+def ingest_bag_of_words(
+    *,
+    control: Engine,
+    sensitive: Engine,
+    name: str,
+    corpus: BagOfWords,
+    public: bool = False,
+    owner: str | None = None,
+) -> Ingested:
+    """A corpus the custodian already holds in memory (e.g. generated), stored as `vips data ingest
+    --kind bow` would store its docword file; the same checks, the same all-or-nothing writes."""
+    _check_name(name)
+    counts = np.asarray(corpus.counts)
+    if counts.size and counts.min() < 1:
+        raise IngestError("a count must be a positive whole number")
+    return store_encoded(
+        control=control,
+        sensitive=sensitive,
+        name=name,
+        kind="bow",
+        encoded=encode_bag_of_words(corpus),
+        public=public,
+        owner=owner,
+    )
+
+
+def store_encoded(
+    *,
+    control: Engine,
+    sensitive: Engine,
+    name: str,
+    kind: str,
+    encoded: _Encoded,
+    public: bool,
+    owner: str | None,
+) -> Ingested:
+    """Write encoded rows and their catalogue entry: rows in one transaction, the entry in another, and a
+    failure of the second removes the first."""
     population = len(encoded.payloads)
     now = datetime.now(UTC)
     with control.connect() as conn:

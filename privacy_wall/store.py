@@ -56,14 +56,22 @@ class DatasetInfo:
     public: bool = False
 
 
+#: Which rows a batch holds: distinct row indices, or every row (slice(None)).
+Rows = NDArray[np.int64] | slice
+
+
 class RowStore(Protocol):
-    """A dataset's sensitive rows, readable only as uniform minibatches."""
+    """A dataset's sensitive rows, read as minibatches that the gate chooses by row index."""
 
     @property
     def info(self) -> DatasetInfo: ...
 
     def sample(self, size: int, rng: np.random.Generator) -> Batch:
-        """Exactly `size` distinct rows drawn uniformly without replacement."""
+        """Exactly `size` distinct rows drawn uniformly without replacement: `take(uniform_rows(...))`."""
+        ...
+
+    def take(self, rows: Rows) -> Batch:
+        """The rows with these distinct indices (0..N-1), in any order."""
         ...
 
 
@@ -95,7 +103,9 @@ class InMemoryTabularStore:
         return self._info
 
     def sample(self, size: int, rng: np.random.Generator) -> Batch:
-        rows = uniform_rows(self._info.population, size, rng)
+        return self.take(uniform_rows(self._info.population, size, rng))
+
+    def take(self, rows: Rows) -> Batch:
         return Batch(self.features[rows], self.labels[rows])
 
 
@@ -123,7 +133,10 @@ class InMemoryBinaryStore:
         return self._info
 
     def sample(self, size: int, rng: np.random.Generator) -> Batch:
-        return Batch(self.features[uniform_rows(self._info.population, size, rng)])
+        return self.take(uniform_rows(self._info.population, size, rng))
+
+    def take(self, rows: Rows) -> Batch:
+        return Batch(self.features[rows])
 
 
 @dataclass
@@ -160,12 +173,14 @@ class InMemoryBowStore:
         return self._info
 
     def sample(self, size: int, rng: np.random.Generator) -> Batch:
-        rows = uniform_rows(self._info.population, size, rng)
+        return self.take(uniform_rows(self._info.population, size, rng))
+
+    def take(self, rows: Rows) -> Batch:
         counts = self.counts if isinstance(rows, slice) else self.counts[rows]
         return Batch.of_documents(sp.csr_array(counts))
 
 
-def uniform_rows(population: int, size: int, rng: np.random.Generator) -> NDArray[np.int64] | slice:
+def uniform_rows(population: int, size: int, rng: np.random.Generator) -> Rows:
     """Row indices of a uniform batch of `size` distinct rows (a whole-population slice when size = N)."""
     if not 0 < size <= population:
         raise ValueError(f"batch size must be between 1 and the population {population}")

@@ -17,7 +17,7 @@ from privacy_wall.gate import Gate
 from privacy_wall.ledger import BudgetExceeded, Charge, DuplicateCharge, InMemoryLedger
 from privacy_wall.queries.base import Array, Block
 from privacy_wall.queries.blr import LogisticRegressionQuery
-from privacy_wall.store import Batch, BoundViolation, DatasetInfo, InMemoryTabularStore
+from privacy_wall.store import Batch, BoundViolation, DatasetInfo, InMemoryTabularStore, Rows
 
 DELTA = 1e-5
 D = 3
@@ -80,6 +80,10 @@ class SpyStore:
     def sample(self, size: int, rng: np.random.Generator) -> Batch:
         self._log.events.append("sample")
         return self._inner.sample(size, rng)
+
+    def take(self, rows: Rows) -> Batch:
+        self._log.events.append("take")
+        return self._inner.take(rows)
 
 
 class SpyLedger:

@@ -12,8 +12,9 @@ from sqlalchemy import Engine, func, select
 from privacy_wall import ledger_db
 from privacy_wall.control_schema import datasets
 from privacy_wall.db_store import DatabaseStore
+from privacy_wall.formats import BagOfWords, read_docword, read_vocabulary
 from privacy_wall.gate import Gate
-from privacy_wall.ingest import IngestError, ingest
+from privacy_wall.ingest import IngestError, ingest, ingest_bag_of_words
 from privacy_wall.ledger import InMemoryLedger
 from privacy_wall.queries.blr import LogisticRegressionQuery
 from privacy_wall.queries.lda import LdaQuery
@@ -199,3 +200,32 @@ def test_bow_and_binary(engines: tuple[Engine, Engine], tmp_path: Path) -> None:
     with pytest.raises(IngestError, match=r"line 3.*p1"):
         ingest(control=control, sensitive=sensitive, name="img2", kind="binary", path=binary)
     assert row_count(sensitive) == 5
+
+
+def test_an_in_memory_corpus_is_stored_as_its_docword_file_would_be(
+    engines: tuple[Engine, Engine], tmp_path: Path
+) -> None:
+    control, sensitive = engines
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("apple\nbanana\ncherry\n")
+    docword = tmp_path / "docword.txt"
+    docword.write_text("3\n3\n4\n1 1 2\n1 3 1\n3 2 5\n3 3 1\n")
+    ingest(control=control, sensitive=sensitive, name="file", kind="bow", path=docword, vocab=vocab)
+    corpus = read_docword(docword, read_vocabulary(vocab))
+    meta = ingest_bag_of_words(control=control, sensitive=sensitive, name="memory", corpus=corpus)
+    assert (meta.kind, meta.population, meta.dimension) == ("bow", 3, 3)
+    assert meta.schema == {"vocabulary": ["apple", "banana", "cherry"]}
+    everything = np.arange(3)
+    from_file = DatabaseStore(sensitive, "file").take(everything).counts
+    from_memory = DatabaseStore(sensitive, "memory").take(everything).counts
+    assert from_file is not None and from_memory is not None
+    np.testing.assert_array_equal(from_file.toarray(), from_memory.toarray())
+    # Rows come back by id, in id order, whichever ids are asked for.
+    np.testing.assert_array_equal(
+        DatabaseStore(sensitive, "memory").take(np.array([2, 0])).counts.toarray(),  # type: ignore[union-attr]
+        from_file.toarray()[[0, 2]],
+    )
+    bad = BagOfWords(corpus.indptr, corpus.word_ids, np.zeros_like(corpus.counts), corpus.vocabulary)
+    with pytest.raises(IngestError, match="positive"):
+        ingest_bag_of_words(control=control, sensitive=sensitive, name="bad", corpus=bad)
+    assert row_count(sensitive) == 6

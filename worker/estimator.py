@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import uuid
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import scipy.sparse as sp
@@ -33,11 +33,16 @@ from worker.models.sbn import reconstruct_proba, reconstruction_metrics
 from worker.posterior import Privacy, blr_parameters, build_posterior, lda_parameters, sbn_parameters
 from worker.runner import LoopSettings, run_vips
 
+Sampling = Literal["uniform", "passes"]
+
 
 class VipsEstimator:
     """What every VIPS estimator shares: the privacy schedule, the loop over the gate, the posterior.
 
     Give either epsilon (sigma is calibrated for it at delta) or sigma. batch_size None means S = N.
+    sampling "uniform" (always with noise: S distinct rows drawn uniformly per iteration, what the
+    accountant analyses) or "passes" (sigma = 0 only: shuffled passes over the data, as scikit-learn and
+    gensim do; T iterations of S rows are T S / N passes).
     Subclasses name their model and list their model options (DESIGN section 6).
     """
 
@@ -55,6 +60,7 @@ class VipsEstimator:
         tau0: float,
         kappa: float,
         random_state: int | None,
+        sampling: Sampling = "uniform",
     ) -> None:
         self.epsilon = epsilon
         self.delta = delta
@@ -64,6 +70,7 @@ class VipsEstimator:
         self.tau0 = tau0
         self.kappa = kappa
         self.random_state = random_state
+        self.sampling = sampling
 
     def model_options(self) -> dict[str, float]:
         """The model's options that are set (None means the model's default)."""
@@ -91,10 +98,15 @@ class VipsEstimator:
             raise PrivacyError(
                 "random_state is only accepted with sigma = 0: private releases cannot be seeded"
             )
+        if self.sampling not in ("uniform", "passes"):
+            raise ValueError("sampling must be 'uniform' or 'passes'")
+        passes = self.sampling == "passes"
+        if passes and not public:
+            raise PrivacyError("sampling='passes' is only for sigma = 0: private fits sample uniformly")
         setup = model_setup(self.model_name, self.model_options(), sigma=sigma)
         store: RowStore = make_store(public)
         ledger = InMemoryLedger(delta=self.delta, epsilon_budget=self.epsilon)
-        gate = Gate(store, ledger, seed=self.random_state)
+        gate = Gate(store, ledger, seed=self.random_state, passes=passes)
         job_id = uuid.uuid4().hex
         ledger.reserve(job_id, SubsampledGaussianEvent(sigma, batch_size, population), self.iterations)
         try:
@@ -126,6 +138,7 @@ class VipsEstimator:
                 batch_size=batch_size,
                 population=population,
                 accountant=ACCOUNTANT_VERSION,
+                sampling="shuffled_passes" if passes else "without_replacement",
             ),
             parameters=setup.model.posterior(result.state),
         )
@@ -151,6 +164,7 @@ class VIPSLogisticRegression(VipsEstimator):
         a0: float = 1.0,
         b0: float = 1.0,
         random_state: int | None = None,
+        sampling: Sampling = "uniform",
     ) -> None:
         super().__init__(
             epsilon=epsilon,
@@ -161,6 +175,7 @@ class VIPSLogisticRegression(VipsEstimator):
             tau0=tau0,
             kappa=kappa,
             random_state=random_state,
+            sampling=sampling,
         )
         self.a0 = a0
         self.b0 = b0
@@ -212,6 +227,7 @@ class VIPSLatentDirichletAllocation(VipsEstimator):
         tau0: float = 0.0,
         kappa: float = 1.0,
         random_state: int | None = None,
+        sampling: Sampling = "uniform",
     ) -> None:
         super().__init__(
             epsilon=epsilon,
@@ -222,6 +238,7 @@ class VIPSLatentDirichletAllocation(VipsEstimator):
             tau0=tau0,
             kappa=kappa,
             random_state=random_state,
+            sampling=sampling,
         )
         self.topics = topics
         self.alpha = alpha
@@ -270,6 +287,7 @@ class VIPSSigmoidBeliefNetwork(VipsEstimator):
         tau0: float = 0.0,
         kappa: float = 1.0,
         random_state: int | None = None,
+        sampling: Sampling = "uniform",
     ) -> None:
         super().__init__(
             epsilon=epsilon,
@@ -280,6 +298,7 @@ class VIPSSigmoidBeliefNetwork(VipsEstimator):
             tau0=tau0,
             kappa=kappa,
             random_state=random_state,
+            sampling=sampling,
         )
         self.hidden = hidden
 
