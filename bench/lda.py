@@ -538,6 +538,85 @@ def full_mode() -> str:
     return "\n".join(lines) + "\n"
 
 
+def worker_peak_rss_gb(pid: int) -> float:
+    """Peak resident set size (VmHWM) of another process, from /proc (Linux)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 2**20
+    raise RuntimeError("no VmHWM in /proc: peak RSS needs Linux")
+
+
+def full_worker_mode(work: Path) -> str:
+    """The full configuration as a service job: the corpus ingested into PostgreSQL (the sensitive
+    database), the job submitted over HTTP and run by a real `vips worker` (Celery, Redis, the gate over
+    the database store, the ledger), as tests/e2e.py starts them. Wall time from the job's own timestamps;
+    peak RSS of the worker process."""
+    from datetime import datetime
+
+    from privacy_wall.formats import BagOfWords
+    from privacy_wall.ingest import ingest_bag_of_words
+    from privacy_wall.sqlengine import create_db_engine
+    from service.client import VipsClient
+    from tests.e2e import production_service
+
+    setting = FULL_SETTING
+    start = time.perf_counter()
+    data = synthetic_data(setting)
+    log(f"full (worker): generated D = {setting.documents} (nnz {data.train.nnz}) in "
+        f"{time.perf_counter() - start:.0f} s")  # fmt: skip
+    train = data.train
+    corpus = BagOfWords(
+        np.asarray(train.indptr, dtype=np.int64),
+        np.asarray(train.indices, dtype=np.int32),
+        np.asarray(train.data, dtype=np.int32),
+        tuple(f"w{v}" for v in range(setting.vocabulary)),
+    )
+    with production_service(work) as service:
+        control = create_db_engine(service.env["VIPS_CONTROL_DATABASE_URL"])
+        sensitive = create_db_engine(service.env["VIPS_SENSITIVE_DATABASE_URL"])
+        start = time.perf_counter()
+        ingest_bag_of_words(control=control, sensitive=sensitive, name="full", corpus=corpus)
+        ingested = time.perf_counter() - start
+        log(f"  ingested into PostgreSQL in {ingested:.0f} s")
+        custodian, analyst = service.key("custodian", "full"), service.key("analyst")
+        service.vips(
+            "budget", "set", "full", "--epsilon", "3", "--delta", f"{PRIVATE_DELTA:g}", key=custodian
+        )
+        worker_pid = service.processes["worker"].pid
+        rss_before = worker_peak_rss_gb(worker_pid)
+        options = {"topics": float(setting.topics), "doc_length": float(DOC_LENGTH), "clip": CLIP,
+                   "tau0": PRIVATE_TAU0, "kappa": PRIVATE_KAPPA}  # fmt: skip
+        with VipsClient(service.url, analyst) as api:
+            job = api.submit_job(dataset="full", model="lda", iterations=PRIVATE_ITERATIONS,
+                                 batch_size=FULL_BATCH, sigma=FULL_SIGMA, options=options)  # fmt: skip
+            done = api.wait(job["id"], interval=2.0, timeout=3600)
+            if done["status"] != "succeeded":
+                raise RuntimeError(f"the job ended {done['status']}: {done.get('error')}")
+            posterior = api.posterior(job["id"])
+        peak = worker_peak_rss_gb(worker_pid)
+        control.dispose()
+        sensitive.dispose()
+    seconds = (
+        datetime.fromisoformat(done["finished_at"]) - datetime.fromisoformat(done["created_at"])
+    ).total_seconds()
+    lam = np.asarray(posterior["lambda"], dtype=np.float64)
+    completion = data.evaluation.completion(lam)
+    unigram = unigram_perplexity(data.train, data.evaluation.held_out)
+    lines = [
+        "| quantity | value |",
+        "|---|---|",
+        f"| corpus | D = {setting.documents:,}, V = {setting.vocabulary:,}, K = {setting.topics}, "
+        f"{data.train.nnz:,} non-zeros, in PostgreSQL (ingested in {ingested:.0f} s) |",
+        f"| schedule | S = {FULL_BATCH:,}, T = {PRIVATE_ITERATIONS}, N_w = {DOC_LENGTH}, a = {CLIP}, "
+        f"sigma = {FULL_SIGMA} |",
+        f"| epsilon spent (delta = {PRIVATE_DELTA:g}) | {done['epsilon_spent']:.3f} |",
+        f"| job wall time (submit to finished, in the worker) | {seconds:.0f} s ({seconds / 60:.1f} min) |",
+        f"| worker peak RSS | {peak:.2f} GB (idle worker before the job: {rss_before:.2f} GB) |",
+        f"| held-out completion perplexity | {completion:.1f} (unigram {unigram:.1f}) |",
+    ]
+    return "\n".join(lines) + "\n"
+
+
 # --------------------------------------------------------------------------------------------------------
 # Output.
 
@@ -622,12 +701,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="one seed, a smaller private corpus")
     parser.add_argument("--full", action="store_true", help="only the paper-scale timing run")
+    parser.add_argument(
+        "--full-worker", action="store_true", help="the paper-scale run as a service job (PostgreSQL, Redis)"
+    )
     parser.add_argument("--seeds", type=int, default=None, help="wikipedia repeats (5; 1 with --quick)")
     parser.add_argument("--wikipedia-only", action="store_true", help="skip the private section")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "out")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
+    if args.full_worker:
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as work:
+            table = full_worker_mode(Path(work))
+        print(table)
+        (args.out / "lda_full_worker.md").write_text(
+            f"Produced by `python -m bench.lda --full-worker`.\n\n{table}", encoding="utf-8"
+        )
+        return 0
     if args.full:
         table = full_mode()
         print(table)

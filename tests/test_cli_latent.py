@@ -1,0 +1,197 @@
+"""`vips fit --local`, `vips predict` and `vips evaluate` for LDA (UCI docword + vocabulary) and the sigmoid
+belief network (0/1 CSV): in-process fits through the same gate and accountant, and bad input as one-line
+errors."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tests.test_cli import run_error, run_ok
+from vips.cli import main
+from worker.datasets.synthetic_lda import generate_corpus, planted_topics
+from worker.datasets.wikipedia import write_bag_of_words
+from worker.models.lda import unigram_perplexity
+from worker.models.sbn import pixel_mean_metrics
+
+TOPICS, WORDS = 3, 30
+
+
+@dataclass(frozen=True)
+class Corpus:
+    train: Path
+    test: Path
+    vocab: Path
+    unigram: float
+    test_tokens: int
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Corpus:
+    root = tmp_path_factory.mktemp("bow")
+    truth = planted_topics(TOPICS, WORDS, seed=0)
+    train = generate_corpus(400, truth, mean_length=40, seed=1).counts
+    test = generate_corpus(100, truth, mean_length=40, seed=2).counts
+    words = [f"w{v}" for v in range(WORDS)]
+    write_bag_of_words(train, words, root / "train.docword", root / "vocab.txt")
+    write_bag_of_words(test, words, root / "test.docword", root / "test-vocab.txt")
+    unigram = unigram_perplexity(train, test)
+    return Corpus(root / "train.docword", root / "test.docword", root / "vocab.txt", unigram, int(test.sum()))
+
+
+def lda_argv(corpus: Corpus, *extra: str) -> list[str]:
+    local = ["fit", "--local", "--kind", "bow", "--input", str(corpus.train), "--vocab", str(corpus.vocab)]
+    return [*local, "--model", "lda", "--option", f"topics={TOPICS}", *extra]
+
+
+def test_lda_local_fit_evaluate_and_predict(
+    capsys: pytest.CaptureFixture[str], corpus: Corpus, tmp_path: Path
+) -> None:
+    posterior = tmp_path / "lda.json"
+    summary = run_ok(
+        capsys,
+        lda_argv(
+            corpus, "--sigma", "0", "--iterations", "10", "--option", "doc_length=0", "-o", str(posterior)
+        ),
+    )
+    assert summary["model"] == "lda" and summary["kind"] == "bow" and summary["epsilon"] is None
+    document = json.loads(posterior.read_text())
+    assert document["vocabulary"] == [f"w{v}" for v in range(WORDS)]
+    metrics = run_ok(capsys, ["evaluate", "--posterior", str(posterior), "--input", str(corpus.test),
+                              "--vocab", str(corpus.vocab)])  # fmt: skip
+    assert metrics["tokens"] == corpus.test_tokens and metrics["documents"] == 100
+    # Three planted topics over 30 words: the fit beats word frequencies by far (observed 0.53x).
+    assert metrics["perplexity"] < 0.75 * corpus.unigram, (metrics, corpus.unigram)
+    # Without --vocab the file is read in the posterior's own word ids: the same numbers.
+    assert run_ok(capsys, ["evaluate", "--posterior", str(posterior), "--input", str(corpus.test)]) == metrics
+    out = tmp_path / "theta.csv"
+    assert main(["predict", "--posterior", str(posterior), "--input", str(corpus.test), "--vocab",
+                 str(corpus.vocab), "-o", str(out)]) == 0  # fmt: skip
+    header, *lines = out.read_text().splitlines()
+    assert header == "topic_0,topic_1,topic_2" and len(lines) == 100
+    theta = np.array([[float(v) for v in line.split(",")] for line in lines])
+    np.testing.assert_allclose(theta.sum(axis=1), 1.0, rtol=1e-9)
+
+
+def test_lda_local_private_fit_spends_at_most_epsilon(
+    capsys: pytest.CaptureFixture[str], corpus: Corpus, tmp_path: Path
+) -> None:
+    summary = run_ok(
+        capsys,
+        lda_argv(corpus, "--epsilon", "2", "--delta", "1e-5", "--iterations", "5", "--batch-size", "100",
+                 "--option", "doc_length=40"),
+    )  # fmt: skip
+    assert 0 < summary["epsilon"] <= 2.0 and summary["sigma"] > 0 and summary["batch_size"] == 100
+
+
+def test_lda_errors(capsys: pytest.CaptureFixture[str], corpus: Corpus, tmp_path: Path) -> None:
+    assert "doc_length" in run_error(capsys, lda_argv(corpus, "--epsilon", "1", "--option", "doc_length=0"))
+    no_vocab = [
+        "fit",
+        "--local",
+        "--kind",
+        "bow",
+        "--input",
+        str(corpus.train),
+        "--model",
+        "lda",
+        "--sigma",
+        "0",
+    ]
+    assert "--vocab" in run_error(capsys, no_vocab)
+    fractional = [*lda_argv(corpus)[:-2], "--option", "topics=2.5", "--sigma", "0"]  # instead of topics=3
+    assert "whole number" in run_error(capsys, fractional)
+    posterior = tmp_path / "lda.json"
+    run_ok(capsys, lda_argv(corpus, "--sigma", "0", "--iterations", "2", "-o", str(posterior)))
+    short_vocab = tmp_path / "short.txt"
+    short_vocab.write_text("w0\nw1\n")
+    error = run_error(capsys, ["evaluate", "--posterior", str(posterior), "--input", str(corpus.test),
+                               "--vocab", str(short_vocab)])  # fmt: skip
+    assert "W = 30" in error and "2 words" in error
+    assert "--label" in run_error(
+        capsys, ["evaluate", "--posterior", str(posterior), "--input", str(corpus.test), "--label", "y"]
+    )
+
+
+@dataclass(frozen=True)
+class Images:
+    train: Path
+    test: Path
+    baseline_nll: float
+    baseline_accuracy: float
+
+
+def write_binary(path: Path, rows: np.ndarray) -> Path:
+    header = ",".join(f"p{j}" for j in range(rows.shape[1]))
+    path.write_text(header + "\n" + "\n".join(",".join(str(int(v)) for v in row) for row in rows) + "\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def images(tmp_path_factory: pytest.TempPathFactory) -> Images:
+    """Two prototypes of 16 pixels with 5% of pixels flipped: a one-unit SBN explains them well."""
+    root = tmp_path_factory.mktemp("binary")
+    rng = np.random.default_rng(0)
+    prototypes = np.array([[1] * 8 + [0] * 8, [0] * 8 + [1] * 8], dtype=np.float64)
+
+    def draw(n: int) -> np.ndarray:
+        rows = prototypes[rng.integers(0, 2, size=n)]
+        flips = rng.random(rows.shape) < 0.05
+        return np.where(flips, 1 - rows, rows)
+
+    train, test = draw(600), draw(200)
+    baseline = pixel_mean_metrics(train, test)
+    return Images(
+        write_binary(root / "train.csv", train),
+        write_binary(root / "test.csv", test),
+        baseline["nll"],
+        baseline["pixel_accuracy"],
+    )
+
+
+def sbn_argv(images: Images, *extra: str) -> list[str]:
+    local = ["fit", "--local", "--kind", "binary", "--input", str(images.train), "--model", "sbn"]
+    return [*local, "--option", "hidden=2", *extra]
+
+
+def test_sbn_local_fit_evaluate_and_predict(
+    capsys: pytest.CaptureFixture[str], images: Images, tmp_path: Path
+) -> None:
+    posterior = tmp_path / "sbn.json"
+    run_ok(capsys, sbn_argv(images, "--sigma", "0", "--iterations", "15", "-o", str(posterior)))
+    document: dict[str, Any] = json.loads(posterior.read_text())
+    assert document["columns"] == [f"p{j}" for j in range(16)]
+    metrics = run_ok(capsys, ["evaluate", "--posterior", str(posterior), "--input", str(images.test)])
+    # Per-pixel frequencies know nothing of the two prototypes (~11 nats per image, accuracy ~0.5); the
+    # hidden unit that picks the prototype leaves only the 5% flips (observed 3.55 nats, accuracy 0.94).
+    assert metrics["nll"] < 0.5 * images.baseline_nll, (metrics, images.baseline_nll)
+    assert metrics["pixel_accuracy"] > 0.9 > images.baseline_accuracy + 0.2 and metrics["n"] == 200
+    out = tmp_path / "reconstruction.csv"
+    assert main(["predict", "--posterior", str(posterior), "--input", str(images.test), "-o", str(out)]) == 0
+    header, *lines = out.read_text().splitlines()
+    assert header.split(",") == document["columns"] and len(lines) == 200
+
+
+def test_sbn_errors(capsys: pytest.CaptureFixture[str], images: Images, tmp_path: Path) -> None:
+    posterior = tmp_path / "sbn.json"
+    run_ok(capsys, sbn_argv(images, "--sigma", "0", "--iterations", "2", "-o", str(posterior)))
+    narrow = write_binary(tmp_path / "narrow.csv", np.zeros((3, 5)))
+    assert "5 columns" in run_error(
+        capsys, ["evaluate", "--posterior", str(posterior), "--input", str(narrow)]
+    )
+    grey = tmp_path / "grey.csv"
+    grey.write_text("p0,p1\n1,0\n0,0.5\n")
+    grey_fit = ["fit", "--local", "--kind", "binary", "--input", str(grey), "--model", "sbn", "--sigma", "0"]
+    assert "line 3" in run_error(capsys, grey_fit)
+    assert "--vocab" in run_error(
+        capsys, ["evaluate", "--posterior", str(posterior), "--input", str(images.test), "--vocab", "v.txt"]
+    )
+    assert "--kind binary" in run_error(
+        capsys, ["fit", "--local", "--kind", "tabular", "--input", str(images.train), "--model", "sbn",
+                 "--sigma", "0"]
+    )  # fmt: skip
