@@ -30,7 +30,7 @@ datasets = Table(
     "datasets",
     metadata,
     Column("name", String(128), primary_key=True),
-    Column("kind", String(16), nullable=False),  # tabular | bow | binary
+    Column("kind", String(16), nullable=False),  # tabular | regression | bow | binary
     Column("population", Integer, nullable=False),
     Column("dimension", Integer, nullable=False),
     Column("schema", JSON, nullable=False),  # column names or vocabulary size: public by declaration

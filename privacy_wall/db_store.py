@@ -86,14 +86,15 @@ def _rows_by_id(conn: Connection, dataset: str, ids: list[int]) -> CursorResult[
 
 @dataclass
 class DatabaseStore:
-    """A dataset in the sensitive database, of the kind it was ingested as (tabular, bow or binary)."""
+    """A dataset in the sensitive database, of the kind it was ingested as (tabular, regression, bow or
+    binary)."""
 
     bind: Bind
     name: str
 
     def __post_init__(self) -> None:
         self._info = load_info(self.bind, self.name)
-        if self._info.kind not in ("tabular", "bow", "binary"):
+        if self._info.kind not in ("tabular", "regression", "bow", "binary"):
             raise ValueError(f"dataset {self.name!r} is {self._info.kind}: no database store reads it yet")
 
     @property

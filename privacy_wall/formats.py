@@ -116,8 +116,9 @@ def _locate_bad_cell(path: Path, data: list[str], names: tuple[str, ...]) -> For
     return FormatError(f"{path}: the data rows could not be parsed as numbers")
 
 
-def read_tabular_csv(path: Path, label: str | None) -> TabularFile:
-    """Read a numeric CSV with a header; split off the 0/1 label column when `label` is given."""
+def read_tabular_csv(path: Path, label: str | None, *, binary_label: bool = True) -> TabularFile:
+    """Read a numeric CSV with a header; split off the label column when `label` is given: 0/1 values,
+    or any finite numbers when `binary_label` is False (regression targets)."""
     path = Path(path)
     lines = _read_lines(path)
     if not lines:
@@ -148,7 +149,7 @@ def read_tabular_csv(path: Path, label: str | None) -> TabularFile:
         return TabularFile(np.ascontiguousarray(table), None, names)
     column = names.index(label)
     labels = np.ascontiguousarray(table[:, column])
-    bad = (labels != 0) & (labels != 1)
+    bad = (labels != 0) & (labels != 1) if binary_label else np.zeros(labels.shape, dtype=bool)
     if bad.any():
         row = int(np.argmax(bad))
         raise FormatError(

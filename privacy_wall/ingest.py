@@ -1,9 +1,10 @@
 """Custodian-side ingestion: files into the sensitive database, public metadata into the control database.
 
 The wall enforces the bounds the sensitivities assume and rejects, never repairs: tabular rows must have
-L2 norm <= 1 and labels in {0, 1}; binary data must be 0/1; bag-of-words ids must match the public
-vocabulary. Errors name the file line, never a value. Nothing is written when anything fails: the rows go
-in one transaction, the catalogue entry in another, and a failure of the second removes the first.
+L2 norm <= 1 and labels in {0, 1} (regression: real targets in [-1, 1]); binary data must be 0/1;
+bag-of-words ids must match the public vocabulary. Errors name the file line, never a value. Nothing is
+written when anything fails: the rows go in one transaction, the catalogue entry in another, and a failure
+of the second removes the first.
 """
 
 from __future__ import annotations
@@ -30,8 +31,8 @@ from privacy_wall.formats import (
 from privacy_wall.sensitive_schema import rows, stored_datasets
 from privacy_wall.store import ROW_NORM_TOLERANCE
 
-Kind = Literal["tabular", "bow", "binary"]
-KINDS: tuple[Kind, ...] = ("tabular", "bow", "binary")
+Kind = Literal["tabular", "regression", "bow", "binary"]
+KINDS: tuple[Kind, ...] = ("tabular", "regression", "bow", "binary")
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 INSERT_CHUNK = 5_000
 
@@ -60,11 +61,21 @@ class _Encoded:
     schema: dict[str, Any]
 
 
-def _tabular(path: Path, label: str | None) -> _Encoded:
+def _tabular(path: Path, label: str | None, *, regression: bool = False) -> _Encoded:
     if label is None:
-        raise IngestError("tabular data needs --label: the name of its 0/1 label column")
-    table = read_tabular_csv(path, label)
+        what = "real target column (|y| <= 1)" if regression else "0/1 label column"
+        raise IngestError(
+            f"{'regression' if regression else 'tabular'} data needs --label: the name of its {what}"
+        )
+    table = read_tabular_csv(path, label, binary_label=not regression)
     assert table.labels is not None
+    too_large = np.abs(table.labels) > 1.0
+    if too_large.any():
+        line = int(np.argmax(too_large)) + FIRST_DATA_LINE
+        raise IngestError(
+            f"{path}: line {line}: the target {label!r} is outside [-1, 1] ({int(too_large.sum())} rows in "
+            "all); scale targets with public bounds before ingesting"
+        )
     norms = np.linalg.norm(table.features, axis=1)
     too_long = norms > 1.0 + ROW_NORM_TOLERANCE
     if too_long.any():
@@ -110,6 +121,8 @@ def _binary(path: Path) -> _Encoded:
 def encode_file(kind: str, path: Path, label: str | None = None, vocab: Path | None = None) -> _Encoded:
     if kind == "tabular":
         return _tabular(path, label)
+    if kind == "regression":
+        return _tabular(path, label, regression=True)
     if kind == "bow":
         return _bow(path, vocab)
     if kind == "binary":

@@ -3,8 +3,9 @@
 `stored_datasets`: how to decode a dataset's rows (kind, population N, dimension) and whether its
   custodian marked it public (the gate allows seeds and sigma = 0 only then).
 `rows`: one row per record, keyed by (dataset, row_id) with row ids 0..N-1, so a uniform minibatch is
-  drawn by id without scanning; `payload` is the record's encoding for its kind (tabular: float64 features;
-  bow: int32 word ids then int32 counts; binary: packed bits), `label` the tabular label.
+  drawn by id without scanning; `payload` is the record's encoding for its kind (tabular and regression:
+  float64 features; bow: int32 word ids then int32 counts; binary: packed bits), `label` the tabular
+  label or the regression target.
 """
 
 from __future__ import annotations

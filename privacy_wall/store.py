@@ -8,7 +8,7 @@ and `vips fit --local`; the database store comes with the service.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Literal, Protocol
 
 import numpy as np
 import scipy.sparse as sp
@@ -77,12 +77,14 @@ class RowStore(Protocol):
 
 @dataclass
 class InMemoryTabularStore:
-    """Tabular rows held in memory, checked against the sensitivity bounds on construction."""
+    """Tabular rows held in memory, checked against the sensitivity bounds on construction: kind "tabular"
+    (labels in {0, 1}) or "regression" (real labels with |y| <= 1)."""
 
     name: str
     features: NDArray[np.float64]
     labels: NDArray[np.float64]
     public: bool = False
+    kind: Literal["tabular", "regression"] = "tabular"
     _info: DatasetInfo = field(init=False)
 
     def __post_init__(self) -> None:
@@ -92,10 +94,13 @@ class InMemoryTabularStore:
             raise BoundViolation("features must be a non-empty 2-D array")
         if labels.shape[0] != features.shape[0]:
             raise BoundViolation("features and labels have different numbers of rows")
-        check_tabular_bounds(features, labels)
+        if self.kind == "regression":
+            check_regression_bounds(features, labels)
+        else:
+            check_tabular_bounds(features, labels)
         self.features, self.labels = features, labels
         self._info = DatasetInfo(
-            self.name, "tabular", int(features.shape[0]), int(features.shape[1]), self.public
+            self.name, self.kind, int(features.shape[0]), int(features.shape[1]), self.public
         )
 
     @property
@@ -199,11 +204,7 @@ def check_binary_bounds(features: NDArray[np.float64]) -> None:
         raise BoundViolation(f"row {int(np.argmax(bad))} has a value other than 0 or 1")
 
 
-def check_tabular_bounds(features: NDArray[np.float64], labels: NDArray[np.float64]) -> None:
-    """Rows have L2 norm <= 1 and labels are in {0, 1}; finite values only.
-
-    Raises BoundViolation naming the first offending row index, never its values.
-    """
+def _check_rows(features: NDArray[np.float64], labels: NDArray[np.float64]) -> None:
     finite = np.isfinite(features).all(axis=1) & np.isfinite(labels)
     if not finite.all():
         raise BoundViolation(f"row {int(np.argmin(finite))} has a non-finite value")
@@ -214,9 +215,31 @@ def check_tabular_bounds(features: NDArray[np.float64], labels: NDArray[np.float
             f"row {int(np.argmax(too_long))} has L2 norm above 1 "
             f"({int(too_long.sum())} rows in all); scale rows to norm <= 1"
         )
+
+
+def check_tabular_bounds(features: NDArray[np.float64], labels: NDArray[np.float64]) -> None:
+    """Rows have L2 norm <= 1 and labels are in {0, 1}; finite values only.
+
+    Raises BoundViolation naming the first offending row index, never its values.
+    """
+    _check_rows(features, labels)
     bad_label = (labels != 0) & (labels != 1)
     if bad_label.any():
         raise BoundViolation(f"row {int(np.argmax(bad_label))} has a label outside {{0, 1}}")
+
+
+def check_regression_bounds(features: NDArray[np.float64], labels: NDArray[np.float64]) -> None:
+    """Rows have L2 norm <= 1 and targets |y| <= 1 (regression); finite values only.
+
+    Raises BoundViolation naming the first offending row index, never its values.
+    """
+    _check_rows(features, labels)
+    too_large = np.abs(labels) > 1.0
+    if too_large.any():
+        raise BoundViolation(
+            f"row {int(np.argmax(too_large))} has a target with |y| > 1 ({int(too_large.sum())} rows in "
+            "all); scale targets to [-1, 1] with public bounds"
+        )
 
 
 #: Largest count a bag-of-words entry may have (ingestion stores counts as int32).

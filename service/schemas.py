@@ -12,7 +12,7 @@ from service.keys import Role
 Model = Literal["blr", "lda", "sbn"]
 Algorithm = Literal["vips", "dpvi", "dpsep"]
 JobStatus = Literal["queued", "running", "succeeded", "failed", "cancelled"]
-DatasetKind = Literal["tabular", "bow", "binary"]
+DatasetKind = Literal["tabular", "regression", "bow", "binary"]
 
 #: Models and algorithms that run today; the others are part of the contract but answer 422.
 AVAILABLE_MODELS: tuple[str, ...] = ("blr", "lda", "sbn")

@@ -20,6 +20,7 @@ from privacy_wall.queries.blr import LogisticRegressionQuery
 from privacy_wall.queries.lda import LdaQuery
 from privacy_wall.sensitive_schema import rows, stored_datasets
 from privacy_wall.sqlengine import create_db_engine
+from privacy_wall.store import BoundViolation, InMemoryTabularStore
 from tests.dbservers import fresh_database
 from vips.migrate import upgrade
 
@@ -229,3 +230,40 @@ def test_an_in_memory_corpus_is_stored_as_its_docword_file_would_be(
     with pytest.raises(IngestError, match="positive"):
         ingest_bag_of_words(control=control, sensitive=sensitive, name="bad", corpus=bad)
     assert row_count(sensitive) == 6
+
+
+def test_regression_rows_keep_real_targets_in_the_unit_interval(
+    engines: tuple[Engine, Engine], tmp_path: Path
+) -> None:
+    control, sensitive = engines
+    x, _ = tabular_data(n=50, d=3, seed=4)
+    y = np.linspace(-1.0, 1.0, 50)
+    path = write_regression(tmp_path / "reg.csv", x, y)
+    meta = ingest(control=control, sensitive=sensitive, name="r", kind="regression", path=path, label="y")
+    assert (meta.kind, meta.population, meta.dimension) == ("regression", 50, 3)
+    store = DatabaseStore(sensitive, "r")
+    assert store.info.kind == "regression"
+    whole = store.take(slice(None))
+    assert whole.labels is not None
+    order = np.argsort(whole.labels)
+    np.testing.assert_array_equal(whole.labels[order], y)
+    np.testing.assert_array_equal(whole.features[order], x)
+    # A target outside [-1, 1] is refused naming its line, and nothing is written.
+    path = write_regression(tmp_path / "big.csv", x, np.where(np.arange(50) == 7, 1.5, y))
+    with pytest.raises(IngestError, match=r"line 9.*\[-1, 1\]") as refused:
+        ingest(control=control, sensitive=sensitive, name="r2", kind="regression", path=path, label="y")
+    assert "1.5" not in str(refused.value)
+    # The same real targets are not 0/1 labels: as tabular data they are refused.
+    with pytest.raises(IngestError, match="0 or 1"):
+        ingest(control=control, sensitive=sensitive, name="r3", kind="tabular", path=path, label="y")
+    assert row_count(sensitive) == 50
+    with pytest.raises(BoundViolation, match="row 7"):
+        InMemoryTabularStore("m", x, np.where(np.arange(50) == 7, -1.01, y), kind="regression")
+    assert InMemoryTabularStore("m", x, y, kind="regression").info.kind == "regression"
+
+
+def write_regression(path: Path, features: np.ndarray, targets: np.ndarray) -> Path:
+    header = ",".join([f"x{j}" for j in range(features.shape[1])] + ["y"])
+    body = [",".join(f"{v:.17g}" for v in [*row, t]) for row, t in zip(features, targets, strict=True)]
+    path.write_text("\n".join([header, *body]) + "\n")
+    return path

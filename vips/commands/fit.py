@@ -38,7 +38,7 @@ from worker.estimator import (
 from worker.models.base import Array
 from worker.posterior import save_posterior
 
-KINDS = ("tabular", "bow", "binary")
+KINDS = ("tabular", "regression", "bow", "binary")
 MODELS = ("blr", "lda", "sbn")
 ALGORITHMS = ("vips", "dpvi", "dpsep")
 DEFAULT_LABEL = "label"
