@@ -30,7 +30,7 @@ from privacy_wall.sqlengine import reading
 from service.auth import sees_job
 from service.keys import Principal
 from service.models import jobs, posteriors, releases
-from service.options import MODEL_KINDS, option_problem, schedule_problem
+from service.options import MODEL_KINDS, algorithm_problem, option_problem, schedule_problem
 from service.queue import JobQueue
 from service.schemas import BudgetRefusal, JobCreate, JobPublic, JobQuote, ReleasePublic
 from service.settings import ServiceSettings
@@ -88,10 +88,10 @@ class SpecError(ValueError):
 # ---- options --------------------------------------------------------------------------------------------
 
 
-def option_errors(model: str, options: dict[str, float]) -> list[tuple[Loc, str]]:
+def option_errors(model: str, algorithm: str, options: dict[str, float]) -> list[tuple[Loc, str]]:
     errors: list[tuple[Loc, str]] = []
     for name, value in options.items():
-        problem = option_problem(model, name, value)
+        problem = option_problem(model, name, value, algorithm)
         if problem is not None:
             errors.append((("options", name), problem))
     return errors
@@ -189,7 +189,11 @@ def check_spec(spec: JobCreate, dataset: Row[Any], settings: ServiceSettings) ->
         errors.append(
             (("sigma",), f"sigma 0 (no noise) is allowed only on public datasets; {dataset.name} is private")
         )
-    errors.extend(option_errors(spec.model, spec.options))
+    pairing = algorithm_problem(spec.model, spec.algorithm)
+    if pairing is not None:
+        errors.append((("algorithm",), pairing))
+    else:
+        errors.extend(option_errors(spec.model, spec.algorithm, spec.options))
     if errors:
         raise SpecError(errors)
     return batch_size

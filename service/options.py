@@ -43,18 +43,43 @@ MODEL_OPTIONS: dict[str, dict[str, OptionSpec]] = {
     },
     "sbn": {"hidden": _whole(1, 500)},
 }
+#: The models each algorithm fits (DESIGN section 5: DPVI and DP-SEP are alternatives for regression).
+ALGORITHM_MODELS: dict[str, tuple[str, ...]] = {"vips": ("blr", "lda", "sbn"), "dpvi": ("blr",)}
+#: Options of the alternative algorithms; they replace the VIPS model's own (a0, b0: VIPS-BLR's prior on
+#: the weights' precision) with a fixed prior variance on the weights.
+ALGORITHM_OPTIONS: dict[str, dict[str, OptionSpec]] = {
+    "dpvi": {
+        "clip": _POSITIVE,
+        "learning_rate": _POSITIVE,
+        "draws": _whole(1, 100),
+        "prior_variance": _POSITIVE,
+    },
+}
 
 
-def option_specs(model: str) -> dict[str, OptionSpec]:
-    return {**COMMON_OPTIONS, **MODEL_OPTIONS.get(model, {})}
+def algorithm_problem(model: str, algorithm: str) -> str | None:
+    """Why `algorithm` cannot fit `model`, or None when it can."""
+    models = ALGORITHM_MODELS.get(algorithm)
+    if models is None:
+        return f"algorithm {algorithm!r} is not available (available: {', '.join(ALGORITHM_MODELS)})"
+    if model not in models:
+        return f"algorithm {algorithm} fits model {' or '.join(models)}, not {model}"
+    return None
 
 
-def option_problem(model: str, name: str, value: float) -> str | None:
-    """Why `name=value` is not a valid option of `model`, or None when it is."""
-    specs = option_specs(model)
+def option_specs(model: str, algorithm: str = "vips") -> dict[str, OptionSpec]:
+    if algorithm == "vips":
+        return {**COMMON_OPTIONS, **MODEL_OPTIONS.get(model, {})}
+    return {**COMMON_OPTIONS, **ALGORITHM_OPTIONS.get(algorithm, {})}
+
+
+def option_problem(model: str, name: str, value: float, algorithm: str = "vips") -> str | None:
+    """Why `name=value` is not a valid option of `model` fitted by `algorithm`, or None when it is."""
+    specs = option_specs(model, algorithm)
     spec = specs.get(name)
     if spec is None:
-        return f"unknown option {name!r} for model {model}; valid: {', '.join(sorted(specs))}"
+        fitted = model if algorithm == "vips" else f"{model} with algorithm {algorithm}"
+        return f"unknown option {name!r} for model {fitted}; valid: {', '.join(sorted(specs))}"
     if not (math.isfinite(value) and spec.check(value)):
         return f"option {name!r} {spec.requirement}"
     return None

@@ -16,7 +16,7 @@ DatasetKind = Literal["tabular", "regression", "bow", "binary"]
 
 #: Models and algorithms that run today; the others are part of the contract but answer 422.
 AVAILABLE_MODELS: tuple[str, ...] = ("blr", "lda", "sbn")
-AVAILABLE_ALGORITHMS: tuple[str, ...] = ("vips",)
+AVAILABLE_ALGORITHMS: tuple[str, ...] = ("vips", "dpvi")
 
 FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
 

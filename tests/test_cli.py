@@ -295,7 +295,10 @@ def test_batch_larger_than_the_dataset(capsys: pytest.CaptureFixture[str], data:
         (["--sigma", "1", "--epsilon", "1"], "not allowed with"),
         ([], "exactly one of --sigma and --epsilon"),
         (["--sigma", "1", "--model", "lda"], "--model lda fits --kind bow data, not tabular"),
-        (["--sigma", "1", "--algorithm", "dpvi"], "not available yet"),
+        (
+            ["--sigma", "1", "--algorithm", "dpvi", "--option", "a0=2"],
+            "unknown option 'a0' for model blr with",
+        ),
         (["--sigma", "1", "--kind", "bow"], "--model blr fits --kind tabular data, not bow"),
         (["--sigma", "1", "--option", "topics=5"], "unknown option 'topics' for model blr"),
         (["--sigma", "1", "--model", "gpt"], "invalid choice"),

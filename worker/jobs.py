@@ -232,10 +232,8 @@ def execute_job(job_id: str, control: Engine, sensitive: Engine, *, heartbeat_ti
 
 
 def _run(job: Any, control: Engine, sensitive: Engine) -> dict[str, Any]:
-    if job.algorithm != "vips":
-        raise ValueError(f"algorithm {job.algorithm} is not available")
     options = dict(job.options)
-    setup = model_setup(job.model, options, sigma=job.sigma)
+    setup = model_setup(job.model, options, sigma=job.sigma, algorithm=job.algorithm)
     # One connection of each kind for the whole job: no pool checkout (and its ping) per iteration.
     with (
         control.connect() as reads,

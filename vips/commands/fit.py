@@ -25,11 +25,12 @@ from privacy_wall.formats import (
     read_vocabulary,
 )
 from privacy_wall.store import BoundViolation, check_tabular_bounds
-from service.options import MODEL_KINDS, option_problem, option_specs, schedule_problem
+from service.options import MODEL_KINDS, algorithm_problem, option_problem, option_specs, schedule_problem
 from vips.commands import remote
 from vips.errors import NotAvailable, RuntimeFailure, UsageError
 from vips.output import print_json
 from worker.estimator import (
+    DPVILogisticRegression,
     VipsEstimator,
     VIPSLatentDirichletAllocation,
     VIPSLogisticRegression,
@@ -46,9 +47,10 @@ DEFAULT_DELTA = 1e-5
 DEFAULT_ITERATIONS = 10
 
 
-def parse_options(pairs: list[str], model: str) -> dict[str, float]:
-    """--option key=value pairs to a dict, checked against the model's option names and ranges."""
-    valid = ", ".join(sorted(option_specs(model)))
+def parse_options(pairs: list[str], model: str, algorithm: str = "vips") -> dict[str, float]:
+    """--option key=value pairs to a dict, checked against the option names and ranges of the model
+    fitted by the algorithm."""
+    valid = ", ".join(sorted(option_specs(model, algorithm)))
     options: dict[str, float] = {}
     for pair in pairs:
         name, sep, text = pair.partition("=")
@@ -61,7 +63,7 @@ def parse_options(pairs: list[str], model: str) -> dict[str, float]:
             value = float(text)
         except ValueError:
             raise UsageError(f"option {name!r} needs a number (got {text.strip()!r})") from None
-        problem = option_problem(model, name, value)
+        problem = option_problem(model, name, value, algorithm)
         if problem is not None:
             raise UsageError(f"{problem} (got {text.strip()!r})")
         options[name] = value
@@ -70,7 +72,7 @@ def parse_options(pairs: list[str], model: str) -> dict[str, float]:
 
 def run(args: argparse.Namespace) -> int:
     if not args.local:
-        return remote.run_fit_remote(args, parse_options(args.option or [], args.model))
+        return remote.run_fit_remote(args, parse_options(args.option or [], args.model, args.algorithm))
     return _run_local(args)
 
 
@@ -79,8 +81,9 @@ def _check_available(args: argparse.Namespace) -> None:
         raise UsageError(f"--local needs --kind ({', '.join(KINDS)})")
     if args.input is None:
         raise UsageError("--local needs --input FILE")
-    if args.algorithm != "vips":
-        raise NotAvailable(f"--algorithm {args.algorithm} is not available yet; this version runs vips")
+    pairing = algorithm_problem(args.model, args.algorithm)
+    if pairing is not None:
+        raise NotAvailable(pairing)
     if MODEL_KINDS[args.model] != args.kind:
         raise UsageError(f"--model {args.model} fits --kind {MODEL_KINDS[args.model]} data, not {args.kind}")
     if args.vocab is not None and args.kind != "bow":
@@ -129,16 +132,17 @@ def read_local(args: argparse.Namespace) -> LocalData:
         ) from None
 
 
-ESTIMATORS: dict[str, type[VipsEstimator]] = {
-    "blr": VIPSLogisticRegression,
-    "lda": VIPSLatentDirichletAllocation,
-    "sbn": VIPSSigmoidBeliefNetwork,
+ESTIMATORS: dict[tuple[str, str], type[VipsEstimator]] = {
+    ("blr", "vips"): VIPSLogisticRegression,
+    ("lda", "vips"): VIPSLatentDirichletAllocation,
+    ("sbn", "vips"): VIPSSigmoidBeliefNetwork,
+    ("blr", "dpvi"): DPVILogisticRegression,
 }
 
 
 def _run_local(args: argparse.Namespace) -> int:
     _check_available(args)
-    options = parse_options(args.option or [], args.model)
+    options = parse_options(args.option or [], args.model, args.algorithm)
     data = read_local(args)
     path = Path(args.input)
     if data.population == 0:
@@ -153,10 +157,10 @@ def _run_local(args: argparse.Namespace) -> int:
     dataset = args.dataset or path.stem
     model_options: dict[str, Any] = {
         # whole-number options (topics, hidden, doc_length) are ints to the estimators
-        name: int(value) if name in ("topics", "hidden", "doc_length") else value
+        name: int(value) if name in ("topics", "hidden", "doc_length", "draws") else value
         for name, value in options.items()
     }
-    estimator: Any = ESTIMATORS[args.model](
+    estimator: Any = ESTIMATORS[args.model, args.algorithm](
         epsilon=args.epsilon,
         delta=args.delta,
         sigma=args.sigma,

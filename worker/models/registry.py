@@ -14,9 +14,10 @@ from privacy_wall.queries.base import Query
 from privacy_wall.queries.blr import LogisticRegressionQuery
 from privacy_wall.queries.lda import LdaQuery
 from privacy_wall.store import MAX_COUNT
-from service.options import MODEL_KINDS, option_problem, schedule_problem
+from service.options import MODEL_KINDS, algorithm_problem, option_problem, schedule_problem
 from worker.models.base import VipsModel
 from worker.models.blr import BayesianLogisticRegression
+from worker.models.dpvi import DpviLogisticRegression
 from worker.models.lda import LatentDirichletAllocation
 from worker.models.sbn import DEFAULT_HIDDEN, SigmoidBeliefNetwork
 
@@ -38,12 +39,15 @@ class ModelSetup:
     query: Query
 
 
-def check_model_options(model: str, options: dict[str, float], sigma: float) -> None:
+def check_model_options(model: str, options: dict[str, float], sigma: float, algorithm: str = "vips") -> None:
     """Raise ModelOptionError naming the first invalid option (the API checks the same rules first)."""
     if model not in MODEL_KINDS:
         raise ModelOptionError(f"unknown model {model!r}; expected one of {', '.join(MODEL_KINDS)}")
+    pairing = algorithm_problem(model, algorithm)
+    if pairing is not None:
+        raise ModelOptionError(pairing)
     for name, value in options.items():
-        problem = option_problem(model, name, float(value))
+        problem = option_problem(model, name, float(value), algorithm)
         if problem is not None:
             raise ModelOptionError(problem)
     conflict = schedule_problem(model, options, sigma)
@@ -51,10 +55,20 @@ def check_model_options(model: str, options: dict[str, float], sigma: float) -> 
         raise ModelOptionError(conflict[1])
 
 
-def model_setup(model: str, options: dict[str, float], *, sigma: float) -> ModelSetup:
-    """The model and query a job of `model` with `options` runs (step-size options tau0, kappa are the
-    loop's, not the model's)."""
-    check_model_options(model, options, sigma)
+def model_setup(
+    model: str, options: dict[str, float], *, sigma: float, algorithm: str = "vips"
+) -> ModelSetup:
+    """The model and query a job of `model` fitted by `algorithm` with `options` runs (step-size options
+    tau0, kappa are the VIPS loop's, not the model's)."""
+    check_model_options(model, options, sigma, algorithm)
+    if algorithm == "dpvi":
+        given: dict[str, Any] = {
+            name: options[name] for name in ("prior_variance", "learning_rate", "clip") if name in options
+        }
+        if "draws" in options:
+            given["draws"] = int(options["draws"])
+        dpvi = DpviLogisticRegression(**given)
+        return ModelSetup(dpvi, dpvi.query())
     if model == "blr":
         return ModelSetup(
             BayesianLogisticRegression(a0=options.get("a0", 1.0), b0=options.get("b0", 1.0)),
