@@ -1,0 +1,300 @@
+"""DP-SEP end to end (wall + loop + public half) for logistic and linear regression: recovery at sigma = 0,
+UCI Adult against non-private VIPS-BLR, exactness of the Gaussian sites, the damped update, and private fits
+that are charged once per iteration and cannot be seeded."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy.special import expit
+from sklearn.metrics import roc_auc_score
+
+from privacy_wall.accounting import epsilon
+from privacy_wall.gate import Gate, PrivacyError
+from privacy_wall.ledger import InMemoryLedger
+from privacy_wall.store import InMemoryTabularStore, RowStore
+from tests.test_query_linreg import regression_store
+from worker.datasets.adult import load_adult
+from worker.models.blr import predict_proba
+from worker.models.dpsep import DpSepLinearRegression, DpSepLogisticRegression, DpSepState, site_norm
+from worker.models.linreg import predict, rmse
+from worker.runner import LoopSettings, run_vips
+
+D = 10
+N = 20_000
+
+#: Non-private VIPS-BLR's test AUC on Adult (bench/README.md: batch, sigma = 0, T = 10).
+VIPS_BLR_ADULT_AUC = 0.8997
+
+Model = DpSepLogisticRegression | DpSepLinearRegression
+
+
+def logistic_data(seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """As tests/test_blr.py: random directions, norms in [0.2, 1], true weights of norm 10."""
+    rng = np.random.default_rng(seed)
+    w = rng.normal(size=D)
+    w *= 10.0 / np.linalg.norm(w)
+    z = rng.normal(size=(N, D))
+    x = z / np.linalg.norm(z, axis=1, keepdims=True) * rng.uniform(0.2, 1.0, size=(N, 1))
+    y = (rng.random(N) < expit(x @ w)).astype(np.float64)
+    return x, y, w
+
+
+def linear_data(seed: int, n: int = N) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Weights of norm 0.8, noise sd 0.05, targets clipped to [-1, 1] (essentially never active)."""
+    rng = np.random.default_rng(seed)
+    w = rng.normal(size=D)
+    w *= 0.8 / np.linalg.norm(w)
+    z = rng.normal(size=(n, D))
+    x = z / np.linalg.norm(z, axis=1, keepdims=True) * rng.uniform(0.2, 1.0, size=(n, 1))
+    return x, np.clip(x @ w + rng.normal(scale=0.05, size=n), -1.0, 1.0), w
+
+
+@pytest.fixture(scope="module")
+def logistic() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    return logistic_data(0)
+
+
+def cosine(a: np.ndarray, b: np.ndarray) -> float:
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+def relative_error(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+
+
+def fit(
+    store: RowStore,
+    model: Model,
+    *,
+    sigma: float,
+    batch_size: int,
+    iterations: int,
+    tau0: float = 0.0,
+    kappa: float = 1.0,
+    seed: int | None = 0,
+) -> tuple[DpSepState, InMemoryLedger, list[DpSepState]]:
+    """DP-SEP through the real gate; returns the final state, the ledger and every iterate."""
+    ledger = InMemoryLedger(delta=1e-5)
+    gate = Gate(store, ledger, seed=seed)
+    states: list[DpSepState] = []
+    result = run_vips(
+        gate,
+        model.query(),
+        model,
+        LoopSettings(iterations, batch_size, sigma, tau0, kappa),
+        job_id="dpsep",
+        dimension=store.info.dimension,
+        population=store.info.population,
+        on_iteration=lambda t, release, state: states.append(state),
+    )
+    return result.state, ledger, states
+
+
+def exact_gaussian_posterior(
+    x: np.ndarray, y: np.ndarray, prior_variance: float, noise_variance: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """w ~ N(0, v0 I), y | w ~ N(Xw, s^2 I): precision I / v0 + X^T X / s^2, mean = its inverse times
+    X^T y / s^2."""
+    precision = np.eye(x.shape[1]) / prior_variance + x.T @ x / noise_variance
+    return np.linalg.solve(precision, x.T @ y / noise_variance), precision
+
+
+# --------------------------------------------------------------------------------------------------------
+# Logistic regression.
+
+
+def test_batch_sigma_zero_recovers_synthetic_logistic_weights(
+    logistic: tuple[np.ndarray, np.ndarray, np.ndarray],
+) -> None:
+    """S = N, sigma = 0, damping 1 (averaged EP): converges to its fixed point within 10 iterations (last step
+    ~1e-12 relative, observed) with cosine 0.9996 to the true weights (asked 0.95; the posterior sd per
+    weight is ~0.1 against |w| = 10). C = 1 clips no site here (|alpha| ||x|| <= ~1, beta <= 1/4)."""
+    x, y, w = logistic
+    store = InMemoryTabularStore("logistic", x, y, public=True)
+    state, ledger, states = fit(store, DpSepLogisticRegression(), sigma=0.0, batch_size=N, iterations=10)
+    assert cosine(state.mean, w) > 0.95
+    assert relative_error(states[-1].mean, states[-2].mean) < 1e-8
+    assert 0.5 < np.linalg.norm(state.mean) / np.linalg.norm(w) < 1.5  # the scale, not only the direction
+    assert len(ledger.charges()) == 10
+
+
+def test_minibatch_sigma_zero_recovers_synthetic_logistic_weights(
+    logistic: tuple[np.ndarray, np.ndarray, np.ndarray],
+) -> None:
+    """S = 2000, T = 50, gamma_t = rho_t = 1/t (the site is the running average of the releases): cosine
+    0.9996 to the truth and relative error 3.6% to the batch fixed point (observed); asked 0.95 and 15%."""
+    x, y, w = logistic
+    store = InMemoryTabularStore("logistic", x, y, public=True)
+    batch, _, _ = fit(store, DpSepLogisticRegression(), sigma=0.0, batch_size=N, iterations=10)
+    state, _, _ = fit(store, DpSepLogisticRegression(), sigma=0.0, batch_size=2000, iterations=50, seed=1)
+    assert cosine(state.mean, w) > 0.95
+    assert relative_error(state.mean, batch.mean) < 0.15
+
+
+def test_adult_auc_at_sigma_zero_matches_vips_blr() -> None:
+    """UCI Adult (N = 32,561, d = 114; official test split): DP-SEP at sigma = 0 in batch mode (S = N, damping
+    1, T = 10; converged after ~8 iterations) reaches test AUC 0.8990 against non-private VIPS-BLR's 0.8997
+    (asked: within 0.01), predicting with worker.models.blr.predict_proba on the posterior document's
+    "mean" and "covariance" exactly as for VIPS-BLR. Minibatches (S = 1000, T = 100, gamma_t = 1/t) reach
+    0.8989. The test takes ~3 s (loading Adult ~1 s, each batch iteration ~0.15 s)."""
+    train, test = load_adult("train"), load_adult("test")
+    store = InMemoryTabularStore("adult", train.features, train.labels, public=True)
+    for batch_size, iterations in ((store.info.population, 10), (1000, 100)):
+        state, _, _ = fit(
+            store, DpSepLogisticRegression(), sigma=0.0, batch_size=batch_size, iterations=iterations
+        )
+        document = DpSepLogisticRegression().posterior(state)
+        probabilities = predict_proba(
+            np.array(document["mean"]), np.array(document["covariance"]), test.features
+        )
+        auc = float(roc_auc_score(test.labels, probabilities))
+        assert auc > VIPS_BLR_ADULT_AUC - 0.01, (batch_size, auc)
+
+
+def test_private_logistic_fit_is_charged_once_per_iteration_and_cannot_be_seeded(
+    logistic: tuple[np.ndarray, np.ndarray, np.ndarray],
+) -> None:
+    """sigma = 5, S = 2000 of N = 20,000, T = 30 (epsilon 1.12 at delta = 1e-5): one charge per iteration,
+    the ledger's epsilon is the accountant's for that schedule, and the fit stays informative (20 private
+    fits: cosine to the truth median 0.986, min 0.974; asked 0.9). A seed is refused on private data, and
+    two private fits after the same global numpy seed differ."""
+    x, y, w = logistic
+    store = InMemoryTabularStore("private", x, y, public=False)
+    with pytest.raises(PrivacyError):
+        Gate(store, InMemoryLedger(delta=1e-5), seed=0)
+    sigma, batch_size, iterations = 5.0, 2000, 30
+    means = []
+    for _ in range(2):
+        np.random.seed(0)
+        state, ledger, _ = fit(
+            store,
+            DpSepLogisticRegression(),
+            sigma=sigma,
+            batch_size=batch_size,
+            iterations=iterations,
+            seed=None,
+        )
+        assert [charge.iteration for charge in ledger.charges()] == list(range(1, iterations + 1))
+        assert ledger.epsilon_spent() == pytest.approx(
+            epsilon(sigma, batch_size, N, iterations, 1e-5), rel=1e-9
+        )
+        assert cosine(state.mean, w) > 0.9
+        means.append(state.mean)
+    assert not np.array_equal(means[0], means[1])
+
+
+# --------------------------------------------------------------------------------------------------------
+# Linear regression.
+
+
+def test_linear_batch_sigma_zero_is_the_exact_posterior() -> None:
+    """Exact Gaussian sites: with S = N, damping 1 and a clip at the ingestion bound (nothing clipped), the
+    first release is the mean of the likelihood's natural parameters, so q = p0 f^N is the exact posterior
+    (observed 1.3e-15; asked 1e-8). With damping 1/2 the site approaches it geometrically (error 2^-t in
+    the site, less in the mean): after 40 iterations the mean is within 2e-15 (observed)."""
+    x, y, _ = linear_data(1, 500)
+    store = regression_store("linear", x, y, public=True)
+    model = DpSepLinearRegression(prior_variance=0.5, noise_variance=0.01)
+    mean, precision = exact_gaussian_posterior(x, y, 0.5, 0.01)
+    state, _, _ = fit(store, model, sigma=0.0, batch_size=500, iterations=1)
+    assert relative_error(state.mean, mean) < 1e-8
+    assert relative_error(state.precision, precision) < 1e-8
+    damped = DpSepLinearRegression(prior_variance=0.5, noise_variance=0.01, damping=0.5)
+    state, _, _ = fit(store, damped, sigma=0.0, batch_size=500, iterations=40)
+    assert relative_error(state.mean, mean) < 1e-8
+
+
+def test_linear_minibatch_sigma_zero_approaches_the_exact_posterior_mean() -> None:
+    """S = 2000 of N = 20,000, T = 30, gamma_t = 1/t: the site is the average of 30 unbiased minibatch means
+    of the exact sites, so the mean is within 0.3% of the exact posterior's (observed); asked 2%. The
+    posterior mean recovers the true weights to 1.0% (asked 3%), and its in-sample predictions have RMSE
+    0.0498, the noise sd 0.05 (asked < 0.06)."""
+    x, y, w = linear_data(2)
+    store = regression_store("linear", x, y, public=True)
+    model = DpSepLinearRegression(noise_variance=0.05**2)
+    mean, _ = exact_gaussian_posterior(x, y, 1.0, 0.05**2)
+    state, _, _ = fit(store, model, sigma=0.0, batch_size=2000, iterations=30, seed=3)
+    assert relative_error(state.mean, mean) < 0.02
+    assert relative_error(state.mean, w) < 0.03
+    document = model.posterior(state)
+    predicted, variance = predict(
+        np.array(document["mean"]), np.array(document["covariance"]), document["noise_variance"], x[:1000]
+    )
+    assert rmse(predicted, y[:1000]) < 0.06
+    assert np.all(variance >= 0.05**2)
+
+
+def test_private_linear_fit_is_charged_once_per_iteration() -> None:
+    """sigma = 3, S = 2000, T = 10 (epsilon 1.05 at delta = 1e-5), noise variance 0.05^2, so the default clip
+    is the ingestion bound sqrt(2) / 0.05^2 ~ 566 (nothing is clipped, and Delta is that large). One charge
+    per iteration; theta_f stays within C after the public clip; 20 private fits had relative errors to the
+    true weights of median 0.16, max 0.26 (asked < 0.6, far in the tail of the noise)."""
+    x, y, w = linear_data(4)
+    store = regression_store("private", x, y, public=False)
+    with pytest.raises(PrivacyError):
+        Gate(store, InMemoryLedger(delta=1e-5), seed=1)
+    state, ledger, _ = fit(
+        store,
+        DpSepLinearRegression(noise_variance=0.05**2),
+        sigma=3.0,
+        batch_size=2000,
+        iterations=10,
+        seed=None,
+    )
+    assert len(ledger.charges()) == 10
+    assert ledger.epsilon_spent() == pytest.approx(epsilon(3.0, 2000, N, 10, 1e-5), rel=1e-9)
+    assert np.isfinite(state.mean).all()
+    assert relative_error(state.mean, w) < 0.6
+    assert site_norm(state.site_eta, state.site_precision) <= math.sqrt(2.0) / 0.05**2 * (1 + 1e-12)
+
+
+# --------------------------------------------------------------------------------------------------------
+# The damped update (post-processing of the release).
+
+
+def test_m_step_is_the_damped_site_update() -> None:
+    """theta_f <- (1 - gamma) theta_f + gamma r with gamma = damping * rho; q = p0 f^N and the cavity
+    p0 f^(N-1) follow; the site precision stays PSD and theta_f is scaled back to norm C when noise pushes
+    it beyond."""
+    d, n = 3, 50
+    model = DpSepLogisticRegression(prior_variance=2.0, damping=0.5, clip=1.0)
+    state = model.initial_state(d)
+    np.testing.assert_allclose(model.public_params(state)["cavity_covariance"], 2.0 * np.eye(d), rtol=1e-12)
+    release = {"precision_times_mean": np.array([0.2, -0.1, 0.0]), "precision": np.diag([0.1, 0.2, 0.0])}
+    state = model.m_step(state, release, n, rho=0.8)
+    gamma = 0.4
+    np.testing.assert_allclose(state.site_eta, gamma * release["precision_times_mean"], atol=1e-15)
+    np.testing.assert_allclose(state.site_precision, gamma * release["precision"], atol=1e-15)
+    prior = np.eye(d) / 2.0
+    np.testing.assert_allclose(state.precision, prior + n * state.site_precision, atol=1e-12)
+    np.testing.assert_allclose(np.linalg.inv(state.covariance), state.precision, atol=1e-9)
+    np.testing.assert_allclose(state.mean, np.linalg.solve(state.precision, n * state.site_eta), atol=1e-12)
+    cavity_precision = prior + (n - 1) * state.site_precision
+    np.testing.assert_allclose(np.linalg.inv(state.cavity_covariance), cavity_precision, atol=1e-9)
+    np.testing.assert_allclose(
+        state.cavity_mean, np.linalg.solve(cavity_precision, (n - 1) * state.site_eta), atol=1e-12
+    )
+    # A wildly noisy release: theta_f is clipped to C = 1 and its precision stays PSD.
+    noisy = {"precision_times_mean": np.array([30.0, -40.0, 5.0]), "precision": np.diag([50.0, 10.0, 1e-3])}
+    state = model.m_step(state, noisy, n, rho=1.0)
+    assert site_norm(state.site_eta, state.site_precision) == pytest.approx(1.0, rel=1e-12)
+    assert float(np.linalg.eigvalsh(state.site_precision)[0]) >= -1e-15
+    assert float(np.linalg.eigvalsh(state.precision)[0]) >= 0.5 - 1e-12
+
+
+def test_model_options_are_checked() -> None:
+    with pytest.raises(ValueError, match="damping"):
+        DpSepLogisticRegression(damping=0.0)
+    with pytest.raises(ValueError, match="damping"):
+        DpSepLogisticRegression(damping=1.5)
+    with pytest.raises(ValueError, match="clip"):
+        DpSepLogisticRegression(clip=-1.0)
+    with pytest.raises(ValueError, match="prior_variance"):
+        DpSepLinearRegression(prior_variance=math.inf)
+    with pytest.raises(ValueError, match="noise_variance"):
+        DpSepLinearRegression(noise_variance=0.0)
+    assert DpSepLinearRegression(noise_variance=0.5).site_clip == pytest.approx(2 * math.sqrt(2.0))
+    assert DpSepLinearRegression(noise_variance=0.5, clip=1.0).query().clip == 1.0
