@@ -27,13 +27,14 @@ _UNIT_INTERVAL = OptionSpec(lambda v: 0 <= v <= 1, "must be in [0, 1]")
 _CLIP_FRACTION = OptionSpec(lambda v: 0 < v <= 1, "must be in (0, 1]")
 
 #: The dataset kind each model fits.
-MODEL_KINDS = {"blr": "tabular", "lda": "bow", "sbn": "binary"}
+MODEL_KINDS = {"blr": "tabular", "linreg": "regression", "lda": "bow", "sbn": "binary"}
 #: Options every model takes (the step-size schedule rho_t = (tau0 + t)^-kappa).
 COMMON_OPTIONS: dict[str, OptionSpec] = {"tau0": _NON_NEGATIVE, "kappa": _UNIT_INTERVAL}
 #: Options of each model (DESIGN section 6). The upper bounds keep one job's memory reasonable: LDA holds
 #: K x V topic parameters and resamples S x N_w tokens; the SBN holds J (K+1) x (K+1) covariances.
 MODEL_OPTIONS: dict[str, dict[str, OptionSpec]] = {
     "blr": {"a0": _POSITIVE, "b0": _POSITIVE},
+    "linreg": {"prior_precision": _POSITIVE, "a0": _POSITIVE, "b0": _POSITIVE},
     "lda": {
         "topics": _whole(1, 1000),
         "alpha": _POSITIVE,
@@ -44,16 +45,23 @@ MODEL_OPTIONS: dict[str, dict[str, OptionSpec]] = {
     "sbn": {"hidden": _whole(1, 500)},
 }
 #: The models each algorithm fits (DESIGN section 5: DPVI and DP-SEP are alternatives for regression).
-ALGORITHM_MODELS: dict[str, tuple[str, ...]] = {"vips": ("blr", "lda", "sbn"), "dpvi": ("blr",)}
-#: Options of the alternative algorithms; they replace the VIPS model's own (a0, b0: VIPS-BLR's prior on
-#: the weights' precision) with a fixed prior variance on the weights.
-ALGORITHM_OPTIONS: dict[str, dict[str, OptionSpec]] = {
-    "dpvi": {
+ALGORITHM_MODELS: dict[str, tuple[str, ...]] = {
+    "vips": ("blr", "linreg", "lda", "sbn"),
+    "dpvi": ("blr",),
+    "dpsep": ("blr", "linreg"),
+}
+_DPSEP_OPTIONS = {"clip": _POSITIVE, "damping": _CLIP_FRACTION, "prior_variance": _POSITIVE}
+#: Options of the alternative algorithms, per model; they replace the VIPS model's own (e.g. a0, b0:
+#: VIPS-BLR's prior on the weights' precision) with a fixed prior variance on the weights.
+ALGORITHM_OPTIONS: dict[tuple[str, str], dict[str, OptionSpec]] = {
+    ("dpvi", "blr"): {
         "clip": _POSITIVE,
         "learning_rate": _POSITIVE,
         "draws": _whole(1, 100),
         "prior_variance": _POSITIVE,
     },
+    ("dpsep", "blr"): _DPSEP_OPTIONS,
+    ("dpsep", "linreg"): {**_DPSEP_OPTIONS, "noise_variance": _POSITIVE},
 }
 
 
@@ -70,7 +78,7 @@ def algorithm_problem(model: str, algorithm: str) -> str | None:
 def option_specs(model: str, algorithm: str = "vips") -> dict[str, OptionSpec]:
     if algorithm == "vips":
         return {**COMMON_OPTIONS, **MODEL_OPTIONS.get(model, {})}
-    return {**COMMON_OPTIONS, **ALGORITHM_OPTIONS.get(algorithm, {})}
+    return {**COMMON_OPTIONS, **ALGORITHM_OPTIONS.get((algorithm, model), {})}
 
 
 def option_problem(model: str, name: str, value: float, algorithm: str = "vips") -> str | None:

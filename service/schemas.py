@@ -9,14 +9,14 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from service.keys import Role
 
-Model = Literal["blr", "lda", "sbn"]
+Model = Literal["blr", "linreg", "lda", "sbn"]
 Algorithm = Literal["vips", "dpvi", "dpsep"]
 JobStatus = Literal["queued", "running", "succeeded", "failed", "cancelled"]
 DatasetKind = Literal["tabular", "regression", "bow", "binary"]
 
 #: Models and algorithms that run today; the others are part of the contract but answer 422.
-AVAILABLE_MODELS: tuple[str, ...] = ("blr", "lda", "sbn")
-AVAILABLE_ALGORITHMS: tuple[str, ...] = ("vips", "dpvi")
+AVAILABLE_MODELS: tuple[str, ...] = ("blr", "linreg", "lda", "sbn")
+AVAILABLE_ALGORITHMS: tuple[str, ...] = ("vips", "dpvi", "dpsep")
 
 FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
 

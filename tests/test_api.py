@@ -416,6 +416,13 @@ LDA_DOC_LENGTH = ["body", "options", "doc_length"]
         ({"algorithm": "dpvi", "options": {"a0": 1.0}}, ["body", "options", "a0"], "unknown option"),
         ({"algorithm": "dpvi", "options": {"learning_rate": 0}}, ["body", "options", "learning_rate"], "> 0"),
         ({"algorithm": "dpvi", "options": {"draws": 0.5}}, ["body", "options", "draws"], "whole number"),
+        ({"algorithm": "dpsep", "options": {"damping": 1.5}}, ["body", "options", "damping"], "(0, 1]"),
+        (
+            {"algorithm": "dpsep", "options": {"noise_variance": 1}},
+            ["body", "options", "noise_variance"],
+            "unknown",
+        ),
+        ({"model": "linreg"}, ["body", "model"], "needs a regression dataset"),
         ({"dataset": "docs"}, ["body", "model"], "tabular"),
         ({"seed": 3}, ["body", "seed"], "not permitted"),
     ],

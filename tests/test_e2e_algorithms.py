@@ -14,6 +14,8 @@ import pytest
 from privacy_wall.accounting import SubsampledGaussianEvent, rdp_curve
 from service.client import VipsClient
 from tests.e2e import production_service, synthetic_csv
+from tests.test_cli_regression import write_csv
+from worker.datasets.regression import load_regression
 
 DELTA = 1e-5
 N = 2000
@@ -33,6 +35,7 @@ def test_algorithms_share_one_budget_over_http(tmp_path: Path) -> None:
         for algorithm, iterations, batch, extra in (
             ("vips", 5, N, []),
             ("dpvi", 200, 200, ["--option", "learning_rate=0.5"]),
+            ("dpsep", 10, 500, ["--option", "clip=0.5"]),
         ):
             posterior = tmp_path / f"{algorithm}.json"
             done = service.vips(
@@ -49,8 +52,9 @@ def test_algorithms_share_one_budget_over_http(tmp_path: Path) -> None:
             document = json.loads(posterior.read_text())
             assert document["algorithm"] == algorithm and document["model"] == "blr"
             mean = np.asarray(document["mean"])
-            # Observed in-process at this schedule: cosine 0.99-0.999 for both algorithms.
-            assert mean @ weights / np.linalg.norm(mean) / np.linalg.norm(weights) > 0.95
+            # Private fits cannot be seeded. Observed in-process at these schedules, the smallest cosine
+            # over 30 fits: VIPS 0.993, DPVI 0.988; over 200 DP-SEP fits 0.945 (median 0.990).
+            assert mean @ weights / np.linalg.norm(mean) / np.linalg.norm(weights) > 0.9
             metrics = json.loads(
                 service.vips("evaluate", "--posterior", str(posterior), "--input", str(test)).stdout
             )
@@ -58,10 +62,45 @@ def test_algorithms_share_one_budget_over_http(tmp_path: Path) -> None:
             jobs.append(job)
         with VipsClient(service.url, custodian) as api:
             ledger = api.ledger("synth")
-        # The two jobs' charges compose on the dataset's one ledger.
-        assert len(ledger["entries"]) == 5 + 200
-        curve = rdp_curve(SubsampledGaussianEvent(jobs[0]["sigma"], N, N)).scaled(5) + rdp_curve(
-            SubsampledGaussianEvent(jobs[1]["sigma"], 200, N)
-        ).scaled(200)
+        # The three jobs' charges compose on the dataset's one ledger.
+        assert len(ledger["entries"]) == 5 + 200 + 10
+        curve = (
+            rdp_curve(SubsampledGaussianEvent(jobs[0]["sigma"], N, N)).scaled(5)
+            + rdp_curve(SubsampledGaussianEvent(jobs[1]["sigma"], 200, N)).scaled(200)
+            + rdp_curve(SubsampledGaussianEvent(jobs[2]["sigma"], 500, N)).scaled(10)
+        )
         assert ledger["budget"]["epsilon_spent"] == pytest.approx(curve.epsilon(DELTA), rel=1e-9)
-        assert ledger["budget"]["epsilon_spent"] <= 5.0
+        assert ledger["budget"]["epsilon_spent"] <= 8.0
+        regression_flow(service, tmp_path, analyst)
+
+
+def regression_flow(service: Any, tmp_path: Path, analyst: str) -> None:
+    """VIPS and DP-SEP linear regression: without noise on a public copy (quality: the ridge estimate's
+    RMSE), and privately on the custodian's dataset (charged, within its target)."""
+    split = load_regression("diabetes")
+    train, test = tmp_path / "reg-train.csv", tmp_path / "reg-test.csv"
+    write_csv(train, split.train)
+    write_csv(test, split.test)
+    ingest = ["data", "ingest", "--kind", "regression", "--input", str(train), "--label", "y"]
+    service.vips(*ingest[:2], "diabetes", *ingest[2:])
+    service.vips(*ingest[:2], "diabetes-public", *ingest[2:], "--public")
+    custodian = service.key("custodian", "diabetes")
+    service.vips("budget", "set", "diabetes", "--epsilon", "4", "--delta", str(DELTA), key=custodian)
+    baseline = float(np.sqrt(np.mean((split.test.targets - split.train.targets.mean()) ** 2)))
+    for algorithm, extra in (("vips", []), ("dpsep", ["--option", "noise_variance=0.1"])):
+        for dataset, noise in (("diabetes-public", ["--sigma", "0"]), ("diabetes", ["--epsilon", "1.5"])):
+            posterior = tmp_path / f"reg-{algorithm}-{dataset}.json"
+            done = service.vips(
+                "fit", "--dataset", dataset, "--model", "linreg", "--algorithm", algorithm, "--iterations",
+                "5", "--batch-size", "354", *noise, *extra, "--wait", "-o", str(posterior), key=analyst,
+            )  # fmt: skip
+            job = json.loads(done.stdout.strip().splitlines()[-1])
+            assert job["status"] == "succeeded", job
+            evaluate = ["evaluate", "--posterior", str(posterior), "--input", str(test), "--label", "y"]
+            metrics = json.loads(service.vips(*evaluate).stdout)
+            assert np.isfinite(metrics["rmse"]) and metrics["n"] == 88
+            if dataset == "diabetes":
+                assert 0 < job["epsilon_spent"] <= 1.5
+            else:
+                # Ridge's test RMSE is 0.69x the training mean's here (tests/test_cli_regression.py).
+                assert metrics["rmse"] < 0.75 * baseline, (algorithm, metrics, baseline)

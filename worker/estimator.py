@@ -28,9 +28,17 @@ from privacy_wall.store import InMemoryBinaryStore, InMemoryBowStore, InMemoryTa
 from worker.models.base import Array
 from worker.models.blr import predict_proba
 from worker.models.lda import completion_perplexity, document_topics, perplexity_bound, split_documents
+from worker.models.linreg import predict as linreg_predict
 from worker.models.registry import model_setup
 from worker.models.sbn import reconstruct_proba, reconstruction_metrics
-from worker.posterior import Privacy, blr_parameters, build_posterior, lda_parameters, sbn_parameters
+from worker.posterior import (
+    Privacy,
+    blr_parameters,
+    build_posterior,
+    lda_parameters,
+    linreg_parameters,
+    sbn_parameters,
+)
 from worker.runner import LoopSettings, run_vips
 
 Sampling = Literal["uniform", "passes"]
@@ -244,6 +252,148 @@ class DPVILogisticRegression(VIPSLogisticRegression):
         self.learning_rate = learning_rate
         self.draws = draws
         self.prior_variance = prior_variance
+
+
+class DPSEPLogisticRegression(VIPSLogisticRegression):
+    """Private Bayesian logistic regression by DP-SEP (private stochastic expectation propagation): one
+    shared Gaussian site moment-matched per datapoint behind the wall, clipped to norm `clip`, noised, and
+    mixed in with damping x rho_t (rho_t = (tau0 + t)^-kappa; kappa = 0 is the paper's constant damping).
+    None: the defaults of worker.models.dpsep.DpSepLogisticRegression."""
+
+    algorithm = "dpsep"
+    option_names = ("clip", "damping", "prior_variance")
+
+    def __init__(
+        self,
+        *,
+        epsilon: float | None = None,
+        delta: float = 1e-5,
+        sigma: float | None = None,
+        batch_size: int | None = None,
+        iterations: int = 10,
+        tau0: float = 0.0,
+        kappa: float = 1.0,
+        clip: float | None = None,
+        damping: float | None = None,
+        prior_variance: float | None = None,
+        random_state: int | None = None,
+        sampling: Sampling = "uniform",
+    ) -> None:
+        VipsEstimator.__init__(
+            self,
+            epsilon=epsilon,
+            delta=delta,
+            sigma=sigma,
+            batch_size=batch_size,
+            iterations=iterations,
+            tau0=tau0,
+            kappa=kappa,
+            random_state=random_state,
+            sampling=sampling,
+        )
+        self.clip = clip
+        self.damping = damping
+        self.prior_variance = prior_variance
+
+
+class VIPSLinearRegression(VipsEstimator):
+    """Private conjugate Bayesian linear regression by VIPS (Normal-Gamma: w | tau ~ N(0, (tau
+    prior_precision)^-1 I), tau ~ Gamma(a0, b0)). Rows need L2 norm <= 1 and targets |y| <= 1."""
+
+    model_name = "linreg"
+    option_names: ClassVar[tuple[str, ...]] = ("prior_precision", "a0", "b0")
+
+    def __init__(
+        self,
+        *,
+        epsilon: float | None = None,
+        delta: float = 1e-5,
+        sigma: float | None = None,
+        batch_size: int | None = None,
+        iterations: int = 10,
+        tau0: float = 0.0,
+        kappa: float = 1.0,
+        prior_precision: float | None = None,
+        a0: float | None = None,
+        b0: float | None = None,
+        random_state: int | None = None,
+        sampling: Sampling = "uniform",
+    ) -> None:
+        super().__init__(
+            epsilon=epsilon,
+            delta=delta,
+            sigma=sigma,
+            batch_size=batch_size,
+            iterations=iterations,
+            tau0=tau0,
+            kappa=kappa,
+            random_state=random_state,
+            sampling=sampling,
+        )
+        self.prior_precision = prior_precision
+        self.a0 = a0
+        self.b0 = b0
+
+    def fit(self, X: ArrayLike, y: ArrayLike, *, dataset: str = "local") -> VIPSLinearRegression:
+        features = np.asarray(X, dtype=np.float64)
+        targets = np.asarray(y, dtype=np.float64)
+        population = int(features.shape[0]) if features.ndim == 2 else 0
+        self._fit_store(
+            lambda public: InMemoryTabularStore(dataset, features, targets, public=public, kind="regression"),
+            population,
+            dataset,
+        )
+        self.coef_, self.covariance_, self.noise_variance_ = linreg_parameters(self.posterior_)
+        return self
+
+    def predict(self, X: ArrayLike, *, return_std: bool = False) -> Array | tuple[Array, Array]:
+        """The predictive mean of y (and its standard deviation, noise included, with return_std)."""
+        mean, variance = linreg_predict(
+            self.coef_, self.covariance_, self.noise_variance_, np.asarray(X, dtype=np.float64)
+        )
+        return (mean, np.sqrt(variance)) if return_std else mean
+
+
+class DPSEPLinearRegression(VIPSLinearRegression):
+    """Private Bayesian linear regression by DP-SEP with a known noise variance (worker.models.dpsep:
+    clip None bounds each site by the ingestion bounds, so nothing is clipped)."""
+
+    algorithm = "dpsep"
+    option_names = ("clip", "damping", "prior_variance", "noise_variance")
+
+    def __init__(
+        self,
+        *,
+        epsilon: float | None = None,
+        delta: float = 1e-5,
+        sigma: float | None = None,
+        batch_size: int | None = None,
+        iterations: int = 10,
+        tau0: float = 0.0,
+        kappa: float = 1.0,
+        clip: float | None = None,
+        damping: float | None = None,
+        prior_variance: float | None = None,
+        noise_variance: float | None = None,
+        random_state: int | None = None,
+        sampling: Sampling = "uniform",
+    ) -> None:
+        VipsEstimator.__init__(
+            self,
+            epsilon=epsilon,
+            delta=delta,
+            sigma=sigma,
+            batch_size=batch_size,
+            iterations=iterations,
+            tau0=tau0,
+            kappa=kappa,
+            random_state=random_state,
+            sampling=sampling,
+        )
+        self.clip = clip
+        self.damping = damping
+        self.prior_variance = prior_variance
+        self.noise_variance = noise_variance
 
 
 class VIPSLatentDirichletAllocation(VipsEstimator):

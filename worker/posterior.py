@@ -2,7 +2,8 @@
 
 {"model", "algorithm", "dataset", "job_id", "privacy": {"epsilon", "delta", "sigma", "iterations",
 "batch_size", "sampling", "accountant"}, "natural_parameters", "sufficient_statistics",
-"variational_parameters", plus what prediction needs (BLR: "mean", "covariance"; LDA: "lambda",
+"variational_parameters", plus what prediction needs (BLR: "mean", "covariance"; linear regression:
+"mean", "covariance", "noise_variance"; LDA: "lambda",
 "vocabulary"; SBN: "W", "b", "c" and the column names).}
 """
 
@@ -19,8 +20,8 @@ import numpy as np
 from worker.models.base import Array
 
 FORMAT_VERSION = 1
-MODELS = ("blr", "lda", "sbn")
-ALGORITHMS = ("vips",)
+MODELS = ("blr", "linreg", "lda", "sbn")
+ALGORITHMS = ("vips", "dpvi", "dpsep")
 
 
 class PosteriorError(ValueError):
@@ -105,18 +106,31 @@ def load_posterior(path: Path) -> dict[str, Any]:
 
 
 def blr_parameters(document: dict[str, Any]) -> tuple[Array, Array]:
-    """(mean, covariance) of a BLR posterior, validated."""
+    """(mean, covariance) of the weights of a BLR (or linear regression) posterior, validated."""
+    model = document.get("model", "blr")
     try:
         mean = np.asarray(document["mean"], dtype=np.float64)
         covariance = np.asarray(document["covariance"], dtype=np.float64)
     except (KeyError, TypeError, ValueError) as exc:
-        raise PosteriorError("a blr posterior needs numeric 'mean' and 'covariance'") from exc
+        raise PosteriorError(f"a {model} posterior needs numeric 'mean' and 'covariance'") from exc
     d = mean.shape[0] if mean.ndim == 1 else -1
     if d < 1 or covariance.shape != (d, d):
         raise PosteriorError(
-            "blr posterior: 'mean' must be a vector and 'covariance' a matching square matrix"
+            f"{model} posterior: 'mean' must be a vector and 'covariance' a matching square matrix"
         )
     return mean, covariance
+
+
+def linreg_parameters(document: dict[str, Any]) -> tuple[Array, Array, float]:
+    """(mean, covariance, noise_variance) of a linear regression posterior, validated."""
+    mean, covariance = blr_parameters(document)
+    try:
+        noise_variance = float(document["noise_variance"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise PosteriorError("a linreg posterior needs a numeric 'noise_variance'") from exc
+    if not (noise_variance > 0 and math.isfinite(noise_variance)):
+        raise PosteriorError("linreg posterior: 'noise_variance' must be a finite number > 0")
+    return mean, covariance, noise_variance
 
 
 def _matrix(document: dict[str, Any], key: str, model: str, ndim: int) -> Array:

@@ -24,15 +24,18 @@ from privacy_wall.formats import (
     read_tabular_csv,
     read_vocabulary,
 )
-from privacy_wall.store import BoundViolation, check_tabular_bounds
+from privacy_wall.store import BoundViolation, check_regression_bounds, check_tabular_bounds
 from service.options import MODEL_KINDS, algorithm_problem, option_problem, option_specs, schedule_problem
 from vips.commands import remote
 from vips.errors import NotAvailable, RuntimeFailure, UsageError
 from vips.output import print_json
 from worker.estimator import (
+    DPSEPLinearRegression,
+    DPSEPLogisticRegression,
     DPVILogisticRegression,
     VipsEstimator,
     VIPSLatentDirichletAllocation,
+    VIPSLinearRegression,
     VIPSLogisticRegression,
     VIPSSigmoidBeliefNetwork,
 )
@@ -40,7 +43,7 @@ from worker.models.base import Array
 from worker.posterior import save_posterior
 
 KINDS = ("tabular", "regression", "bow", "binary")
-MODELS = ("blr", "lda", "sbn")
+MODELS = ("blr", "linreg", "lda", "sbn")
 ALGORITHMS = ("vips", "dpvi", "dpsep")
 DEFAULT_LABEL = "label"
 DEFAULT_DELTA = 1e-5
@@ -90,8 +93,8 @@ def _check_available(args: argparse.Namespace) -> None:
         raise UsageError("--vocab is only for --kind bow")
     if args.vocab is None and args.kind == "bow":
         raise UsageError("--kind bow needs --vocab FILE (one word per line)")
-    if args.label is not None and args.kind != "tabular":
-        raise UsageError("--label is only for --kind tabular")
+    if args.label is not None and args.kind not in ("tabular", "regression"):
+        raise UsageError("--label is only for --kind tabular and regression")
     if (args.sigma is None) == (args.epsilon is None):
         raise UsageError("give exactly one of --sigma and --epsilon")
     if not 0 < args.delta < 1:
@@ -113,10 +116,12 @@ class LocalData:
 def read_local(args: argparse.Namespace) -> LocalData:
     path = Path(args.input)
     try:
-        if args.kind == "tabular":
-            table = read_tabular_csv(path, args.label or DEFAULT_LABEL)
+        if args.kind in ("tabular", "regression"):
+            regression = args.kind == "regression"
+            table = read_tabular_csv(path, args.label or DEFAULT_LABEL, binary_label=not regression)
             assert table.labels is not None
-            check_tabular_bounds(table.features, table.labels)
+            check = check_regression_bounds if regression else check_tabular_bounds
+            check(table.features, table.labels)
             return LocalData(table.features, table.labels, table.rows, table.dimension)
         if args.kind == "binary":
             table = read_binary_csv(path)
@@ -137,6 +142,9 @@ ESTIMATORS: dict[tuple[str, str], type[VipsEstimator]] = {
     ("lda", "vips"): VIPSLatentDirichletAllocation,
     ("sbn", "vips"): VIPSSigmoidBeliefNetwork,
     ("blr", "dpvi"): DPVILogisticRegression,
+    ("blr", "dpsep"): DPSEPLogisticRegression,
+    ("linreg", "vips"): VIPSLinearRegression,
+    ("linreg", "dpsep"): DPSEPLinearRegression,
 }
 
 

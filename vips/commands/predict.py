@@ -3,6 +3,9 @@
 The posterior's model decides the input and the output (DESIGN section 6):
 - blr: a numeric CSV (a label column, if named, is dropped); predict writes column p = P(y = 1 | x);
   evaluate prints {"auc", "accuracy", "log_loss", "n"}.
+- linreg: a numeric CSV (a target column, if named, is dropped); predict writes the predictive mean and
+  variance of y (columns mean, variance); evaluate prints {"rmse", "mean_log_density", "n"} (targets in
+  the units the model was fitted in).
 - lda: a UCI docword file with its vocabulary (--vocab; words are matched to the posterior's vocabulary
   by spelling, unknown words dropped; without --vocab the file must use the posterior's word ids);
   predict writes each document's topic proportions (columns topic_0 ... topic_{K-1}); evaluate prints
@@ -33,12 +36,15 @@ from vips.output import print_json, write_text_atomically
 from worker.models.base import Array
 from worker.models.blr import predict_proba
 from worker.models.lda import completion_perplexity, document_topics, perplexity_bound, split_documents
+from worker.models.linreg import predict as linreg_predict
+from worker.models.linreg import rmse
 from worker.models.sbn import reconstruct_proba, reconstruction_metrics
 from worker.posterior import (
     LdaPosterior,
     SbnPosterior,
     blr_parameters,
     lda_parameters,
+    linreg_parameters,
     load_posterior,
     sbn_parameters,
 )
@@ -46,18 +52,31 @@ from worker.posterior import (
 DEFAULT_LABEL = "label"
 
 
+def _check_width(table: TabularFile, expected: int, posterior: Path, input_path: Path) -> None:
+    if table.dimension != expected:
+        hint = "" if table.labels is not None else " (name a label column to drop with --label)"
+        raise UsageError(
+            f"{input_path} has {table.dimension} feature columns, the posterior {posterior} expects "
+            f"{expected}{hint}"
+        )
+
+
 def _blr_probabilities(
     document: dict[str, Any], posterior: Path, table: TabularFile, input_path: Path
 ) -> Array:
     """P(y = 1 | x) for each row of the table under a BLR posterior."""
     mean, covariance = blr_parameters(document)
-    if table.dimension != mean.shape[0]:
-        hint = "" if table.labels is not None else " (name a label column to drop with --label)"
-        raise UsageError(
-            f"{input_path} has {table.dimension} feature columns, the posterior {posterior} expects "
-            f"{mean.shape[0]}{hint}"
-        )
+    _check_width(table, mean.shape[0], posterior, input_path)
     return predict_proba(mean, covariance, table.features)
+
+
+def _linreg_predictions(
+    document: dict[str, Any], posterior: Path, table: TabularFile, input_path: Path
+) -> tuple[Array, Array]:
+    """Predictive mean and variance of y for each row under a linear regression posterior."""
+    mean, covariance, noise_variance = linreg_parameters(document)
+    _check_width(table, mean.shape[0], posterior, input_path)
+    return linreg_predict(mean, covariance, noise_variance, table.features)
 
 
 def _lda_counts(fitted: LdaPosterior, input_path: Path, vocab: str | None) -> sp.csr_array:
@@ -94,8 +113,8 @@ def _sbn_rows(fitted: SbnPosterior, input_path: Path) -> TabularFile:
 def _check_flags(model: str, args: argparse.Namespace) -> None:
     if getattr(args, "vocab", None) is not None and model != "lda":
         raise UsageError("--vocab is only for lda posteriors")
-    if args.label is not None and model != "blr":
-        raise UsageError("--label is only for blr posteriors")
+    if args.label is not None and model not in ("blr", "linreg"):
+        raise UsageError("--label is only for blr and linreg posteriors")
 
 
 def _csv(header: list[str], values: Array) -> str:
@@ -113,6 +132,10 @@ def run_predict(args: argparse.Namespace) -> int:
         table = read_tabular_csv(input_path, args.label)
         p = _blr_probabilities(document, posterior, table, input_path)
         text = "p\n" + "".join(f"{value!r}\n" for value in p.tolist())
+    elif model == "linreg":
+        table = read_tabular_csv(input_path, args.label, binary_label=False)
+        mean, variance = _linreg_predictions(document, posterior, table, input_path)
+        text = _csv(["mean", "variance"], np.column_stack([mean, variance]))
     elif model == "lda":
         fitted = lda_parameters(document)
         theta = document_topics(fitted.lam, _lda_counts(fitted, input_path, args.vocab), fitted.alpha)
@@ -148,6 +171,16 @@ def _evaluate_blr(document: dict[str, Any], args: argparse.Namespace) -> dict[st
     }
 
 
+def _evaluate_linreg(document: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    label = args.label or DEFAULT_LABEL
+    table = read_tabular_csv(Path(args.input), label, binary_label=False)
+    assert table.labels is not None
+    mean, variance = _linreg_predictions(document, Path(args.posterior), table, Path(args.input))
+    y = table.labels
+    log_density = -0.5 * (np.log(2 * np.pi * variance) + (y - mean) ** 2 / variance)
+    return {"rmse": rmse(mean, y), "mean_log_density": float(np.mean(log_density)), "n": table.rows}
+
+
 def _evaluate_lda(document: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     fitted = lda_parameters(document)
     counts = _lda_counts(fitted, Path(args.input), args.vocab)
@@ -176,6 +209,11 @@ def run_evaluate(args: argparse.Namespace) -> int:
     document = load_posterior(Path(args.posterior))
     model = document["model"]
     _check_flags(model, args)
-    evaluate = {"blr": _evaluate_blr, "lda": _evaluate_lda, "sbn": _evaluate_sbn}[model]
+    evaluate = {
+        "blr": _evaluate_blr,
+        "linreg": _evaluate_linreg,
+        "lda": _evaluate_lda,
+        "sbn": _evaluate_sbn,
+    }[model]
     print_json(evaluate(document, args))
     return 0

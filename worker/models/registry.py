@@ -17,8 +17,10 @@ from privacy_wall.store import MAX_COUNT
 from service.options import MODEL_KINDS, algorithm_problem, option_problem, schedule_problem
 from worker.models.base import VipsModel
 from worker.models.blr import BayesianLogisticRegression
+from worker.models.dpsep import DpSepLinearRegression, DpSepLogisticRegression
 from worker.models.dpvi import DpviLogisticRegression
 from worker.models.lda import LatentDirichletAllocation
+from worker.models.linreg import BayesianLinearRegression
 from worker.models.sbn import DEFAULT_HIDDEN, SigmoidBeliefNetwork
 
 LDA_DEFAULTS = {"topics": 10, "doc_length": 500, "clip": 0.1}
@@ -61,19 +63,22 @@ def model_setup(
     """The model and query a job of `model` fitted by `algorithm` with `options` runs (step-size options
     tau0, kappa are the VIPS loop's, not the model's)."""
     check_model_options(model, options, sigma, algorithm)
+    given: dict[str, Any] = {name: value for name, value in options.items() if name not in ("tau0", "kappa")}
     if algorithm == "dpvi":
-        given: dict[str, Any] = {
-            name: options[name] for name in ("prior_variance", "learning_rate", "clip") if name in options
-        }
-        if "draws" in options:
-            given["draws"] = int(options["draws"])
+        if "draws" in given:
+            given["draws"] = int(given["draws"])
         dpvi = DpviLogisticRegression(**given)
         return ModelSetup(dpvi, dpvi.query())
-    if model == "blr":
-        return ModelSetup(
-            BayesianLogisticRegression(a0=options.get("a0", 1.0), b0=options.get("b0", 1.0)),
-            LogisticRegressionQuery(),
+    if algorithm == "dpsep":
+        dpsep: DpSepLogisticRegression | DpSepLinearRegression = (
+            DpSepLogisticRegression(**given) if model == "blr" else DpSepLinearRegression(**given)
         )
+        return ModelSetup(dpsep, dpsep.query())
+    if model == "blr":
+        return ModelSetup(BayesianLogisticRegression(**given), LogisticRegressionQuery())
+    if model == "linreg":
+        linreg = BayesianLinearRegression(**given)
+        return ModelSetup(linreg, linreg.query())
     if model == "lda":
         topics = int(options.get("topics", LDA_DEFAULTS["topics"]))
         lda = LatentDirichletAllocation(topics=topics, alpha=options.get("alpha"), eta=options.get("eta"))
