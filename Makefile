@@ -33,6 +33,9 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.adult_blr
 	$(BIN)/python -m bench.blr_iteration
 	$(BIN)/python -m bench.service_overhead
+	$(BIN)/python -m bench.compare_algorithms
+	$(BIN)/python -m bench.lda
+	$(BIN)/python -m bench.sbn
 
 clean:
 	rm -rf $(VENV) var .mypy_cache .pytest_cache .ruff_cache
