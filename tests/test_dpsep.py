@@ -8,13 +8,14 @@ import math
 
 import numpy as np
 import pytest
-from scipy.special import expit
 from sklearn.metrics import roc_auc_score
 
 from privacy_wall.accounting import epsilon
 from privacy_wall.gate import Gate, PrivacyError
 from privacy_wall.ledger import InMemoryLedger
 from privacy_wall.store import InMemoryTabularStore, RowStore
+from tests.test_blr import D, N
+from tests.test_blr import synthetic as logistic_data  # the same synthetic logistic data
 from tests.test_query_linreg import regression_store
 from worker.datasets.adult import load_adult
 from worker.models.blr import predict_proba
@@ -22,24 +23,10 @@ from worker.models.dpsep import DpSepLinearRegression, DpSepLogisticRegression, 
 from worker.models.linreg import predict, rmse
 from worker.runner import LoopSettings, run_vips
 
-D = 10
-N = 20_000
-
 #: Non-private VIPS-BLR's test AUC on Adult (bench/README.md: batch, sigma = 0, T = 10).
 VIPS_BLR_ADULT_AUC = 0.8997
 
 Model = DpSepLogisticRegression | DpSepLinearRegression
-
-
-def logistic_data(seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """As tests/test_blr.py: random directions, norms in [0.2, 1], true weights of norm 10."""
-    rng = np.random.default_rng(seed)
-    w = rng.normal(size=D)
-    w *= 10.0 / np.linalg.norm(w)
-    z = rng.normal(size=(N, D))
-    x = z / np.linalg.norm(z, axis=1, keepdims=True) * rng.uniform(0.2, 1.0, size=(N, 1))
-    y = (rng.random(N) < expit(x @ w)).astype(np.float64)
-    return x, y, w
 
 
 def linear_data(seed: int, n: int = N) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -19,26 +19,12 @@ from privacy_wall.ledger import InMemoryLedger
 from privacy_wall.queries.blr import LogisticRegressionQuery
 from privacy_wall.queries.dpvi import BLOCK, DpviLogisticRegressionQuery
 from privacy_wall.store import InMemoryTabularStore
+from tests.test_blr import D, N, synthetic  # the same synthetic logistic data
 from worker.datasets.adult import load_adult
 from worker.models.blr import BayesianLogisticRegression, predict_proba
 from worker.models.dpvi import DpviLogisticRegression, DpviState, adagrad_step
 from worker.posterior import blr_parameters
 from worker.runner import LoopSettings, run_vips
-
-D = 10
-N = 20_000
-
-
-def synthetic(seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """As tests/test_blr.py: rows in uniformly random directions with norms in [0.2, 1], true weights of
-    norm 10 (logits with std ~ 2.1, a strong signal)."""
-    rng = np.random.default_rng(seed)
-    w = rng.normal(size=D)
-    w *= 10.0 / np.linalg.norm(w)
-    z = rng.normal(size=(N, D))
-    x = z / np.linalg.norm(z, axis=1, keepdims=True) * rng.uniform(0.2, 1.0, size=(N, 1))
-    y = (rng.random(N) < expit(x @ w)).astype(np.float64)
-    return x, y, w
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import math
 import uuid
-from typing import Any, ClassVar, Literal
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal, Self
 
 import numpy as np
 import scipy.sparse as sp
@@ -44,42 +45,31 @@ from worker.runner import LoopSettings, run_vips
 Sampling = Literal["uniform", "passes"]
 
 
+@dataclass(kw_only=True, eq=False)
 class VipsEstimator:
-    """What every VIPS estimator shares: the privacy schedule, the loop over the gate, the posterior.
+    """What every estimator shares: the privacy schedule, the loop over the gate, the posterior.
 
     Give either epsilon (sigma is calibrated for it at delta) or sigma. batch_size None means S = N.
     sampling "uniform" (always with noise: S distinct rows drawn uniformly per iteration, what the
     accountant analyses) or "passes" (sigma = 0 only: shuffled passes over the data, as scikit-learn and
-    gensim do; T iterations of S rows are T S / N passes).
-    Subclasses name their model and list their model options (DESIGN section 6).
+    gensim do; T iterations of S rows are T S / N passes). tau0, kappa: step sizes rho_t = (tau0 + t)^-kappa.
+    Subclasses name their model and algorithm and add their options (DESIGN section 6) as fields; an
+    option left None takes the model's default (worker.models).
     """
 
     model_name: ClassVar[str]
     algorithm: ClassVar[str] = "vips"
-    option_names: ClassVar[tuple[str, ...]]
+    option_names: ClassVar[tuple[str, ...]] = ()
 
-    def __init__(
-        self,
-        *,
-        epsilon: float | None,
-        delta: float,
-        sigma: float | None,
-        batch_size: int | None,
-        iterations: int,
-        tau0: float,
-        kappa: float,
-        random_state: int | None,
-        sampling: Sampling = "uniform",
-    ) -> None:
-        self.epsilon = epsilon
-        self.delta = delta
-        self.sigma = sigma
-        self.batch_size = batch_size
-        self.iterations = iterations
-        self.tau0 = tau0
-        self.kappa = kappa
-        self.random_state = random_state
-        self.sampling = sampling
+    epsilon: float | None = None
+    delta: float = 1e-5
+    sigma: float | None = None
+    batch_size: int | None = None
+    iterations: int = 10
+    tau0: float = 0.0
+    kappa: float = 1.0
+    random_state: int | None = None
+    sampling: Sampling = "uniform"
 
     def model_options(self) -> dict[str, float]:
         """The model's options that are set (None means the model's default)."""
@@ -154,42 +144,12 @@ class VipsEstimator:
         return self.posterior_
 
 
-class VIPSLogisticRegression(VipsEstimator):
-    """Private Bayesian logistic regression by VIPS (Park et al. 2020, Alg. 5)."""
+class _LogisticRegressionFit(VipsEstimator):
+    """fit / predict_proba / predict of the logistic-regression estimators (any algorithm)."""
 
     model_name = "blr"
-    option_names: ClassVar[tuple[str, ...]] = ("a0", "b0")
 
-    def __init__(
-        self,
-        *,
-        epsilon: float | None = None,
-        delta: float = 1e-5,
-        sigma: float | None = None,
-        batch_size: int | None = None,
-        iterations: int = 10,
-        tau0: float = 0.0,
-        kappa: float = 1.0,
-        a0: float = 1.0,
-        b0: float = 1.0,
-        random_state: int | None = None,
-        sampling: Sampling = "uniform",
-    ) -> None:
-        super().__init__(
-            epsilon=epsilon,
-            delta=delta,
-            sigma=sigma,
-            batch_size=batch_size,
-            iterations=iterations,
-            tau0=tau0,
-            kappa=kappa,
-            random_state=random_state,
-            sampling=sampling,
-        )
-        self.a0 = a0
-        self.b0 = b0
-
-    def fit(self, X: ArrayLike, y: ArrayLike, *, dataset: str = "local") -> VIPSLogisticRegression:
+    def fit(self, X: ArrayLike, y: ArrayLike, *, dataset: str = "local") -> Self:
         features = np.asarray(X, dtype=np.float64)
         labels = np.asarray(y, dtype=np.float64)
         population = int(features.shape[0]) if features.ndim == 2 else 0
@@ -209,132 +169,57 @@ class VIPSLogisticRegression(VipsEstimator):
         return (self.predict_proba(X)[:, 1] >= 0.5).astype(np.float64)
 
 
-class DPVILogisticRegression(VIPSLogisticRegression):
+@dataclass(kw_only=True, eq=False)
+class VIPSLogisticRegression(_LogisticRegressionFit):
+    """Private Bayesian logistic regression by VIPS (Park et al. 2020, Alg. 5); a0, b0: the Gamma prior
+    on the weights' precision."""
+
+    option_names = ("a0", "b0")
+
+    a0: float = 1.0
+    b0: float = 1.0
+
+
+@dataclass(kw_only=True, eq=False)
+class DPVILogisticRegression(_LogisticRegressionFit):
     """Private Bayesian logistic regression by DPVI (Jalko, Dikmen, Honkela 2017): a mean-field Gaussian
     fitted by AdaGrad on clipped, noised per-example ELBO gradients, charged on the same accountant.
 
-    iterations are AdaGrad steps (DPVI needs many more than VIPS: thousands, not tens); clip bounds each
-    example's gradient, learning_rate is AdaGrad's, draws the Monte Carlo samples per step (None: the
-    defaults of worker.models.dpvi.DpviLogisticRegression).
+    iterations are AdaGrad steps (DPVI needs many more than VIPS: hundreds or thousands, not tens; the
+    step sizes tau0, kappa do not apply); clip bounds each example's gradient, learning_rate is AdaGrad's,
+    draws the Monte Carlo samples per step.
     """
 
     algorithm = "dpvi"
     option_names = ("clip", "learning_rate", "draws", "prior_variance")
 
-    def __init__(
-        self,
-        *,
-        epsilon: float | None = None,
-        delta: float = 1e-5,
-        sigma: float | None = None,
-        batch_size: int | None = None,
-        iterations: int = 1000,
-        clip: float | None = None,
-        learning_rate: float | None = None,
-        draws: int | None = None,
-        prior_variance: float | None = None,
-        random_state: int | None = None,
-        sampling: Sampling = "uniform",
-    ) -> None:
-        VipsEstimator.__init__(
-            self,
-            epsilon=epsilon,
-            delta=delta,
-            sigma=sigma,
-            batch_size=batch_size,
-            iterations=iterations,
-            tau0=0.0,
-            kappa=1.0,
-            random_state=random_state,
-            sampling=sampling,
-        )
-        self.clip = clip
-        self.learning_rate = learning_rate
-        self.draws = draws
-        self.prior_variance = prior_variance
+    iterations: int = 1000
+    clip: float | None = None
+    learning_rate: float | None = None
+    draws: int | None = None
+    prior_variance: float | None = None
 
 
-class DPSEPLogisticRegression(VIPSLogisticRegression):
+@dataclass(kw_only=True, eq=False)
+class DPSEPLogisticRegression(_LogisticRegressionFit):
     """Private Bayesian logistic regression by DP-SEP (private stochastic expectation propagation): one
     shared Gaussian site moment-matched per datapoint behind the wall, clipped to norm `clip`, noised, and
-    mixed in with damping x rho_t (rho_t = (tau0 + t)^-kappa; kappa = 0 is the paper's constant damping).
-    None: the defaults of worker.models.dpsep.DpSepLogisticRegression."""
+    mixed in with damping x rho_t (kappa = 0 is the paper's constant damping)."""
 
     algorithm = "dpsep"
     option_names = ("clip", "damping", "prior_variance")
 
-    def __init__(
-        self,
-        *,
-        epsilon: float | None = None,
-        delta: float = 1e-5,
-        sigma: float | None = None,
-        batch_size: int | None = None,
-        iterations: int = 10,
-        tau0: float = 0.0,
-        kappa: float = 1.0,
-        clip: float | None = None,
-        damping: float | None = None,
-        prior_variance: float | None = None,
-        random_state: int | None = None,
-        sampling: Sampling = "uniform",
-    ) -> None:
-        VipsEstimator.__init__(
-            self,
-            epsilon=epsilon,
-            delta=delta,
-            sigma=sigma,
-            batch_size=batch_size,
-            iterations=iterations,
-            tau0=tau0,
-            kappa=kappa,
-            random_state=random_state,
-            sampling=sampling,
-        )
-        self.clip = clip
-        self.damping = damping
-        self.prior_variance = prior_variance
+    clip: float | None = None
+    damping: float | None = None
+    prior_variance: float | None = None
 
 
-class VIPSLinearRegression(VipsEstimator):
-    """Private conjugate Bayesian linear regression by VIPS (Normal-Gamma: w | tau ~ N(0, (tau
-    prior_precision)^-1 I), tau ~ Gamma(a0, b0)). Rows need L2 norm <= 1 and targets |y| <= 1."""
+class _LinearRegressionFit(VipsEstimator):
+    """fit / predict of the linear-regression estimators (rows of norm <= 1, targets |y| <= 1)."""
 
     model_name = "linreg"
-    option_names: ClassVar[tuple[str, ...]] = ("prior_precision", "a0", "b0")
 
-    def __init__(
-        self,
-        *,
-        epsilon: float | None = None,
-        delta: float = 1e-5,
-        sigma: float | None = None,
-        batch_size: int | None = None,
-        iterations: int = 10,
-        tau0: float = 0.0,
-        kappa: float = 1.0,
-        prior_precision: float | None = None,
-        a0: float | None = None,
-        b0: float | None = None,
-        random_state: int | None = None,
-        sampling: Sampling = "uniform",
-    ) -> None:
-        super().__init__(
-            epsilon=epsilon,
-            delta=delta,
-            sigma=sigma,
-            batch_size=batch_size,
-            iterations=iterations,
-            tau0=tau0,
-            kappa=kappa,
-            random_state=random_state,
-            sampling=sampling,
-        )
-        self.prior_precision = prior_precision
-        self.a0 = a0
-        self.b0 = b0
-
-    def fit(self, X: ArrayLike, y: ArrayLike, *, dataset: str = "local") -> VIPSLinearRegression:
+    def fit(self, X: ArrayLike, y: ArrayLike, *, dataset: str = "local") -> Self:
         features = np.asarray(X, dtype=np.float64)
         targets = np.asarray(y, dtype=np.float64)
         population = int(features.shape[0]) if features.ndim == 2 else 0
@@ -354,48 +239,33 @@ class VIPSLinearRegression(VipsEstimator):
         return (mean, np.sqrt(variance)) if return_std else mean
 
 
-class DPSEPLinearRegression(VIPSLinearRegression):
-    """Private Bayesian linear regression by DP-SEP with a known noise variance (worker.models.dpsep:
-    clip None bounds each site by the ingestion bounds, so nothing is clipped)."""
+@dataclass(kw_only=True, eq=False)
+class VIPSLinearRegression(_LinearRegressionFit):
+    """Private conjugate Bayesian linear regression by VIPS (Normal-Gamma: w | tau ~ N(0, (tau
+    prior_precision)^-1 I), tau ~ Gamma(a0, b0))."""
+
+    option_names = ("prior_precision", "a0", "b0")
+
+    prior_precision: float | None = None
+    a0: float | None = None
+    b0: float | None = None
+
+
+@dataclass(kw_only=True, eq=False)
+class DPSEPLinearRegression(_LinearRegressionFit):
+    """Private Bayesian linear regression by DP-SEP with a known noise variance (clip None bounds each
+    site by the ingestion bounds, so nothing is clipped)."""
 
     algorithm = "dpsep"
     option_names = ("clip", "damping", "prior_variance", "noise_variance")
 
-    def __init__(
-        self,
-        *,
-        epsilon: float | None = None,
-        delta: float = 1e-5,
-        sigma: float | None = None,
-        batch_size: int | None = None,
-        iterations: int = 10,
-        tau0: float = 0.0,
-        kappa: float = 1.0,
-        clip: float | None = None,
-        damping: float | None = None,
-        prior_variance: float | None = None,
-        noise_variance: float | None = None,
-        random_state: int | None = None,
-        sampling: Sampling = "uniform",
-    ) -> None:
-        VipsEstimator.__init__(
-            self,
-            epsilon=epsilon,
-            delta=delta,
-            sigma=sigma,
-            batch_size=batch_size,
-            iterations=iterations,
-            tau0=tau0,
-            kappa=kappa,
-            random_state=random_state,
-            sampling=sampling,
-        )
-        self.clip = clip
-        self.damping = damping
-        self.prior_variance = prior_variance
-        self.noise_variance = noise_variance
+    clip: float | None = None
+    damping: float | None = None
+    prior_variance: float | None = None
+    noise_variance: float | None = None
 
 
+@dataclass(kw_only=True, eq=False)
 class VIPSLatentDirichletAllocation(VipsEstimator):
     """Private LDA by VIPS (Park et al. 2020, Alg. 3) on a documents x words count matrix (anything
     scipy.sparse.csr_array accepts).
@@ -407,40 +277,11 @@ class VIPSLatentDirichletAllocation(VipsEstimator):
     model_name = "lda"
     option_names = ("topics", "alpha", "eta", "doc_length", "clip")
 
-    def __init__(
-        self,
-        *,
-        topics: int = 10,
-        alpha: float | None = None,
-        eta: float | None = None,
-        doc_length: int = 500,
-        clip: float = 0.1,
-        epsilon: float | None = None,
-        delta: float = 1e-5,
-        sigma: float | None = None,
-        batch_size: int | None = None,
-        iterations: int = 10,
-        tau0: float = 0.0,
-        kappa: float = 1.0,
-        random_state: int | None = None,
-        sampling: Sampling = "uniform",
-    ) -> None:
-        super().__init__(
-            epsilon=epsilon,
-            delta=delta,
-            sigma=sigma,
-            batch_size=batch_size,
-            iterations=iterations,
-            tau0=tau0,
-            kappa=kappa,
-            random_state=random_state,
-            sampling=sampling,
-        )
-        self.topics = topics
-        self.alpha = alpha
-        self.eta = eta
-        self.doc_length = doc_length
-        self.clip = clip
+    topics: int = 10
+    alpha: float | None = None
+    eta: float | None = None
+    doc_length: int = 500
+    clip: float = 0.1
 
     def fit(self, counts: Any, *, dataset: str = "local") -> VIPSLatentDirichletAllocation:
         matrix = sp.csr_array(counts)
@@ -465,38 +306,14 @@ class VIPSLatentDirichletAllocation(VipsEstimator):
         }
 
 
+@dataclass(kw_only=True, eq=False)
 class VIPSSigmoidBeliefNetwork(VipsEstimator):
     """Private sigmoid belief network by VIPS (Park et al. 2020, Alg. 6) on 0/1 rows."""
 
     model_name = "sbn"
     option_names = ("hidden",)
 
-    def __init__(
-        self,
-        *,
-        hidden: int = 50,
-        epsilon: float | None = None,
-        delta: float = 1e-5,
-        sigma: float | None = None,
-        batch_size: int | None = None,
-        iterations: int = 10,
-        tau0: float = 0.0,
-        kappa: float = 1.0,
-        random_state: int | None = None,
-        sampling: Sampling = "uniform",
-    ) -> None:
-        super().__init__(
-            epsilon=epsilon,
-            delta=delta,
-            sigma=sigma,
-            batch_size=batch_size,
-            iterations=iterations,
-            tau0=tau0,
-            kappa=kappa,
-            random_state=random_state,
-            sampling=sampling,
-        )
-        self.hidden = hidden
+    hidden: int = 50
 
     def fit(self, Y: ArrayLike, *, dataset: str = "local") -> VIPSSigmoidBeliefNetwork:
         rows = np.asarray(Y, dtype=np.float64)
