@@ -48,7 +48,9 @@ def _cholesky(precision: Array) -> Array:
     raise np.linalg.LinAlgError("the posterior precision is not positive definite")
 
 
-def _moments(nu1: Array, nu2: Array) -> tuple[Array, Array]:
+def gaussian_moments(nu1: Array, nu2: Array) -> tuple[Array, Array]:
+    """(mean, covariance) = (nu2^-1 nu1, nu2^-1) of a Gaussian with precision nu2 and precision-times-mean
+    nu1, through a (jittered if need be) Cholesky factor."""
     chol = _cholesky(nu2)
     identity = np.eye(nu2.shape[0])
     inv_chol = np.linalg.solve(chol, identity)
@@ -68,7 +70,7 @@ class BayesianLogisticRegression:
         alpha = self.a0 / self.b0
         nu1 = np.zeros(dimension)
         nu2 = alpha * np.eye(dimension)
-        mean, covariance = _moments(nu1, nu2)
+        mean, covariance = gaussian_moments(nu1, nu2)
         return BlrState(nu1, nu2, mean, covariance, self.a0, self.b0, {})
 
     def public_params(self, state: BlrState) -> dict[str, Array]:
@@ -81,7 +83,7 @@ class BayesianLogisticRegression:
         nu2_hat = population * s2 + state.expected_alpha * np.eye(dimension)
         nu1 = (1 - rho) * state.nu1 + rho * nu1_hat
         nu2 = (1 - rho) * state.nu2 + rho * nu2_hat
-        mean, covariance = _moments(nu1, nu2)
+        mean, covariance = gaussian_moments(nu1, nu2)
         shape = self.a0 + dimension / 2
         rate = self.b0 + (float(mean @ mean) + float(np.trace(covariance))) / 2
         return BlrState(nu1, nu2, mean, covariance, shape, rate, {"s1": s1, "s2": s2})

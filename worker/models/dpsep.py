@@ -48,7 +48,7 @@ import numpy as np
 from privacy_wall.mechanisms import project_psd
 from privacy_wall.queries.dpsep import DpSepLinearQuery, DpSepLogisticQuery, DpSepQuery
 from worker.models.base import Array
-from worker.models.blr import _moments
+from worker.models.blr import gaussian_moments
 
 #: The paper's clipping norm C (its experiments use C = 1).
 DEFAULT_CLIP = 1.0
@@ -106,9 +106,9 @@ class _DpSepModel:
         n = float(population)
         precision = prior_precision + n * site_precision
         precision_times_mean = n * site_eta
-        mean, covariance = _moments(precision_times_mean, precision)
+        mean, covariance = gaussian_moments(precision_times_mean, precision)
         cavity_n = max(n - 1.0, 0.0)
-        cavity_mean, cavity_covariance = _moments(
+        cavity_mean, cavity_covariance = gaussian_moments(
             cavity_n * site_eta, prior_precision + cavity_n * site_precision
         )
         return DpSepState(

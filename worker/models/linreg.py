@@ -34,7 +34,7 @@ import numpy as np
 
 from privacy_wall.queries.linreg import LinearRegressionQuery
 from worker.models.base import Array
-from worker.models.blr import _moments
+from worker.models.blr import gaussian_moments
 
 
 @dataclass(frozen=True)
@@ -97,7 +97,7 @@ class BayesianLinearRegression:
     def _state(
         self, precision: Array, eta: Array, c: float, a: float, statistics: dict[str, Array]
     ) -> LinregState:
-        mean, scale_inverse = _moments(eta, precision)
+        mean, scale_inverse = gaussian_moments(eta, precision)
         # c - eta^T m >= 0 in exact arithmetic (module docstring); guard rounding with the prior's b0.
         rate = max((c - float(eta @ mean)) / 2.0, self.b0 * 1e-12)
         return LinregState(precision, eta, c, a, mean, scale_inverse, rate, statistics)
