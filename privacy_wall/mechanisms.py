@@ -37,8 +37,9 @@ def gaussian_noise(shape: int | tuple[int, ...], std: float, rng: np.random.Gene
 
 
 def clip_factors(norms: Array, bound: float) -> Array:
-    """Per-record factors min(1, C / ||v||) that scale each contribution to L2 norm <= C."""
-    safe = np.maximum(norms, np.finfo(np.float64).tiny)
+    """Per-record factors min(1, C / ||v||) that scale each contribution to L2 norm <= C; a norm that
+    overflowed to NaN (0 * inf) counts as infinite: that record contributes nothing."""
+    safe = np.maximum(np.where(np.isnan(norms), np.inf, norms), np.finfo(np.float64).tiny)
     return np.minimum(1.0, bound / safe)
 
 

@@ -89,6 +89,11 @@ class TestBlrQuery(QueryContract):
             record(np.eye(D)[1], 3.0),
             record(np.eye(D)[2], -2.0),
             record(40 * np.eye(D)[2], 0.5),
+            # Overflow and non-finite values: each record alone must not turn the release into NaN.
+            record(1e200 * unit([1.0, 1.0, 1.0]), 0.5),
+            record(np.array([np.inf, 0.0, 0.0]), 1.0),
+            record(np.array([np.nan, 1.0, 0.0]), 0.0),
+            record(np.eye(D)[0], np.nan),
         ]
 
     def malformed_params(self) -> list[Params]:

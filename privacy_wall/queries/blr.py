@@ -49,19 +49,27 @@ class LogisticRegressionQuery:
         x, y = batch.features, batch.labels
         if y is None:
             raise ValueError("blr needs labelled rows")
-        moment = params["second_moment"]
-        sq_norms = np.einsum("ij,ij->i", x, x)
-        quad = np.einsum("ij,ij->i", x @ moment, x)  # x_n^T E[w w^T] x_n
-        # Overflow (inf - inf, 0 * inf) must not turn a record into NaN: a NaN release is a data-dependent
-        # signal no noise hides. Any E[xi] in [0, 1/4] keeps the bound; treat it as c = inf (E[xi] = 0).
-        quad = np.where(np.isnan(quad), np.inf, quad)
-        xi = polya_gamma_mean(np.sqrt(np.maximum(quad, 0.0)))
+        # A record with a non-finite value (the stores never hold one) contributes nothing: inf * 0 in the
+        # sums below would otherwise make the whole release NaN. Each record is judged on its own values.
+        finite = np.isfinite(x).all(axis=1) & np.isfinite(y)
+        if not finite.all():
+            x = np.where(finite[:, None], x, 0.0)
+            y = np.where(finite, y, 0.5)
+        # Overflow is handled below; a floating-point warning would be a data-dependent signal of its own.
+        with np.errstate(all="ignore"):
+            moment = params["second_moment"]
+            sq_norms = np.einsum("ij,ij->i", x, x)
+            quad = np.einsum("ij,ij->i", x @ moment, x)  # x_n^T E[w w^T] x_n
+            # Overflow (inf - inf, 0 * inf) must not turn a record into NaN: a NaN release is a data-dependent
+            # signal no noise hides. Any E[xi] in [0, 1/4] keeps the bound; treat it as c = inf (E[xi] = 0).
+            quad = np.where(np.isnan(quad), np.inf, quad)
+            xi = polya_gamma_mean(np.sqrt(np.maximum(quad, 0.0)))
 
-        centred = y - 0.5
-        s1_weights = centred * clip_factors(np.abs(centred) * np.sqrt(sq_norms), S1_BOUND)
-        s2_weights = xi * clip_factors(xi * sq_norms, S2_BOUND)  # ||xi x x^T||_F = xi ||x||^2
-        s1 = x.T @ s1_weights
-        s2 = (x * s2_weights[:, None]).T @ x
+            centred = y - 0.5
+            s1_weights = centred * clip_factors(np.abs(centred) * np.sqrt(sq_norms), S1_BOUND)
+            s2_weights = xi * clip_factors(xi * sq_norms, S2_BOUND)  # ||xi x x^T||_F = xi ||x||^2
+            s1 = x.T @ s1_weights
+            s2 = (x * s2_weights[:, None]).T @ x
         return {"s1": s1, "s2": upper_triangle(s2)}
 
     def postprocess(self, noised_means: dict[str, Array], dimension: int) -> dict[str, Array]:
