@@ -1,8 +1,9 @@
-"""Which public half and which wall query each model runs, built from a job's options (DESIGN section 6).
+"""Which public half and which wall query a job runs, from its model, algorithm and options (DESIGN 5-6).
 
-One place maps a model name and its options to (VipsModel, Query), for the worker's jobs, the in-process
-estimators and `vips fit --local` alike. Options arrive validated by service.options; defaults are the
-papers' (LDA: K = 10, N_w = 500, a = 0.1; SBN: K = 50 hidden units).
+One place maps (model, algorithm, options) to (VipsModel, Query), for the worker's jobs, the in-process
+estimators and `vips fit --local` alike. The rules on options live in service.options (the API checks
+them first); defaults are the papers' (LDA: K = 10, N_w = 500, a = 0.1; SBN: K = 50 hidden units) or the
+models' own (worker.models).
 """
 
 from __future__ import annotations
