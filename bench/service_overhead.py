@@ -56,9 +56,9 @@ def in_process_job_seconds(x: np.ndarray, y: np.ndarray, iterations: int) -> flo
 
 
 def get_latencies(
-    url: str, key: str, job_id: str, clients: int, requests: int, interval: float = 0.0
+    url: str, key: str, path: str, clients: int, requests: int, interval: float = 0.0
 ) -> list[float]:
-    """`clients` threads, each with its own connection, GET the job `requests` times; seconds each.
+    """`clients` threads, each with its own connection, GET `path` `requests` times; seconds each.
 
     interval 0 is a closed loop (every client sends its next request as soon as the answer arrives: the
     server's saturation); interval > 0 paces each client like `vips fit --wait`, which polls every
@@ -71,7 +71,7 @@ def get_latencies(
     def run(phase: float) -> None:
         mine: list[float] = []
         with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=30) as http:
-            http.get(f"/v1/jobs/{job_id}").raise_for_status()  # connect outside the timing
+            http.get(path).raise_for_status()  # connect outside the timing
             start.wait()
             next_at = time.perf_counter() + phase
             for _ in range(requests):
@@ -79,7 +79,7 @@ def get_latencies(
                     time.sleep(max(0.0, next_at - time.perf_counter()))
                     next_at += interval
                 before = time.perf_counter()
-                http.get(f"/v1/jobs/{job_id}").raise_for_status()
+                http.get(path).raise_for_status()
                 mine.append(time.perf_counter() - before)
         with lock:
             latencies.extend(mine)
@@ -122,9 +122,12 @@ def main() -> None:
                         timings.setdefault(("service", t), []).append(service_job_seconds(api, t))
                         timings.setdefault(("in-process", t), []).append(in_process_job_seconds(x, y, t))
                 last = api.jobs(limit=1)[0]["id"]
-            single = get_latencies(service.url, analyst, last, 1, args.requests)
-            saturated = get_latencies(service.url, analyst, last, args.clients, args.requests)
-            polling = get_latencies(service.url, analyst, last, args.clients, args.requests, POLL_SECONDS)
+            job_path = f"/v1/jobs/{last}"
+            single = get_latencies(service.url, analyst, job_path, 1, args.requests)
+            saturated = get_latencies(service.url, analyst, job_path, args.clients, args.requests)
+            polling = get_latencies(service.url, analyst, job_path, args.clients, args.requests, POLL_SECONDS)
+            # The floor of the closed loop on this machine: an endpoint that does no work.
+            floor = get_latencies(service.url, analyst, "/healthz", args.clients, args.requests)
 
     med = {k: statistics.median(v) for k, v in timings.items()}
     per_job = med[("service", 1)] - med[("in-process", 1)]
@@ -149,6 +152,7 @@ def main() -> None:
         (1, "closed loop", single),
         (args.clients, "closed loop (saturation)", saturated),
         (args.clients, f"each polls every {POLL_SECONDS} s, as `vips fit --wait`", polling),
+        (args.clients, "closed loop on /healthz (no work: the harness's floor)", floor),
     ):
         ms = np.asarray(seconds) * 1e3
         print(
