@@ -10,13 +10,13 @@ import pytest
 from scipy.special import expit
 
 from privacy_wall.accounting import epsilon
-from privacy_wall.gate import Gate
 from privacy_wall.ledger import InMemoryLedger
 from privacy_wall.queries.blr import LogisticRegressionQuery
 from privacy_wall.store import InMemoryTabularStore
+from tests.fitting import cosine, fit_through_gate, relative_error
 from worker.estimator import VIPSLogisticRegression
 from worker.models.blr import BayesianLogisticRegression, BlrState, predict_proba
-from worker.runner import LoopSettings, run_vips
+from worker.runner import LoopSettings
 
 D = 10
 N = 20_000
@@ -70,14 +70,6 @@ def reference(data: tuple[np.ndarray, np.ndarray, np.ndarray]) -> tuple[np.ndarr
     return direct_vb(x, y, A0, B0)
 
 
-def cosine(a: np.ndarray, b: np.ndarray) -> float:
-    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
-
-
-def relative_error(a: np.ndarray, b: np.ndarray) -> float:
-    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
-
-
 def fit(
     x: np.ndarray,
     y: np.ndarray,
@@ -90,19 +82,13 @@ def fit(
     seed: int | None,
 ) -> tuple[BlrState, InMemoryLedger]:
     """VIPS through the real gate: public + seeded at sigma = 0, private (CSPRNG) otherwise."""
-    store = InMemoryTabularStore("synthetic", x, y, public=sigma == 0)
-    ledger = InMemoryLedger(delta=1e-5)
-    gate = Gate(store, ledger, seed=seed)
-    result = run_vips(
-        gate,
-        LogisticRegressionQuery(),
+    return fit_through_gate(
+        InMemoryTabularStore("synthetic", x, y, public=sigma == 0),
         BayesianLogisticRegression(A0, B0),
+        LogisticRegressionQuery(),
         LoopSettings(iterations, batch_size, sigma, tau0, kappa),
-        job_id="fit",
-        dimension=D,
-        population=x.shape[0],
+        seed=seed,
     )
-    return result.state, ledger
 
 
 def test_direct_vb_recovers_the_weights(

@@ -14,6 +14,7 @@ from privacy_wall.accounting import epsilon
 from privacy_wall.gate import Gate, PrivacyError
 from privacy_wall.ledger import InMemoryLedger
 from privacy_wall.store import InMemoryTabularStore, RowStore
+from tests.fitting import cosine, fit_through_gate, relative_error
 from tests.test_blr import D, N
 from tests.test_blr import synthetic as logistic_data  # the same synthetic logistic data
 from tests.test_query_linreg import regression_store
@@ -21,7 +22,7 @@ from worker.datasets.adult import load_adult
 from worker.models.blr import predict_proba
 from worker.models.dpsep import DpSepLinearRegression, DpSepLogisticRegression, DpSepState, site_norm
 from worker.models.linreg import predict, rmse
-from worker.runner import LoopSettings, run_vips
+from worker.runner import LoopSettings
 
 #: Non-private VIPS-BLR's test AUC on Adult (bench/README.md: batch, sigma = 0, T = 10).
 VIPS_BLR_ADULT_AUC = 0.8997
@@ -44,14 +45,6 @@ def logistic() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return logistic_data(0)
 
 
-def cosine(a: np.ndarray, b: np.ndarray) -> float:
-    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
-
-
-def relative_error(a: np.ndarray, b: np.ndarray) -> float:
-    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
-
-
 def fit(
     store: RowStore,
     model: Model,
@@ -64,20 +57,16 @@ def fit(
     seed: int | None = 0,
 ) -> tuple[DpSepState, InMemoryLedger, list[DpSepState]]:
     """DP-SEP through the real gate; returns the final state, the ledger and every iterate."""
-    ledger = InMemoryLedger(delta=1e-5)
-    gate = Gate(store, ledger, seed=seed)
     states: list[DpSepState] = []
-    result = run_vips(
-        gate,
-        model.query(),
+    state, ledger = fit_through_gate(
+        store,
         model,
+        model.query(),
         LoopSettings(iterations, batch_size, sigma, tau0, kappa),
-        job_id="dpsep",
-        dimension=store.info.dimension,
-        population=store.info.population,
+        seed=seed,
         on_iteration=lambda t, release, state: states.append(state),
     )
-    return result.state, ledger, states
+    return state, ledger, states
 
 
 def exact_gaussian_posterior(

@@ -19,6 +19,7 @@ from privacy_wall.ledger import InMemoryLedger
 from privacy_wall.queries.blr import LogisticRegressionQuery
 from privacy_wall.queries.dpvi import BLOCK, DpviLogisticRegressionQuery
 from privacy_wall.store import InMemoryTabularStore
+from tests.fitting import cosine, fit_through_gate, relative_error
 from tests.test_blr import D, N, synthetic  # the same synthetic logistic data
 from worker.datasets.adult import load_adult
 from worker.models.blr import BayesianLogisticRegression, predict_proba
@@ -68,14 +69,6 @@ def reference(data: tuple[np.ndarray, np.ndarray, np.ndarray]) -> tuple[np.ndarr
     return direct_mean_field(x, y, 1.0)
 
 
-def cosine(a: np.ndarray, b: np.ndarray) -> float:
-    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
-
-
-def relative_error(a: np.ndarray, b: np.ndarray) -> float:
-    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
-
-
 def fit(
     x: np.ndarray,
     y: np.ndarray,
@@ -88,18 +81,9 @@ def fit(
 ) -> tuple[DpviState, InMemoryLedger]:
     """DPVI through the real gate: public + seeded at sigma = 0, private (CSPRNG) otherwise."""
     store = InMemoryTabularStore("synthetic", x, y, public=sigma == 0)
-    ledger = InMemoryLedger(delta=1e-5)
-    gate = Gate(store, ledger, seed=seed)
-    result = run_vips(
-        gate,
-        model.query(),
-        model,
-        LoopSettings(iterations, batch_size, sigma),
-        job_id="fit",
-        dimension=x.shape[1],
-        population=x.shape[0],
+    return fit_through_gate(
+        store, model, model.query(), LoopSettings(iterations, batch_size, sigma), seed=seed
     )
-    return result.state, ledger
 
 
 # --------------------------------------------------------------------------------------------------------

@@ -15,11 +15,10 @@ import scipy.sparse as sp
 from scipy.optimize import linear_sum_assignment
 from scipy.special import digamma, gammaln
 
-from privacy_wall.gate import Gate
-from privacy_wall.ledger import InMemoryLedger
 from privacy_wall.queries.lda import LdaQuery
 from privacy_wall.store import InMemoryBowStore
 from service.options import schedule_problem
+from tests.fitting import fit_through_gate
 from worker.datasets.synthetic_lda import SyntheticCorpus, generate_corpus, planted_topics
 from worker.models.lda import (
     LatentDirichletAllocation,
@@ -33,7 +32,7 @@ from worker.models.lda import (
     topic_word_probabilities,
     unigram_perplexity,
 )
-from worker.runner import LoopSettings, run_vips
+from worker.runner import LoopSettings
 
 K = 5
 V = 300
@@ -73,22 +72,19 @@ def fit(
     on_iteration: Callable[[int, LdaState], None] | None = None,
 ) -> LdaState:
     """VIPS-LDA through the real gate: public + seeded at sigma = 0, private (CSPRNG) otherwise."""
-    store = InMemoryBowStore("synthetic", counts, public=sigma == 0)
     longest = int(np.asarray(counts.sum(axis=1)).max())
     query = LdaQuery(
         K, alpha=ALPHA, doc_length=doc_length, clip=clip, inner_iterations=30, max_document_length=longest
     )
-    result = run_vips(
-        Gate(store, InMemoryLedger(delta=1e-5), seed=seed if sigma == 0 else None),
-        query,
+    state, _ = fit_through_gate(
+        InMemoryBowStore("synthetic", counts, public=sigma == 0),
         LatentDirichletAllocation(K, alpha=ALPHA, seed=0),
+        query,
         LoopSettings(iterations, batch_size, sigma, tau0, kappa),
-        job_id="fit",
-        dimension=V,
-        population=counts.shape[0],
+        seed=seed,
         on_iteration=None if on_iteration is None else (lambda t, _release, state: on_iteration(t, state)),
     )
-    return result.state
+    return state
 
 
 def matched_cosines(lam: np.ndarray, truth: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -13,10 +13,11 @@ from sklearn.linear_model import Ridge
 from privacy_wall.accounting import epsilon
 from privacy_wall.gate import Gate, PrivacyError
 from privacy_wall.ledger import InMemoryLedger
+from tests.fitting import fit_through_gate, relative_error
 from tests.test_query_linreg import regression_store
 from worker.datasets.regression import load_regression
 from worker.models.linreg import BayesianLinearRegression, LinregState, predict, rmse
-from worker.runner import LoopSettings, run_vips
+from worker.runner import LoopSettings
 
 D = 5
 N = 20_000
@@ -65,23 +66,13 @@ def fit(
     seed: int | None = 0,
 ) -> tuple[LinregState, InMemoryLedger]:
     """VIPS through the real gate: a public seeded store at sigma = 0, a private (CSPRNG) one otherwise."""
-    store = regression_store("regression", x, y, public=sigma == 0)
-    ledger = InMemoryLedger(delta=1e-5)
-    gate = Gate(store, ledger, seed=seed if sigma == 0 else None)
-    result = run_vips(
-        gate,
-        model.query(),
+    return fit_through_gate(
+        regression_store("regression", x, y, public=sigma == 0),
         model,
+        model.query(),
         LoopSettings(iterations, batch_size, sigma, tau0, kappa),
-        job_id="fit",
-        dimension=x.shape[1],
-        population=x.shape[0],
+        seed=seed,
     )
-    return result.state, ledger
-
-
-def relative_error(a: np.ndarray, b: np.ndarray) -> float:
-    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
 
 
 @pytest.mark.parametrize(("prior_precision", "a0", "b0", "n"), [(1.0, 1.0, 1.0, N), (3.0, 2.0, 0.5, 40)])

@@ -13,10 +13,10 @@ from scipy.optimize import linear_sum_assignment
 from scipy.special import expit
 
 from privacy_wall.accounting import epsilon
-from privacy_wall.gate import Gate
 from privacy_wall.ledger import InMemoryLedger
 from privacy_wall.queries.sbn import SigmoidBeliefNetworkQuery, hidden_posterior
 from privacy_wall.store import Batch, InMemoryBinaryStore
+from tests.fitting import fit_through_gate
 from worker.datasets.digits import load_binary_digits
 from worker.models.sbn import (
     SbnState,
@@ -28,7 +28,7 @@ from worker.models.sbn import (
     reconstruction_metrics,
 )
 from worker.posterior import sbn_parameters
-from worker.runner import LoopSettings, run_vips
+from worker.runner import LoopSettings
 
 # --------------------------------------------------------------------------------------------------------
 # The E-step, record by record.
@@ -162,19 +162,12 @@ def fit(
     kappa: float = 1.0,
 ) -> tuple[SbnState, InMemoryLedger]:
     """VIPS through the real gate: public + seeded at sigma = 0, private (CSPRNG) otherwise."""
-    store = InMemoryBinaryStore("binary", rows, public=sigma == 0)
-    ledger = InMemoryLedger(delta=1e-5)
-    gate = Gate(store, ledger, seed=0 if sigma == 0 else None)
-    result = run_vips(
-        gate,
-        model.query(),
+    return fit_through_gate(
+        InMemoryBinaryStore("binary", rows, public=sigma == 0),
         model,
+        model.query(),
         LoopSettings(iterations, batch_size, sigma, tau0, kappa),
-        job_id="fit",
-        dimension=rows.shape[1],
-        population=rows.shape[0],
     )
-    return result.state, ledger
 
 
 def matched_column_cosines(true_w: np.ndarray, fitted_w: np.ndarray) -> np.ndarray:
