@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Literal, cast
 
 import numpy as np
+import scipy.sparse as sp
 from sqlalchemy import Engine, delete, insert, select, text
 
 from privacy_wall.control_schema import datasets
@@ -164,6 +165,36 @@ def ingest(
     )
 
 
+def _check_corpus(corpus: BagOfWords) -> None:
+    """What read_docword guarantees of a parsed file: a well-formed CSR layout, word ids inside the
+    vocabulary, each (document, word) once, positive counts. Messages name the document, never a value."""
+    indptr = np.asarray(corpus.indptr, dtype=np.int64)
+    ids = np.asarray(corpus.word_ids, dtype=np.int64)
+    counts = np.asarray(corpus.counts, dtype=np.int64)
+    if (
+        indptr.ndim != 1
+        or indptr.size < 1
+        or indptr[0] != 0
+        or indptr[-1] != ids.size
+        or ids.shape != counts.shape
+        or np.any(np.diff(indptr) < 0)
+    ):
+        raise IngestError("the corpus is not a well-formed CSR layout (indptr, word_ids, counts)")
+    entries = np.diff(indptr)
+    documents = np.repeat(np.arange(indptr.size - 1), entries)
+    for problem, bad in (
+        ("a word id outside the vocabulary", (ids < 0) | (ids >= len(corpus.vocabulary))),
+        ("a count that is not a positive whole number", counts < 1),
+    ):
+        if bad.any():
+            raise IngestError(f"document {int(documents[np.argmax(bad)])} has {problem}")
+    merged = sp.csr_array((counts, ids, indptr), shape=(indptr.size - 1, len(corpus.vocabulary)))
+    merged.sum_duplicates()  # sorts each document's words; fewer entries where a word was listed twice
+    shrunk = np.diff(merged.indptr) != entries
+    if shrunk.any():
+        raise IngestError(f"document {int(np.argmax(shrunk))} lists a word twice")
+
+
 def ingest_bag_of_words(
     *,
     control: Engine,
@@ -176,9 +207,7 @@ def ingest_bag_of_words(
     """A corpus the custodian already holds in memory (e.g. generated), stored as `vips data ingest
     --kind bow` would store its docword file; the same checks, the same all-or-nothing writes."""
     _check_name(name)
-    counts = np.asarray(corpus.counts)
-    if counts.size and counts.min() < 1:
-        raise IngestError("a count must be a positive whole number")
+    _check_corpus(corpus)
     return store_encoded(
         control=control,
         sensitive=sensitive,

@@ -226,9 +226,25 @@ def test_an_in_memory_corpus_is_stored_as_its_docword_file_would_be(
         DatabaseStore(sensitive, "memory").take(np.array([2, 0])).counts.toarray(),  # type: ignore[union-attr]
         from_file.toarray()[[0, 2]],
     )
-    bad = BagOfWords(corpus.indptr, corpus.word_ids, np.zeros_like(corpus.counts), corpus.vocabulary)
-    with pytest.raises(IngestError, match="positive"):
-        ingest_bag_of_words(control=control, sensitive=sensitive, name="bad", corpus=bad)
+    # The checks read_docword makes of a file hold for an in-memory corpus too; nothing is written.
+    bad_corpora = [
+        (
+            BagOfWords(corpus.indptr, corpus.word_ids, np.zeros_like(corpus.counts), corpus.vocabulary),
+            "positive",
+        ),
+        (
+            BagOfWords(corpus.indptr, corpus.word_ids + 2, corpus.counts, corpus.vocabulary),
+            "document 0.*vocabulary",
+        ),
+        (
+            BagOfWords(corpus.indptr, np.zeros_like(corpus.word_ids), corpus.counts, corpus.vocabulary),
+            "twice",
+        ),
+        (BagOfWords(corpus.indptr[:-1], corpus.word_ids, corpus.counts, corpus.vocabulary), "CSR"),
+    ]
+    for bad, message in bad_corpora:
+        with pytest.raises(IngestError, match=message):
+            ingest_bag_of_words(control=control, sensitive=sensitive, name="bad", corpus=bad)
     assert row_count(sensitive) == 6
 
 
