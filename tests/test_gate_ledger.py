@@ -10,11 +10,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
+from randomgen import AESCounter
 from scipy import stats
 
 from privacy_wall.accounting import RdpCurve, SelfComposedEvent, SubsampledGaussianEvent, epsilon, rdp_curve
 from privacy_wall.gate import Gate
 from privacy_wall.ledger import BudgetExceeded, Charge, DuplicateCharge, InMemoryLedger
+from privacy_wall.mechanisms import private_generator
 from privacy_wall.queries.base import Array, Block
 from privacy_wall.queries.blr import LogisticRegressionQuery
 from privacy_wall.store import Batch, BoundViolation, DatasetInfo, InMemoryTabularStore, Rows
@@ -203,6 +205,37 @@ def test_release_reports_its_provenance() -> None:
     assert (out.job_id, out.iteration, out.sigma, out.batch_size, out.population) == ("j", 3, 2.0, 40, 200)
     assert ledger.charges() == [Charge("d", "j", 3, SubsampledGaussianEvent(2.0, 40, 200))]
     assert ledger.epsilon_spent() == pytest.approx(epsilon(2.0, 40, 200, 1, DELTA), rel=1e-12)
+
+
+class GeneratorSpyStore(SpyStore):
+    """Records the generator the gate hands to `sample` on each release."""
+
+    def __init__(self, inner: InMemoryTabularStore) -> None:
+        super().__init__(inner, Log())
+        self.generators: list[np.random.Generator] = []
+
+    def sample(self, size: int, rng: np.random.Generator) -> Batch:
+        self.generators.append(rng)
+        return super().sample(size, rng)
+
+
+def test_private_releases_draw_from_a_fresh_cryptographic_generator() -> None:
+    """DESIGN.md sections 2-3: noise and sampling come from a cryptographically secure bit generator keyed
+    by the OS (AES-128 in counter mode), a fresh one per release. Two generators' first 4 x 64 bits agree
+    with probability 2^-256 if the keys are independent, so equal streams mean a fixed or reused key."""
+    first, second = private_generator(), private_generator()
+    assert isinstance(first.bit_generator, AESCounter) and isinstance(second.bit_generator, AESCounter)
+    assert not np.array_equal(first.bit_generator.random_raw(4), second.bit_generator.random_raw(4))
+    assert not np.array_equal(first.normal(size=4), second.normal(size=4))
+
+    x, y = rows(200)
+    store = GeneratorSpyStore(InMemoryTabularStore("private", x, y))
+    gate = Gate(store, InMemoryLedger(delta=DELTA))
+    for t in (1, 2):
+        gate.release(LogisticRegressionQuery(), PARAMS, job_id="j", iteration=t, sigma=2.0, batch_size=40)
+    used, later = store.generators
+    assert isinstance(used.bit_generator, AESCounter) and used is not later
+    assert not np.array_equal(used.bit_generator.random_raw(4), later.bit_generator.random_raw(4))
 
 
 # --------------------------------------------------------------------------------------------------------
