@@ -16,7 +16,7 @@ import numpy as np
 from privacy_wall.accounting import SubsampledGaussianEvent
 from privacy_wall.ledger import Charge, Ledger
 from privacy_wall.mechanisms import Array, private_generator, release_blocks
-from privacy_wall.queries.base import Query
+from privacy_wall.queries.base import Query, joint_sensitivity
 from privacy_wall.sampling import ShuffledPasses
 from privacy_wall.store import RowStore
 
@@ -97,7 +97,8 @@ class Gate:
         sums = query.clipped_sums(batch, params, rng)
         means = {name: value / batch_size for name, value in sums.items()}
         sensitivities = {b.name: b.sensitivity(batch_size) for b in blocks}
-        noised = release_blocks(means, sensitivities, sigma, rng)
+        joint = joint_sensitivity(query, info.dimension)  # sqrt(B) unless the query proves less
+        noised = release_blocks(means, sensitivities, sigma, rng, joint_sensitivity=joint)
         return Release(
             job_id=job_id,
             iteration=iteration,

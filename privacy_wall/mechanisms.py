@@ -76,7 +76,7 @@ def project_psd(matrix: Array, floor: float = 0.0) -> Array:
 
 @dataclass(frozen=True)
 class BlockRelease:
-    """Noised blocks and the per-block noise std actually used."""
+    """Noised blocks and the per-block noise std actually used (sigma * J * Delta_b)."""
 
     values: dict[str, Array]
     noise_std: dict[str, float]
@@ -87,16 +87,25 @@ def release_blocks(
     sensitivities: dict[str, float],
     sigma: float,
     rng: np.random.Generator,
+    *,
+    joint_sensitivity: float | None = None,
 ) -> BlockRelease:
     """One Gaussian mechanism with multiplier sigma over B blocks with their own sensitivities.
 
-    Each block b is divided by its sensitivity Delta_b (so it has sensitivity 1), the concatenation
-    (sensitivity sqrt(B)) gets N(0, B sigma^2) per coordinate, and each block is scaled back:
-    block b receives N(0, (sigma sqrt(B) Delta_b)^2) per coordinate.
+    Each block b is divided by its sensitivity Delta_b (so it has sensitivity 1), the concatenation gets
+    N(0, J^2 sigma^2) per coordinate, and each block is scaled back: block b receives
+    N(0, (sigma J Delta_b)^2) per coordinate. J is the joint sensitivity of the concatenation: sqrt(B)
+    (the default) always holds; a query whose blocks provably cannot all reach their bounds on one
+    replacement declares a smaller J (0 < J <= sqrt(B), queries.base.joint_sensitivity). Dividing by J
+    gives a sensitivity-1 vector with noise multiplier sigma, which is what is charged either way.
     """
     if set(sums) != set(sensitivities):
         raise ValueError("every block needs a declared sensitivity")
-    scale = sigma * np.sqrt(len(sums))
+    ceiling = float(np.sqrt(len(sums)))
+    joint = ceiling if joint_sensitivity is None else float(joint_sensitivity)
+    if not 0 < joint <= ceiling:
+        raise ValueError(f"joint sensitivity must be in (0, sqrt(B) = {ceiling}]")
+    scale = sigma * joint
     values: dict[str, Array] = {}
     stds: dict[str, float] = {}
     for name, block in sums.items():

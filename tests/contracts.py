@@ -10,24 +10,28 @@ every contract test against its query:
   each block by at most the declared Delta_b, and the adversarial search reaches at least half of Delta_b
   (so a declaration that is too large by a factor 2 or more is flagged, and one too small is caught);
 - clipping is a safety net: records that break the ingestion bounds still move each block by <= Delta_b;
+- joint sensitivity: in every audit the concatenated normalised change (block b divided by Delta_b) has L2
+  norm at most the query's joint sensitivity J (sqrt(B) unless the query declares less); a query that
+  declares J < sqrt(B) must have adversarial records that reach at least 99% of it;
 - noise calibration: one Gaussian mechanism over the normalised blocks gives block b the std
-  sigma * sqrt(B) * Delta_b, checked both on `release_blocks` and end-to-end through the real gate;
+  sigma * J * Delta_b, checked both on `release_blocks` and end-to-end through the real gate;
 - private releases cannot be seeded, nor released with sigma = 0.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import replace
 
 import numpy as np
 import pytest
-from scipy import stats
+from scipy import optimize, stats
 
 from privacy_wall.gate import Gate, PrivacyError, Release
 from privacy_wall.ledger import InMemoryLedger
 from privacy_wall.mechanisms import release_blocks
-from privacy_wall.queries.base import Array, Block, Query
+from privacy_wall.queries.base import Array, Block, Query, joint_sensitivity
 from privacy_wall.store import Batch, RowStore
 
 Params = dict[str, Array]
@@ -49,6 +53,12 @@ COUPLING_SEED = 2024
 
 #: The adversarial search must reach at least this fraction of each declared Delta_b.
 MIN_REACH = 0.5
+
+#: A declared joint sensitivity J < sqrt(B) must be reached to within 1% by the adversarial records.
+MIN_JOINT_REACH = 0.99
+
+#: Key of the joint normalised change in the `reach` dictionaries of the audits.
+JOINT = "joint (normalised concatenation)"
 
 
 def chi2_acceptance(df: int) -> tuple[float, float]:
@@ -75,10 +85,52 @@ def assert_noise_is_calibrated(noise: Array, std: float, label: str) -> None:
     statistic = float(np.sum(z * z))
     assert low < statistic < high, (
         f"{label}: empirical noise std is {math.sqrt(statistic / z.size):.4f} x the declared "
-        f"sigma sqrt(B) Delta_b (chi-square {statistic:.0f} outside [{low:.0f}, {high:.0f}] for {z.size} df)"
+        f"sigma J Delta_b (chi-square {statistic:.0f} outside [{low:.0f}, {high:.0f}] for {z.size} df)"
     )
     mean_z = float(np.mean(z)) * math.sqrt(z.size)
     assert abs(mean_z) < normal_acceptance(), f"{label}: noise mean is not 0 (z = {mean_z:.2f})"
+
+
+def normalised_joint_move(query: Query, first: Batch, second: Batch, params: Params, dimension: int) -> float:
+    """L2 norm of the concatenated (block b of `second` - block b of `first`) / Delta_b, for one-record
+    batches (S = 1)."""
+    before = query.clipped_sums(first, params, np.random.default_rng(COUPLING_SEED))
+    after = query.clipped_sums(second, params, np.random.default_rng(COUPLING_SEED))
+    total = 0.0
+    for block in query.blocks(dimension):
+        moved = float(np.linalg.norm(np.asarray(after[block.name]) - np.asarray(before[block.name])))
+        total += (moved / block.sensitivity(1)) ** 2
+    return math.sqrt(total)
+
+
+def interval(t: Array, low: float, high: float) -> Array:
+    """Smooth periodic map of unconstrained search coordinates onto [low, high], both ends reachable."""
+    return low + (high - low) * (1 + np.sin(t)) / 2
+
+
+def search_joint_sensitivity(
+    move: Callable[[Array], float], n_params: int, rng: np.random.Generator, *, starts: int, samples: int
+) -> tuple[float, int]:
+    """Adversarial search for the largest normalised joint move over a parametrised family of replacements:
+    `samples` uniformly random parameter vectors, then Nelder-Mead from the `starts` best of them.
+    Returns the largest move of any evaluation (so a caller can check both that it reaches the declared J
+    and that it never exceeds it) and the number of evaluations."""
+    best = 0.0
+    evaluations = 0
+
+    def objective(theta: Array) -> float:
+        nonlocal best, evaluations
+        value = move(theta)
+        best = max(best, value)
+        evaluations += 1
+        return -value
+
+    candidates = rng.uniform(-math.pi, math.pi, size=(samples, n_params))
+    values = np.array([-objective(theta) for theta in candidates])
+    for theta in candidates[np.argsort(values)[::-1][:starts]]:
+        options = {"maxiter": 400 * n_params, "xatol": 1e-10, "fatol": 1e-13}
+        optimize.minimize(objective, theta, method="Nelder-Mead", options=options)
+    return best, evaluations
 
 
 class QueryContract:
@@ -178,6 +230,10 @@ class QueryContract:
     def _deltas(self, query: Query, batch_size: int) -> dict[str, float]:
         return {block.name: block.sensitivity(batch_size) for block in query.blocks(self.dimension)}
 
+    def _expected_stds(self, query: Query, deltas: dict[str, float], sigma: float) -> dict[str, float]:
+        joint = joint_sensitivity(query, self.dimension)
+        return {name: sigma * joint * delta for name, delta in deltas.items()}
+
     def _check_move(
         self,
         before: dict[str, Array],
@@ -185,7 +241,9 @@ class QueryContract:
         deltas: dict[str, float],
         reach: dict[str, float],
         label: str,
+        joint: float,
     ) -> None:
+        normalised = 0.0
         for name, delta in deltas.items():
             assert np.isfinite(before[name]).all() and np.isfinite(after[name]).all(), (
                 f"{label}: block {name} is not finite (a non-finite release is a data-dependent signal "
@@ -197,6 +255,13 @@ class QueryContract:
                 f"{delta:.6g}"
             )
             reach[name] = max(reach[name], moved / delta)
+            normalised += (moved / delta) ** 2
+        moved_jointly = math.sqrt(normalised)
+        assert moved_jointly <= joint * (1 + SENSITIVITY_SLACK), (
+            f"{label}: the normalised blocks moved jointly by {moved_jointly:.6f} > the joint sensitivity "
+            f"{joint:.6f}"
+        )
+        reach[JOINT] = max(reach.get(JOINT, 0.0), moved_jointly / joint)
 
     def _private_gate(self, rng: np.random.Generator) -> tuple[Gate, InMemoryLedger]:
         store = self.make_store("private-data", self.make_batch(rng, 200), public=False)
@@ -256,6 +321,7 @@ class QueryContract:
         rng = np.random.default_rng(102)
         size = self.audit_batch_size
         deltas = self._deltas(query, size)
+        joint = joint_sensitivity(query, self.dimension)
         reach = dict.fromkeys(deltas, 0.0)
         for p, params in enumerate(self.make_params(rng)):
             batch = self.make_batch(rng, size)
@@ -263,7 +329,8 @@ class QueryContract:
             for trial in range(self.random_trials):
                 index = int(rng.integers(size))
                 after = self._means(query, self.replace_record(batch, index, self.random_record(rng)), params)
-                self._check_move(before, after, deltas, reach, f"params #{p}, random trial {trial}")
+                label = f"params #{p}, random trial {trial}"
+                self._check_move(before, after, deltas, reach, label, joint)
 
     def test_sensitivity_adversarial_replacements(self) -> None:
         """Every ordered pair (a, b) of adversarial records: a in the batch (a few places), replaced by b."""
@@ -271,6 +338,7 @@ class QueryContract:
         rng = np.random.default_rng(103)
         size = self.audit_batch_size
         deltas = self._deltas(query, size)
+        joint = joint_sensitivity(query, self.dimension)
         reach = dict.fromkeys(deltas, 0.0)
         for p, params in enumerate(self.make_params(rng)):
             base = self.make_batch(rng, size)
@@ -283,8 +351,14 @@ class QueryContract:
                     for j, b in enumerate(records):
                         after = self._means(query, self.replace_record(with_a, position, b), params)
                         label = f"params #{p}, adversarial {i} -> {j} at position {position}"
-                        self._check_move(before, after, deltas, reach, label)
-        for name, fraction in reach.items():
+                        self._check_move(before, after, deltas, reach, label, joint)
+        if joint < math.sqrt(len(deltas)):
+            assert reach[JOINT] >= MIN_JOINT_REACH, (
+                f"the adversarial records reach only {reach[JOINT]:.4f} of the declared joint sensitivity "
+                f"{joint:.6f}: add the replacement that attains it (the proof's equality case)"
+            )
+        for name in deltas:
+            fraction = reach[name]
             assert fraction >= MIN_REACH, (
                 f"block {name}: adversarial records reach only {fraction:.3f} of the declared Delta; "
                 "either the declaration is loose or the adversarial records are too weak"
@@ -296,6 +370,7 @@ class QueryContract:
         rng = np.random.default_rng(104)
         size = self.audit_batch_size
         deltas = self._deltas(query, size)
+        joint = joint_sensitivity(query, self.dimension)
         reach = dict.fromkeys(deltas, 0.0)
         for p, params in enumerate(self.make_params(rng)):
             bad = self.out_of_bound_records(rng)
@@ -312,13 +387,14 @@ class QueryContract:
                         for j, b in enumerate(candidates):
                             after = self._means(query, self.replace_record(with_a, position, b), params)
                             label = f"params #{p}, out-of-bound {i} -> {j} at position {position}"
-                            self._check_move(before, after, deltas, reach, label)
+                            self._check_move(before, after, deltas, reach, label, joint)
 
     # ----------------------------------------------------------------------------------------------------
     # Noise calibration.
 
     def test_release_blocks_noise_is_calibrated(self) -> None:
-        """release_blocks on this query's blocks: block b gets N(0, (sigma sqrt(B) Delta_b)^2) per entry."""
+        """release_blocks on this query's blocks and joint sensitivity J: block b gets
+        N(0, (sigma J Delta_b)^2) per entry."""
         query = self.make_query()
         rng = np.random.default_rng(105)
         size = self.audit_batch_size
@@ -326,11 +402,12 @@ class QueryContract:
         means = self._means(query, self.make_batch(rng, size), params)
         deltas = self._deltas(query, size)
         sigma = 1.7
-        expected = {name: sigma * math.sqrt(len(deltas)) * delta for name, delta in deltas.items()}
+        joint = joint_sensitivity(query, self.dimension)
+        expected = self._expected_stds(query, deltas, sigma)
         noise: dict[str, list[Array]] = {name: [] for name in deltas}
         noise_rng = np.random.default_rng(106)
         for _ in range(self.calibration_releases):
-            released = release_blocks(means, deltas, sigma, noise_rng)
+            released = release_blocks(means, deltas, sigma, noise_rng, joint_sensitivity=joint)
             for name in deltas:
                 assert released.noise_std[name] == pytest.approx(expected[name], rel=1e-12)
                 noise[name].append(released.values[name] - means[name])
@@ -371,7 +448,7 @@ class QueryContract:
         sigma = self.calibration_sigma
         exact = self._means(query, rows, params)
         deltas = self._deltas(query, population)
-        expected = {name: sigma * math.sqrt(len(deltas)) * delta for name, delta in deltas.items()}
+        expected = self._expected_stds(query, deltas, sigma)
         self.check_postprocess_inactive(exact, expected)
         noise: dict[str, list[Array]] = {name: [] for name in deltas}
         for t in range(1, self.calibration_releases + 1):

@@ -6,13 +6,20 @@ import math
 
 import numpy as np
 import pytest
+from scipy.spatial.transform import Rotation
 
 from privacy_wall.gate import Gate
 from privacy_wall.ledger import InMemoryLedger
 from privacy_wall.mechanisms import upper_triangle
 from privacy_wall.queries.blr import LogisticRegressionQuery, polya_gamma_mean
 from privacy_wall.store import Batch, InMemoryTabularStore, RowStore
-from tests.contracts import Params, QueryContract
+from tests.contracts import (
+    Params,
+    QueryContract,
+    interval,
+    normalised_joint_move,
+    search_joint_sensitivity,
+)
 
 # The extreme public parameters overflow on purpose; numpy's warnings about it are expected.
 pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
@@ -31,6 +38,12 @@ def unit(vector: list[float]) -> np.ndarray:
 
 def record(x: np.ndarray, y: float) -> Batch:
     return Batch(np.asarray(x, dtype=np.float64).reshape(1, -1), np.array([float(y)]))
+
+
+def joint_worst_rows(cosine: float) -> tuple[np.ndarray, np.ndarray]:
+    """Unit rows (cos t, sin t, 0) and (sin t, cos t, 0) with sin 2t = cosine: x x^T - x' x'^T is diagonal."""
+    t = math.asin(cosine) / 2
+    return np.array([math.cos(t), math.sin(t), 0.0]), np.array([math.sin(t), math.cos(t), 0.0])
 
 
 class TestBlrQuery(QueryContract):
@@ -78,6 +91,10 @@ class TestBlrQuery(QueryContract):
             unit([1.0, -1.0, 0.0]),
             unit([1.0, 1.0, 1.0]),
             np.zeros(D),
+            # The joint sensitivity's equality case (module docstring of blr): unit rows at cosine +-1/4
+            # whose x x^T - x' x'^T is diagonal; with E[xi] = 1/4 for both (M = 0) they reach J = 5/4.
+            *joint_worst_rows(0.25),
+            *joint_worst_rows(-0.25),
         ]
         return [record(x, y) for x in directions for y in (0.0, 1.0)]
 
@@ -214,3 +231,64 @@ def test_overflowing_second_moment_cannot_turn_one_record_into_nan() -> None:
         gate = Gate(InMemoryTabularStore("d", features, labels), InMemoryLedger(delta=1e-5))
         release = gate.release(query, params, job_id="j", iteration=1, sigma=1.0, batch_size=n)
         assert all(np.isfinite(v).all() for v in release.statistics.values())
+
+
+# --------------------------------------------------------------------------------------------------------
+# Joint sensitivity J = 5/4 (module docstring of privacy_wall.queries.blr).
+
+
+def joint_move(x: np.ndarray, y: float, x2: np.ndarray, y2: float, moment: np.ndarray) -> float:
+    params = {"second_moment": moment}
+    return normalised_joint_move(LogisticRegressionQuery(), record(x, y), record(x2, y2), params, D)
+
+
+def test_joint_sensitivity_equality_cases() -> None:
+    """The proof's equality case reaches 5/4 exactly; orthogonal rows only sqrt(3/2); 5/4 < sqrt(2)."""
+    query = LogisticRegressionQuery()
+    assert query.joint_sensitivity(D) == 1.25 < math.sqrt(len(query.blocks(D)))
+    zero = np.zeros((D, D))  # E[xi] = 1/4 for every row
+    for cosine, labels in ((0.25, (0.0, 1.0)), (0.25, (1.0, 0.0)), (-0.25, (0.0, 0.0)), (-0.25, (1.0, 1.0))):
+        x, x2 = joint_worst_rows(cosine)
+        assert float(x @ x2) == pytest.approx(cosine, rel=1e-12)
+        assert joint_move(x, labels[0], x2, labels[1], zero) == pytest.approx(1.25, rel=1e-12)
+    # The labels the other way round lose the s1 cross term: (1 - 1/4) / 2 + 15/16 = 21/16.
+    x, x2 = joint_worst_rows(0.25)
+    assert joint_move(x, 1.0, x2, 1.0, zero) == pytest.approx(math.sqrt(21 / 16), rel=1e-12)
+    e1, e2 = np.eye(D)[0], np.eye(D)[1]
+    assert joint_move(e1, 1.0, e2, 0.0, zero) == pytest.approx(math.sqrt(1.5), rel=1e-12)
+    # Cosine 1/4 with x x^T - x' x'^T off the diagonal: the packed triangle loses part of its norm.
+    t = math.acos(0.25)
+    off = joint_move(e1, 1.0, np.array([math.cos(t), math.sin(t), 0.0]), 0.0, zero)
+    assert math.sqrt(1.5) < off < 1.25
+
+
+def blr_replacement(theta: np.ndarray) -> float:
+    """Normalised joint move of one replacement parametrised by theta (10 unconstrained coordinates): norms
+    in [0, 1.3] and labels in [-0.5, 1.5] (beyond the ingestion bounds, so clipping is searched too), the
+    angle between the rows, c = sqrt(x^T M x) in [0, 6] for each row (E[xi] from 1/4 down to ~0.08) through
+    a second moment M built for them, and a rotation of both rows (and M) in R^3."""
+    r, r2 = interval(theta[0:2], 0.0, 1.3)
+    y, y2 = interval(theta[2:4], -0.5, 1.5)
+    angle = float(interval(theta[4], 0.0, math.pi))
+    c, c2 = interval(theta[5:7], 0.0, 6.0)
+    rotation = Rotation.from_rotvec(theta[7:10]).as_matrix()
+    # In the plane of the rows, x = r e1 and x' = r' (cos a e1 + sin a e2); M = diag(m1, m2, 0) there.
+    m1 = c * c / (r * r) if r > 1e-9 else 0.0
+    sin2 = math.sin(angle) ** 2
+    m2 = (c2 * c2 / (r2 * r2) - math.cos(angle) ** 2 * m1) / sin2 if r2 > 1e-9 and sin2 > 1e-12 else 0.0
+    moment = rotation @ np.diag(np.clip([m1, m2, 0.0], -1e12, 1e12)) @ rotation.T
+    x = rotation @ np.array([r, 0.0, 0.0])
+    x2 = rotation @ (r2 * np.array([math.cos(angle), math.sin(angle), 0.0]))
+    return joint_move(x, float(y), x2, float(y2), moment)
+
+
+def test_adversarial_search_reaches_but_never_exceeds_the_joint_sensitivity() -> None:
+    """Random search plus Nelder-Mead over norms, labels, angles, Polya-Gamma means and rotations finds
+    replacements within 1% of J = 5/4, and none of the evaluations exceeds it."""
+    declared = LogisticRegressionQuery().joint_sensitivity(D)
+    best, evaluations = search_joint_sensitivity(
+        blr_replacement, 10, np.random.default_rng(210), starts=6, samples=2000
+    )
+    assert evaluations > 10_000
+    assert best <= declared * (1 + 1e-9), f"a replacement moves the normalised blocks by {best:.9f} > J"
+    assert best >= 0.99 * declared, f"the search reaches only {best / declared:.4f} of J"

@@ -10,11 +10,18 @@ import math
 
 import numpy as np
 import pytest
+from scipy.spatial.transform import Rotation
 
 from privacy_wall.mechanisms import upper_triangle
 from privacy_wall.queries.linreg import LinearRegressionQuery
 from privacy_wall.store import Batch, InMemoryTabularStore
-from tests.contracts import Params, QueryContract
+from tests.contracts import (
+    Params,
+    QueryContract,
+    interval,
+    normalised_joint_move,
+    search_joint_sensitivity,
+)
 
 D = 3
 
@@ -164,3 +171,71 @@ def test_postprocess_keeps_the_joint_second_moment_psd() -> None:
 def test_params_must_be_empty() -> None:
     with pytest.raises(ValueError, match="no public parameters"):
         LinearRegressionQuery().validate_params({"mean": np.zeros(D)}, D)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Joint sensitivity J = sqrt(7)/2 (module docstring of privacy_wall.queries.linreg).
+
+JOINT = math.sqrt(7.0) / 2.0
+
+
+def joint_move(x: np.ndarray, y: float, x2: np.ndarray, y2: float) -> float:
+    return normalised_joint_move(LinearRegressionQuery(), record(x, y), record(x2, y2), {}, D)
+
+
+def test_joint_sensitivity_equality_cases() -> None:
+    """y = +-1 against y' = 0 on orthogonal unit rows along the axes reaches sqrt(7/4) exactly; the other
+    vertices of the proof give 1 and 5/4; sqrt(7/4) < sqrt(3)."""
+    query = LinearRegressionQuery()
+    assert query.joint_sensitivity(D) == pytest.approx(JOINT, rel=1e-15)
+    assert query.joint_sensitivity(D) < math.sqrt(len(query.blocks(D)))
+    e1, e2 = np.eye(D)[0], np.eye(D)[1]
+    for y in (1.0, -1.0):
+        assert joint_move(e1, y, e2, 0.0) == pytest.approx(JOINT, rel=1e-12)
+        assert joint_move(e2, 0.0, e1, y) == pytest.approx(JOINT, rel=1e-12)
+    assert joint_move(e1, 0.0, e2, 0.0) == pytest.approx(1.0, rel=1e-12)
+    # Both labels at +-1: the best is cosine -+1/4 between the rows, 1 + (2 + 1/2)/4 - 1/16 = 25/16.
+    t = math.asin(0.25) / 2
+    x, x2 = np.array([math.cos(t), math.sin(t), 0.0]), np.array([math.sin(t), math.cos(t), 0.0])
+    assert joint_move(x, 1.0, x2, -1.0) == pytest.approx(1.25, rel=1e-12)
+    # Orthogonal rows off the axes: x x^T - x' x'^T is off the diagonal and the packed triangle loses norm.
+    assert joint_move(unit([1.0, 1.0, 0.0]), 1.0, unit([1.0, -1.0, 0.0]), 0.0) < JOINT
+
+
+def linreg_replacement(theta: np.ndarray) -> float:
+    """Normalised joint move of one replacement parametrised by theta (8 unconstrained coordinates): norms
+    in [0, 1.5] and labels in [-1.5, 1.5] (beyond the ingestion bounds, so the record clipping is searched
+    too), the angle between the rows, and a rotation of both in R^3."""
+    r, r2 = interval(theta[0:2], 0.0, 1.5)
+    y, y2 = interval(theta[2:4], -1.5, 1.5)
+    angle = float(interval(theta[4], 0.0, math.pi))
+    rotation = Rotation.from_rotvec(theta[5:8]).as_matrix()
+    x = rotation @ np.array([r, 0.0, 0.0])
+    x2 = rotation @ (r2 * np.array([math.cos(angle), math.sin(angle), 0.0]))
+    return joint_move(x, float(y), x2, float(y2))
+
+
+def test_adversarial_search_reaches_but_never_exceeds_the_joint_sensitivity() -> None:
+    """Random search plus Nelder-Mead over norms, labels, angles and rotations finds replacements within 1%
+    of J = sqrt(7)/2, and none of the evaluations exceeds it."""
+    best, evaluations = search_joint_sensitivity(
+        linreg_replacement, 8, np.random.default_rng(310), starts=6, samples=2000
+    )
+    assert evaluations > 10_000
+    assert best <= JOINT * (1 + 1e-9), f"a replacement moves the normalised blocks by {best:.9f} > J"
+    assert best >= 0.99 * JOINT, f"the search reaches only {best / JOINT:.4f} of J"
+
+
+def test_out_of_bound_records_are_clipped_as_records() -> None:
+    """A record beyond the ingestion bounds contributes the statistics of the clipped record (x / ||x||
+    when ||x|| > 1, y clipped to [-1, 1]), so the joint bound holds for it too: a long row with a small
+    label does not get a full-size y x next to a small y^2."""
+    sums = LinearRegressionQuery().clipped_sums(record(4 * np.eye(D)[0], 0.25), {}, np.random.default_rng(0))
+    np.testing.assert_allclose(sums["xx"], upper_triangle(np.diag([1.0, 0.0, 0.0])), atol=1e-15)
+    np.testing.assert_allclose(sums["yx"], [0.25, 0.0, 0.0], atol=1e-15)
+    np.testing.assert_allclose(sums["yy"], [0.0625], atol=1e-15)
+    sums = LinearRegressionQuery().clipped_sums(
+        record(0.5 * np.eye(D)[1], -3.0), {}, np.random.default_rng(0)
+    )
+    np.testing.assert_allclose(sums["yx"], [0.0, -0.5, 0.0], atol=1e-15)
+    np.testing.assert_allclose(sums["yy"], [1.0], atol=1e-15)

@@ -1,5 +1,6 @@
-"""The protocol every data-touching query follows: declared blocks with per-record bounds, and one
-vectorised function from a batch and public parameters to clipped per-block sums."""
+"""The protocol every data-touching query follows: declared blocks with per-record bounds, one vectorised
+function from a batch and public parameters to clipped per-block sums, and (optionally) a proven joint
+sensitivity of the normalised blocks."""
 
 from __future__ import annotations
 
@@ -35,7 +36,13 @@ class Block:
 
 
 class Query(Protocol):
-    """A model's E-step behind the wall."""
+    """A model's E-step behind the wall.
+
+    A query may also define `joint_sensitivity(dimension) -> float`: a proven bound J on the L2 norm of
+    the change of the concatenated normalised blocks (block b divided by its Delta_b) under one
+    replacement, when its blocks cannot all reach their bounds at once. It is optional (read through
+    `joint_sensitivity` below), and without it J = sqrt(B). The proof belongs in the query's docstring.
+    """
 
     name: str
 
@@ -62,3 +69,19 @@ class Query(Protocol):
     def postprocess(self, noised_means: dict[str, Array], dimension: int) -> dict[str, Array]:
         """Data-independent post-processing of the noised means (e.g. mirror and PSD projection)."""
         ...
+
+
+def joint_sensitivity(query: Query, dimension: int) -> float:
+    """The query's declared joint sensitivity J of its normalised blocks, sqrt(B) if it declares none.
+
+    Raises ValueError unless 0 < J <= sqrt(B): sqrt(B) always holds (each normalised block moves by at most
+    1), so a larger declaration is an error, not a proof.
+    """
+    ceiling = math.sqrt(len(query.blocks(dimension)))
+    declare = getattr(query, "joint_sensitivity", None)
+    if declare is None:
+        return ceiling
+    value = float(declare(dimension))
+    if not 0 < value <= ceiling:
+        raise ValueError(f"query {query.name}: joint sensitivity {value} is not in (0, sqrt(B) = {ceiling}]")
+    return value

@@ -6,6 +6,22 @@ c_n = sqrt(x_n^T M x_n) and E[xi_n] = tanh(c_n / 2) / (2 c_n) (1/4 at c_n = 0). 
   s2 = sum_n E[xi_n] x_n x_n^T           per-record bound C = 1/4 (Frobenius), PSD: Delta = sqrt(2)/(4S)
 s2 is released as its packed upper triangle (whose L2 norm is at most the Frobenius norm), mirrored and
 projected to PSD afterwards (Analyze Gauss).
+
+Joint sensitivity J = 5/4 (not sqrt(2)): s1 and s2 cannot both reach their bounds on one replacement.
+After clipping, a record contributes (a u, b u u^T) with u a unit vector (x's direction; any u if x = 0),
+|a| <= 1/2 and 0 <= b <= 1/4; this holds for every record, in bounds or not. Replace (a, b, u) by
+(a', b', v), c = <u, v>. In sum units (times S) Delta_1 = 1 and Delta_2^2 = 1/8, and the packed triangle
+P satisfies ||P(D)||^2 = (||D||_F^2 + sum_i D_ii^2) / 2 <= ||D||_F^2, so the squared normalised change is
+  F <= ||a u - a' v||^2 + 8 ||b u u^T - b' v v^T||_F^2
+     = (a^2 + a'^2 - 2 a a' c) + 8 (b^2 + b'^2 - 2 b b' c^2).
+Both brackets are convex quadratic forms (|c| <= 1), in (a, a') and in (b, b'), so F is maximised at a
+vertex of the box: |a| = |a'| = 1/2 with a a' c <= 0 gives (1 + |c|) / 2 (zeroing a or a' gives at most
+1/4); b = b' = 1/4 gives 1 - c^2, one of them 0 gives at most 1/2. Hence
+  F <= max((1 + |c|)/2 + 1 - c^2, (1 + |c|)/2 + 1/2) <= max(25/16, 3/2) = 25/16,
+as |c|/2 - c^2 <= 1/16 (equality at |c| = 1/4). J = 5/4, and it is reached: unit rows at cosine c = +-1/4
+(labels differ when c > 0, agree when c < 0), both E[xi] = 1/4 (e.g. x^T M x = 0), and D diagonal in the
+coordinates (x = (cos t, sin t, 0), x' = (sin t, cos t, 0) with sin 2t = +-1/4 give D = diag(cos 2t,
+-cos 2t, 0) b), so that the packed triangle keeps D's Frobenius norm. (Orthogonal rows give only sqrt(1.5).)
 """
 
 from __future__ import annotations
@@ -18,6 +34,8 @@ from privacy_wall.store import Batch
 
 S1_BOUND = 0.5
 S2_BOUND = 0.25
+#: Proven joint sensitivity of (s1 / Delta_1, s2 / Delta_2) under replace-one (module docstring).
+JOINT_SENSITIVITY = 1.25
 
 
 def polya_gamma_mean(c: Array) -> Array:
@@ -35,6 +53,10 @@ class LogisticRegressionQuery:
 
     def blocks(self, dimension: int) -> tuple[Block, ...]:
         return (Block("s1", S1_BOUND), Block("s2", S2_BOUND, nonnegative_or_psd=True))
+
+    def joint_sensitivity(self, dimension: int) -> float:
+        """5/4 < sqrt(2): s1 and s2 cannot both reach their bounds on one replacement (module docstring)."""
+        return JOINT_SENSITIVITY
 
     def validate_params(self, params: dict[str, Array], dimension: int) -> None:
         if set(params) != {"second_moment"}:

@@ -17,10 +17,25 @@ replace-one sensitivity of the batch mean; DESIGN section 2):
 
 The packed upper triangle of x x^T has L2 norm at most its Frobenius norm, and the PSD argument
 (<u, v> >= 0, so ||u - v||^2 <= ||u||^2 + ||v||^2) holds in Frobenius norm, which bounds the packed
-difference. Each contribution is clipped to its bound (a no-op within the ingestion bounds): x x^T is scaled
-by min(1, 1 / ||x||^2), y x by min(1, 1 / (|y| ||x||)), y^2 is capped at 1. A record with a non-finite value
-(unreachable through the stores, which check finiteness) contributes 0 to every block, and so does y x
-when y = 0 and ||x||^2 overflows (0 * inf); every other record's clip factors are finite.
+difference. The record itself is clipped to the ingestion bounds (a no-op within them): x is scaled by
+min(1, 1 / ||x||) and y clipped to [-1, 1], and the three contributions are computed from the clipped
+record, so each is within its bound and they stay the statistics of one record (x, y) with ||x|| <= 1 and
+|y| <= 1, which the joint sensitivity below needs. A record with a non-finite value (unreachable through
+the stores, which check finiteness) contributes 0 to every block, and one whose ||x||^2 overflows
+contributes x = 0 (and its clipped y^2).
+
+Joint sensitivity J = sqrt(7)/2 ~ 1.3229 (not sqrt(3)). Replace the clipped record (x, y) by (x', y');
+r = ||x||, r' = ||x'||, w = <x, x'>, q = y^2, q' = y'^2, all in [0, 1] except w. In sum units (times S)
+Delta_xx^2 = 2, Delta_yx^2 = 4, Delta_yy^2 = 2, and the packed triangle P has ||P(D)|| <= ||D||_F, so the
+squared normalised change is
+  F <= ||x x^T - x' x'^T||_F^2 / 2 + ||y x - y' x'||^2 / 4 + (q - q')^2 / 2
+     = (r^4 + r'^4 - 2 w^2) / 2 + (q r^2 + q' r'^2 - 2 y y' w) / 4 + (q - q')^2 / 2.
+The terms in w are -w^2 - y y' w / 2 <= q q' / 16 (maximum over all real w), and what remains increases
+in r and r', so F <= g(q, q') = 1 + (q + q') / 4 + q q' / 16 + (q - q')^2 / 2. g is convex (Hessian
+[[1, -15/16], [-15/16, 1]] is positive definite), so its maximum on [0, 1]^2 is at a vertex:
+g(0, 0) = 1, g(1, 1) = 25/16, g(1, 0) = g(0, 1) = 7/4. Hence J = sqrt(7/4), reached by y = +-1 against
+y' = 0 on orthogonal unit rows along coordinate axes (x = e_i, x' = e_j: x x^T - x' x'^T is diagonal, so
+the packed triangle keeps its Frobenius norm sqrt(2)): 1 + 1/4 + 1/2.
 
 Post-processing (data-independent): the three noised means are the blocks of the batch mean of the
 (d + 1) x (d + 1) PSD matrix [x; y][x; y]^T, so the mirrored joint matrix [[xx, yx], [yx^T, yy]] is projected
@@ -29,6 +44,8 @@ posterior's Gamma rate b_N = b0 + (N yy - eta^T Lambda^-1 eta) / 2 stays >= b0 >
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -40,6 +57,9 @@ from privacy_wall.store import Batch
 XX_BOUND = 1.0
 YX_BOUND = 1.0
 YY_BOUND = 1.0
+#: Proven joint sensitivity of (xx / Delta_xx, yx / Delta_yx, yy / Delta_yy) under replace-one (module
+#: docstring): sqrt(7/4), below sqrt(3).
+JOINT_SENSITIVITY = math.sqrt(7.0) / 2.0
 
 
 def joint_second_moment(xx: Array, yx: Array, yy: float) -> Array:
@@ -65,6 +85,10 @@ class LinearRegressionQuery:
             Block("yy", YY_BOUND, nonnegative_or_psd=True),
         )
 
+    def joint_sensitivity(self, dimension: int) -> float:
+        """sqrt(7)/2 < sqrt(3): the three blocks cannot all reach their bounds at once (module docstring)."""
+        return JOINT_SENSITIVITY
+
     def validate_params(self, params: dict[str, Array], dimension: int) -> None:
         if params:
             raise ValueError(
@@ -82,17 +106,14 @@ class LinearRegressionQuery:
             finite = np.isfinite(x).all(axis=1) & np.isfinite(y)
             x = np.where(finite[:, None], x, 0.0)
             y = np.where(finite, y, 0.0)
-            sq_norms = np.einsum("ij,ij->i", x, x)
-            xx_weights = clip_factors(sq_norms, XX_BOUND)  # ||x x^T||_F = ||x||^2
-            yx_weights = y * clip_factors(np.abs(y) * np.sqrt(sq_norms), YX_BOUND)
-            # 0 * inf (y = 0 and ||x||^2 overflowing) is NaN: such a record contributes 0 to y x.
-            yx_weights = np.where(np.isnan(yx_weights), 0.0, yx_weights)
-            yy = np.minimum(y * y, YY_BOUND)
-        xx = (x * xx_weights[:, None]).T @ x
+            # Clip the record to the ingestion bounds ||x|| <= 1, |y| <= 1 (an overflowing ||x|| gives x = 0);
+            # then ||x x^T||_F = ||x||^2 <= XX_BOUND, ||y x|| <= YX_BOUND and y^2 <= YY_BOUND.
+            x = x * clip_factors(np.sqrt(np.einsum("ij,ij->i", x, x)), 1.0)[:, None]
+            y = np.clip(y, -1.0, 1.0)
         return {
-            "xx": upper_triangle(xx),
-            "yx": x.T @ yx_weights,
-            "yy": np.array([float(yy.sum())]),
+            "xx": upper_triangle(x.T @ x),
+            "yx": x.T @ y,
+            "yy": np.array([float(y @ y)]),
         }
 
     def postprocess(self, noised_means: dict[str, Array], dimension: int) -> dict[str, Array]:
