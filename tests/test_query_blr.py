@@ -10,7 +10,7 @@ from scipy.spatial.transform import Rotation
 
 from privacy_wall.gate import Gate
 from privacy_wall.ledger import InMemoryLedger
-from privacy_wall.mechanisms import upper_triangle
+from privacy_wall.mechanisms import release_blocks, upper_triangle
 from privacy_wall.queries.blr import LogisticRegressionQuery, polya_gamma_mean
 from privacy_wall.store import Batch, InMemoryTabularStore, RowStore
 from tests.contracts import (
@@ -292,3 +292,17 @@ def test_adversarial_search_reaches_but_never_exceeds_the_joint_sensitivity() ->
     assert evaluations > 10_000
     assert best <= declared * (1 + 1e-9), f"a replacement moves the normalised blocks by {best:.9f} > J"
     assert best >= 0.99 * declared, f"the search reaches only {best / declared:.4f} of J"
+
+
+def test_release_blocks_takes_only_a_joint_sensitivity_in_its_range() -> None:
+    """Default sqrt(B); a declared J scales every block's std; J <= 0 or J > sqrt(B) is refused."""
+    means = {"s1": np.zeros(D), "s2": np.zeros(D * (D + 1) // 2)}
+    deltas = {"s1": 0.1, "s2": 0.02}
+    rng = np.random.default_rng(220)
+    default = release_blocks(means, deltas, 2.0, rng)
+    assert default.noise_std == pytest.approx({k: 2.0 * math.sqrt(2.0) * v for k, v in deltas.items()})
+    declared = release_blocks(means, deltas, 2.0, rng, joint_sensitivity=1.25)
+    assert declared.noise_std == pytest.approx({k: 2.0 * 1.25 * v for k, v in deltas.items()})
+    for joint in (0.0, -1.0, math.sqrt(2.0) * (1 + 1e-9), math.nan):
+        with pytest.raises(ValueError, match="joint sensitivity"):
+            release_blocks(means, deltas, 2.0, rng, joint_sensitivity=joint)
