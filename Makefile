@@ -32,6 +32,7 @@ run: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m bench.adult_blr
 	$(BIN)/python -m bench.blr_iteration
+	$(BIN)/python -m bench.accounting
 	$(BIN)/python -m bench.service_overhead
 	$(BIN)/python -m bench.compare_algorithms
 	$(BIN)/python -m bench.lda

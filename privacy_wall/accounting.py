@@ -1,28 +1,44 @@
-"""Privacy accounting: typed events over autodp's analytical moments accountant.
+"""Privacy accounting: typed events, the additive cost of a composition, and three accountants.
 
-This is the only module of the project that imports autodp. A release is described by a frozen
-event object; an event's cost is its Renyi-DP curve on one fixed grid of orders (ORDERS), so curves of
-different jobs add coordinate-wise and a dataset's spend is the sum of its ledger's curves.
+A release is described by a frozen event (a Gaussian with noise multiplier sigma on S of N records).
+Its cost is a vector that adds under composition: the Renyi-DP curve on one fixed grid of orders
+(ORDERS), then the sum of 1/sigma^2 over releases on the whole dataset (S = N), then the number of
+subsampled releases. An accountant turns a cost into (epsilon, delta):
 
-Conventions (DESIGN section 2): neighbouring datasets differ by replacing one record; each iteration
-samples exactly S of N records uniformly without replacement (Wang, Balle, Kasiviswanathan 2019);
-one Gaussian mechanism with noise multiplier sigma per iteration.
+- `pld` (the default): a composition of releases on the whole dataset is exactly one Gaussian mechanism
+  with mu^2 = sum_t 1/sigma_t^2 (Dong, Roth, Su 2022, "Gaussian differential privacy", Cor. 3.3), priced
+  exactly by the analytic Gaussian mechanism (Balle and Wang 2018, Thm 8). With any subsampled release
+  in the composition it prices like `rdp`: we found no published dominating pair for sampling exactly S
+  of N without replacement under replace-one that covers our composition (see `PldAccountant`).
+- `rdp`: the WOR subsampled Gaussian RDP curve (Wang, Balle, Kasiviswanathan 2019, Thm 27; see
+  privacy_wall.wor_rdp) with the improved RDP-to-DP conversion (Balle et al. 2020, Thm 21; Canonne,
+  Kamath, Steinke 2020), as dp_accounting's RdpAccountant computes it.
+- `paper`: autodp's analytical moments accountant with the classic conversion, which reproduces the
+  papers' epsilons (DESIGN section 3); for comparisons only.
+
+Conventions (DESIGN section 2): replace-one neighbours; each iteration samples exactly S of N records
+uniformly without replacement; one Gaussian mechanism with noise multiplier sigma per iteration.
+This is the only module of the project that imports autodp or dp_accounting.
 """
 
 from __future__ import annotations
 
 import enum
 import math
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
 import numpy as np
 from autodp import dp_bank, rdp_acct, rdp_bank
+from dp_accounting import gaussian_mechanism
+from dp_accounting.rdp import rdp_privacy_accountant
 from numpy.typing import NDArray
+from pydantic_settings import BaseSettings, SettingsConfigDict
 from scipy.optimize import brentq
 
-ACCOUNTANT_VERSION = "autodp-0.2.3.1/anaRDPacct-wbk19-thm27/grid-v1"
+from privacy_wall.wor_rdp import sampled_gaussian_rdp
 
 #: The fixed grid of Renyi orders on which every curve is stored (fractional near 1 for large sigma,
 #: dense where the optimum usually lies, sparse towards large orders for small epsilon targets).
@@ -35,6 +51,10 @@ ORDERS: NDArray[np.float64] = np.concatenate(
         np.array([128.0, 160.0, 192.0, 256.0, 320.0, 384.0, 512.0, 768.0, 1024.0, 2048.0, 4096.0]),
     ]
 )
+#: A cost vector: the RDP curve on ORDERS, then sum 1/sigma^2 over releases with S = N, then the number
+#: of subsampled releases.
+COST_SIZE = len(ORDERS) + 2
+_MU2, _SUBSAMPLED = len(ORDERS), len(ORDERS) + 1
 
 
 class Neighbouring(enum.Enum):
@@ -121,53 +141,241 @@ def event_from_dict(payload: dict[str, Any]) -> Event:
 
 
 @dataclass(frozen=True)
-class RdpCurve:
-    """Renyi-DP epsilon at each order of ORDERS (inf where the event gives no guarantee)."""
+class PrivacyCost:
+    """The additive cost of a composition of releases, priced by the accountant it names.
+
+    `values` has COST_SIZE entries (see the module docstring); inf where no guarantee holds.
+    """
 
     values: tuple[float, ...]
+    accountant: str
 
     def __post_init__(self) -> None:
-        if len(self.values) != len(ORDERS):
-            raise ValueError(f"an RDP curve has {len(ORDERS)} values, got {len(self.values)}")
+        if len(self.values) != COST_SIZE:
+            raise ValueError(f"a privacy cost has {COST_SIZE} values, got {len(self.values)}")
 
     @classmethod
-    def zero(cls) -> RdpCurve:
-        return cls(tuple(0.0 for _ in ORDERS))
+    def zero(cls, accountant: str | None = None) -> PrivacyCost:
+        """Nothing released, for the named accountant (default: the configured one)."""
+        name = accountant if accountant is not None else configured_accountant().name
+        return cls(tuple(0.0 for _ in range(COST_SIZE)), name)
 
     @classmethod
-    def from_array(cls, values: NDArray[np.float64]) -> RdpCurve:
-        return cls(tuple(float(v) for v in values))
+    def from_array(cls, values: NDArray[np.float64], accountant: str) -> PrivacyCost:
+        return cls(tuple(float(v) for v in values), accountant)
 
     def as_array(self) -> NDArray[np.float64]:
         return np.asarray(self.values, dtype=np.float64)
 
-    def __add__(self, other: RdpCurve) -> RdpCurve:
-        return RdpCurve.from_array(self.as_array() + other.as_array())
+    @property
+    def rdp(self) -> NDArray[np.float64]:
+        return self.as_array()[: len(ORDERS)]
 
-    def __sub__(self, other: RdpCurve) -> RdpCurve:
-        return RdpCurve.from_array(np.maximum(self.as_array() - other.as_array(), 0.0))
+    @property
+    def gaussian_mu_squared(self) -> float:
+        """sum 1/sigma^2 over the releases on the whole dataset."""
+        return self.values[_MU2]
 
-    def scaled(self, factor: float) -> RdpCurve:
-        return RdpCurve.from_array(self.as_array() * factor)
+    @property
+    def subsampled_releases(self) -> float:
+        return self.values[_SUBSAMPLED]
+
+    def _same(self, other: PrivacyCost) -> None:
+        if other.accountant != self.accountant:
+            raise ValueError(f"cannot combine costs of accountants {self.accountant} and {other.accountant}")
+
+    def __add__(self, other: PrivacyCost) -> PrivacyCost:
+        self._same(other)
+        return PrivacyCost.from_array(self.as_array() + other.as_array(), self.accountant)
+
+    def __sub__(self, other: PrivacyCost) -> PrivacyCost:
+        self._same(other)
+        return PrivacyCost.from_array(np.maximum(self.as_array() - other.as_array(), 0.0), self.accountant)
+
+    def scaled(self, factor: float) -> PrivacyCost:
+        with np.errstate(invalid="ignore"):
+            values = self.as_array() * factor
+        return PrivacyCost.from_array(np.where(np.isnan(values), 0.0, values), self.accountant)
 
     def epsilon(self, delta: float) -> float:
-        """(epsilon, delta)-DP from RDP: min over orders of rdp(a) + log(1/delta)/(a-1) (Mironov 2017)."""
+        """(epsilon, delta)-DP of the composition, by its accountant; inf where nothing is guaranteed."""
         if not 0 < delta < 1:
             raise ValueError("delta must be in (0, 1)")
         if not any(self.values):
             return 0.0  # nothing released
-        eps = self.as_array() + math.log(1.0 / delta) / (ORDERS - 1.0)
-        if np.isnan(eps).any():
+        if np.isnan(self.as_array()).any():
             return math.inf  # an unevaluable bound is no guarantee
-        return float(np.min(eps))
+        return get_accountant(self.accountant).epsilon(self, delta)
 
 
-def sum_curves(curves: list[RdpCurve]) -> RdpCurve:
-    """The RDP curve of the adaptive composition of the given releases."""
-    total = np.zeros(len(ORDERS))
-    for curve in curves:
-        total += curve.as_array()
-    return RdpCurve.from_array(total)
+def sum_costs(costs: list[PrivacyCost], accountant: str) -> PrivacyCost:
+    """The cost of the adaptive composition of the given releases."""
+    total = np.zeros(COST_SIZE)
+    for cost in costs:
+        if cost.accountant != accountant:
+            raise ValueError(f"cannot combine costs of accountants {accountant} and {cost.accountant}")
+        total += cost.as_array()
+    return PrivacyCost.from_array(total, accountant)
+
+
+def _fail_closed(values: NDArray[np.float64]) -> NDArray[np.float64]:
+    """NaN would slip through every `>` of a budget check: read it as no guarantee."""
+    return np.where(np.isnan(values), np.inf, values)
+
+
+class Accountant(ABC):
+    """Prices events as additive costs and compositions as (epsilon, delta).
+
+    `version` (at most 64 characters, stored with every ledger row) names the accountant and its
+    revision; a ledger priced by another version is re-priced from its events.
+    """
+
+    name: str
+    version: str
+
+    @abstractmethod
+    def _subsampled_curve(self, sigma: float, sample_size: int, population: int) -> tuple[float, ...]:
+        """Per-release RDP on ORDERS of the Gaussian on S < N records sampled without replacement."""
+
+    @abstractmethod
+    def epsilon(self, cost: PrivacyCost, delta: float) -> float:
+        """Epsilon at delta of a non-zero, NaN-free cost of this accountant."""
+
+    def cost(self, event: Event) -> PrivacyCost:
+        """The additive cost of an event."""
+        if isinstance(event, SelfComposedEvent):
+            return self.cost(event.event).scaled(event.count)
+        return self._release_cost(float(event.noise_multiplier), event.sample_size, event.population)
+
+    @lru_cache(maxsize=4096)  # noqa: B019 (accountants are module-level singletons)
+    def _release_cost(self, sigma: float, sample_size: int, population: int) -> PrivacyCost:
+        values = np.zeros(COST_SIZE)
+        if sample_size == 0:
+            return PrivacyCost.from_array(values, self.name)
+        if sigma * sigma == 0.0:  # no noise, or so little that sigma^2 underflows: no guarantee
+            return PrivacyCost.from_array(np.full(COST_SIZE, math.inf), self.name)
+        with np.errstate(over="ignore", divide="ignore"):  # sigma^2 near underflow: inf, no guarantee
+            if sample_size == population:
+                values[: len(ORDERS)] = ORDERS / (2.0 * sigma * sigma)
+                values[_MU2] = 1.0 / (sigma * sigma)
+            else:
+                values[: len(ORDERS)] = self._subsampled_curve(sigma, sample_size, population)
+                values[_SUBSAMPLED] = 1.0
+        return PrivacyCost.from_array(_fail_closed(values), self.name)
+
+    def zero(self) -> PrivacyCost:
+        return PrivacyCost.zero(self.name)
+
+
+class PaperAccountant(Accountant):
+    """autodp's analytical moments accountant (WBK 2019, Thm 27) with the classic conversion."""
+
+    name = "paper"
+    version = "paper/autodp-0.2.3.1/wbk19-thm27/classic/grid-v1"
+
+    def _subsampled_curve(self, sigma: float, sample_size: int, population: int) -> tuple[float, ...]:
+        """We use the paper's Theorem 27 bound (autodp's improved_bound_flag), which holds for mechanisms
+        with a pair of neighbouring datasets that is worst for every order and a tight RDP bound, as the
+        Gaussian mechanism has."""
+        try:
+            with np.errstate(all="ignore"):
+                return _autodp_subsampled_gaussian_rdp(sigma, sample_size, population)
+        except (ZeroDivisionError, OverflowError, FloatingPointError, ValueError):
+            return tuple(math.inf for _ in ORDERS)
+
+    def epsilon(self, cost: PrivacyCost, delta: float) -> float:
+        """min over orders of rdp(a) + log(1/delta)/(a-1) (Mironov 2017, Prop. 3)."""
+        return float(np.min(cost.rdp + math.log(1.0 / delta) / (ORDERS - 1.0)))
+
+
+class RdpAccountant(Accountant):
+    """The WOR subsampled Gaussian RDP curve with the improved conversion (dp_accounting's)."""
+
+    name = "rdp"
+    version = "rdp/wbk19-thm27-v2/balle20/dp_accounting-0.6.0/grid-v1"
+
+    def _subsampled_curve(self, sigma: float, sample_size: int, population: int) -> tuple[float, ...]:
+        """WBK 2019 Thm 27 (privacy_wall.wor_rdp). Subsampling never costs more than releasing on the whole
+        batch (each pair of neighbouring datasets yields subsamples that are neighbours or equal, and
+        Renyi divergence is jointly quasi-convex), so the unamplified Gaussian curve bounds it too."""
+        with np.errstate(all="ignore"):
+            curve = sampled_gaussian_rdp(sample_size / population, sigma, ORDERS)
+        return tuple(float(v) for v in np.minimum(curve, ORDERS / (2.0 * sigma * sigma)))
+
+    def epsilon(self, cost: PrivacyCost, delta: float) -> float:
+        """eps = min_a rdp(a) + log((a-1)/a) - (log delta + log a)/(a-1) (Balle et al. 2020, Thm 21)."""
+        eps, _ = rdp_privacy_accountant.compute_epsilon(ORDERS, cost.rdp, delta)
+        return float(eps)
+
+
+class PldAccountant(RdpAccountant):
+    """Exact for compositions of releases on the whole dataset; like `rdp` once anything is subsampled.
+
+    With S = N the normalised release is a Gaussian mechanism of sensitivity 1 whose dominating pair
+    N(0, sigma^2) vs N(1, sigma^2) is tight; T adaptive releases compose exactly to mu-GDP with
+    mu^2 = sum 1/sigma_t^2 (Dong, Roth, Su 2022, Cor. 3.3), whose (epsilon, delta) curve is the analytic
+    Gaussian mechanism's (Balle and Wang 2018, Thm 8): that is this accountant's answer, exact.
+
+    Subsampled releases: the pair N(0, s^2) vs (1-q) N(0, s^2) + q N(1, s^2) is reached by one
+    replacement, so no correct accountant charges less (tests hold every accountant above its PLD). We
+    did not find a published theorem that it (with its swap) dominates sampling exactly S of N without
+    replacement under replace-one through composition: Dong, Roth, Su (Thm 4.2) prove C_q(f) for this
+    scheme, a symmetrised trade-off that is not that pair's, and Zhu, Dong, Wang (AISTATS 2022) treat
+    Poisson sampling under add/remove; so such compositions are priced by the RDP curve (a valid bound).
+    """
+
+    name = "pld"
+    version = "pld/gdp-full-batch/rdp-wbk19-thm27-v2/balle20/grid-v1"
+
+    def epsilon(self, cost: PrivacyCost, delta: float) -> float:
+        if cost.subsampled_releases > 0:
+            return super().epsilon(cost, delta)
+        mu2 = cost.gaussian_mu_squared
+        if not math.isfinite(mu2):
+            return math.inf
+        # dp_accounting solves delta(eps) = delta to 1e-12 with brentq; the tolerance is added back so
+        # the answer is never below the exact epsilon.
+        with np.errstate(divide="ignore"):
+            return float(gaussian_mechanism.get_epsilon_gaussian(1.0 / math.sqrt(mu2), delta)) + 1e-12
+
+
+ACCOUNTANTS: dict[str, Accountant] = {
+    a.name: a for a in (PldAccountant(), RdpAccountant(), PaperAccountant())
+}
+DEFAULT_ACCOUNTANT = "pld"
+
+
+class AccountingSettings(BaseSettings):
+    """VIPS_ACCOUNTANT: the accountant that prices every dataset of a deployment (default pld)."""
+
+    model_config = SettingsConfigDict(env_prefix="VIPS_", extra="ignore")
+
+    accountant: str = DEFAULT_ACCOUNTANT
+
+
+def get_accountant(name: str) -> Accountant:
+    """The accountant of that name (pld, rdp or paper), or ValueError naming the choices."""
+    try:
+        return ACCOUNTANTS[name]
+    except KeyError:
+        raise ValueError(f"unknown accountant {name!r}: choose one of {', '.join(ACCOUNTANTS)}") from None
+
+
+@lru_cache
+def configured_accountant() -> Accountant:
+    """The deployment's accountant (VIPS_ACCOUNTANT), read once per process."""
+    return get_accountant(AccountingSettings().accountant)
+
+
+def _resolve(accountant: Accountant | str | None) -> Accountant:
+    if accountant is None:
+        return configured_accountant()
+    return get_accountant(accountant) if isinstance(accountant, str) else accountant
+
+
+def privacy_cost(event: Event, accountant: Accountant | str | None = None) -> PrivacyCost:
+    """The additive cost of an event under an accountant (default: the configured one)."""
+    return _resolve(accountant).cost(event)
 
 
 def _exact_orders(sigma: float, sampling_rate: float) -> int:
@@ -187,52 +395,17 @@ def _exact_orders(sigma: float, sampling_rate: float) -> int:
     return 512
 
 
-@lru_cache(maxsize=4096)
-def _subsampled_gaussian_rdp(sigma: float, sample_size: int, population: int) -> tuple[float, ...]:
-    """Per-release RDP on ORDERS of the subsampled Gaussian (autodp; Wang, Balle, Kasiviswanathan 2019).
-
-    We use the paper's Theorem 27 bound (autodp's improved_bound_flag), which holds for mechanisms with
-    a pair of neighbouring datasets that is worst for every order and a tight RDP bound, as the Gaussian
-    mechanism has; it equals the general Theorem 9 bound at small orders and is much tighter at large
-    orders, i.e. for large sigma (Adult, sigma = 12: epsilon 0.039 instead of 0.094).
-    """
-    if sample_size == 0:
-        return tuple(0.0 for _ in ORDERS)
-    if sigma * sigma == 0.0:  # no noise, or so little that sigma^2 underflows: no guarantee
-        return tuple(math.inf for _ in ORDERS)
-    try:
-        with np.errstate(all="ignore"):
-            values = _autodp_subsampled_gaussian_rdp(sigma, sample_size, population)
-    except (ZeroDivisionError, OverflowError, FloatingPointError, ValueError):
-        return tuple(math.inf for _ in ORDERS)
-    # Fail closed: NaN would slip through every `>` of a budget check.
-    return tuple(math.inf if math.isnan(v) else v for v in values)
-
-
 def _autodp_subsampled_gaussian_rdp(sigma: float, sample_size: int, population: int) -> tuple[float, ...]:
 
     def gaussian(alpha: float) -> float:
         return float(rdp_bank.RDP_gaussian({"sigma": sigma}, alpha))
 
-    if sample_size == population:
-        return tuple(gaussian(float(a)) for a in ORDERS)
     exact_orders = _exact_orders(sigma, sample_size / population)
     acct = rdp_acct.anaRDPacct(m=exact_orders, m_max=exact_orders)
     acct.compose_subsampled_mechanism(gaussian, sample_size / population, improved_bound_flag=True)
-    # Subsampling never costs more than releasing on the whole batch (each pair of neighbouring datasets
-    # yields subsamples that are neighbours or equal, and Renyi divergence is jointly quasi-convex), so
-    # the unamplified Gaussian RDP is an upper bound too; autodp's improved bound omits that minimum.
+    # autodp's improved bound omits the minimum with the unamplified Gaussian (see RdpAccountant).
     full = np.array([gaussian(float(a)) for a in ORDERS])
     return tuple(float(v) for v in np.minimum(acct.get_rdp(ORDERS), full))
-
-
-def rdp_curve(event: Event) -> RdpCurve:
-    """The RDP curve of an event on the fixed grid ORDERS."""
-    if isinstance(event, SelfComposedEvent):
-        return rdp_curve(event.event).scaled(event.count)
-    return RdpCurve(
-        _subsampled_gaussian_rdp(float(event.noise_multiplier), event.sample_size, event.population)
-    )
 
 
 def vips_job_event(sigma: float, sample_size: int, population: int, iterations: int) -> SelfComposedEvent:
@@ -240,9 +413,16 @@ def vips_job_event(sigma: float, sample_size: int, population: int, iterations: 
     return SelfComposedEvent(SubsampledGaussianEvent(sigma, sample_size, population), iterations)
 
 
-def epsilon(sigma: float, sample_size: int, population: int, iterations: int, delta: float) -> float:
-    """Epsilon spent by a job, on its own."""
-    return rdp_curve(vips_job_event(sigma, sample_size, population, iterations)).epsilon(delta)
+def epsilon(
+    sigma: float,
+    sample_size: int,
+    population: int,
+    iterations: int,
+    delta: float,
+    accountant: Accountant | str | None = None,
+) -> float:
+    """Epsilon spent by a job, on its own (default: the configured accountant)."""
+    return privacy_cost(vips_job_event(sigma, sample_size, population, iterations), accountant).epsilon(delta)
 
 
 class CalibrationError(ValueError):
@@ -259,21 +439,24 @@ def calibrate_sigma(
     population: int,
     iterations: int,
     delta: float,
-    spent: RdpCurve | None = None,
+    spent: PrivacyCost | None = None,
     rel_tol: float = 1e-3,
+    accountant: Accountant | str | None = None,
 ) -> float:
-    """Smallest sigma with epsilon(spent + job curve) <= target_epsilon, to relative tolerance rel_tol.
+    """Smallest sigma with epsilon(spent + job cost) <= target_epsilon, to relative tolerance rel_tol.
 
     The returned sigma is always on the safe side: its epsilon is <= target (bisection keeps the upper end).
+    The accountant is spent's, else the one given, else the configured one.
     """
-    base = spent if spent is not None else RdpCurve.zero()
+    chosen = get_accountant(spent.accountant) if spent is not None else _resolve(accountant)
+    base = spent if spent is not None else chosen.zero()
     if not target_epsilon > 0:
         raise CalibrationError("target epsilon must be > 0")
     if base.epsilon(delta) >= target_epsilon:
         raise CalibrationError("the budget already spent leaves nothing for this job")
 
     def total(sigma: float) -> float:
-        return (base + rdp_curve(vips_job_event(sigma, sample_size, population, iterations))).epsilon(delta)
+        return (base + chosen.cost(vips_job_event(sigma, sample_size, population, iterations))).epsilon(delta)
 
     # Bracket: the full-batch sigma (closed form, cheap) always suffices, since subsampling only lowers
     # the cost; the amplified answer lies above roughly q times it. Large-sigma evaluations are the
@@ -281,7 +464,7 @@ def calibrate_sigma(
     if sample_size == population:
         hi = _SIGMA_MAX
     else:
-        hi = calibrate_sigma(target_epsilon, population, population, iterations, delta, spent, rel_tol)
+        hi = calibrate_sigma(target_epsilon, population, population, iterations, delta, base, rel_tol, chosen)
     if total(hi) > target_epsilon:
         raise CalibrationError(f"target epsilon is unreachable even with sigma = {hi:g}")
     lo = max(hi * sample_size / population, _SIGMA_MIN)
@@ -308,7 +491,7 @@ def strong_composition_epsilon(
     which is amplified by sampling without replacement (Balle, Barthe, Gaboardi 2018, substitution):
     eps' = log(1 + q (e^eps0 - 1)), delta' = q delta0, where eps0 is the analytic Gaussian mechanism's
     epsilon at delta0 (Balle and Wang 2018; valid for every eps0, unlike the classic 1.25/delta bound).
-    Only for comparison experiments; the ledger is always RDP.
+    Only for comparison experiments; the ledger never uses it.
     """
     if sigma <= 0:
         return math.inf
@@ -351,7 +534,7 @@ def autodp_reference_epsilon(
 ) -> float:
     """autodp's own anaRDPacct answer, with its continuous order search (used to audit our grid).
 
-    Same bound and the same number of exact orders as rdp_curve, so the two differ only by our grid.
+    Same bound and the same number of exact orders as the `paper` accountant, which differs only by our grid.
     """
     exact_orders = _exact_orders(sigma, sample_size / population)
     acct = rdp_acct.anaRDPacct(m=exact_orders, m_max=exact_orders)

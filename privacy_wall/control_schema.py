@@ -78,3 +78,16 @@ charges = Table(
     Column("created_at", DateTime(timezone=True), nullable=False),
     UniqueConstraint("job_id", "iteration", "attempt", name="uq_charges_job_iteration_attempt"),
 )
+
+#: Every re-pricing of a dataset's ledger by another accountant (same events, another analysis).
+accountant_changes = Table(
+    "accountant_changes",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("dataset", String(128), ForeignKey("budgets.dataset"), nullable=False, index=True),
+    Column("old_accountant", String(64), nullable=False),
+    Column("new_accountant", String(64), nullable=False),
+    Column("epsilon_spent_before", Float, nullable=True),  # None: unbounded (inf)
+    Column("epsilon_spent_after", Float, nullable=True),
+    Column("changed_at", DateTime(timezone=True), nullable=False),
+)

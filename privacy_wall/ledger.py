@@ -1,6 +1,6 @@
 """The budget ledger interface and its in-memory implementation.
 
-Protocol (DESIGN section 3): a job reserves its whole RDP curve at admission; each iteration commits its
+Protocol (DESIGN section 3): a job reserves its whole privacy cost at admission; each iteration commits its
 share, keyed by (job, t), before its release leaves the gate; cancel or failure refunds the uncommitted
 rest. A charge that is not covered by a reservation is admitted on its own if the budget allows it.
 A crash can only leave budget over-counted, never under-counted.
@@ -12,7 +12,14 @@ import threading
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from privacy_wall.accounting import Event, RdpCurve, SubsampledGaussianEvent, rdp_curve, sum_curves
+from privacy_wall.accounting import (
+    Accountant,
+    Event,
+    PrivacyCost,
+    SubsampledGaussianEvent,
+    configured_accountant,
+    sum_costs,
+)
 
 
 class BudgetExceeded(RuntimeError):
@@ -53,7 +60,7 @@ class Ledger(Protocol):
 
 @dataclass
 class _Reservation:
-    per_iteration: RdpCurve
+    per_iteration: PrivacyCost
     remaining: int
 
 
@@ -62,33 +69,41 @@ class InMemoryLedger:
     """A ledger for one process: the estimator and `vips fit --local` use a throwaway one.
 
     epsilon_budget None means no cap (public data or a researcher's own accounting); delta is the
-    dataset's delta, used for every epsilon it reports.
+    dataset's delta, used for every epsilon it reports; the accountant prices every charge (default:
+    the configured one).
     """
 
     delta: float
     epsilon_budget: float | None = None
+    accountant: Accountant = field(default_factory=configured_accountant)
     _committed: dict[tuple[str, int, int], Charge] = field(default_factory=dict)
-    _committed_curve: RdpCurve = field(default_factory=RdpCurve.zero)
+    _committed_curve: PrivacyCost | None = None
     _reservations: dict[str, _Reservation] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def spent_curve(self) -> RdpCurve:
+    def __post_init__(self) -> None:
+        self._committed_curve = self.accountant.zero()
+
+    def spent_cost(self) -> PrivacyCost:
+        assert self._committed_curve is not None
         return self._committed_curve
 
-    def reserved_curve(self) -> RdpCurve:
-        return sum_curves([r.per_iteration.scaled(r.remaining) for r in self._reservations.values()])
+    def reserved_cost(self) -> PrivacyCost:
+        return sum_costs(
+            [r.per_iteration.scaled(r.remaining) for r in self._reservations.values()], self.accountant.name
+        )
 
     def epsilon_spent(self) -> float:
-        return self._committed_curve.epsilon(self.delta)
+        return self.spent_cost().epsilon(self.delta)
 
     def charges(self) -> list[Charge]:
         return list(self._committed.values())
 
-    def _admit(self, extra: RdpCurve) -> None:
+    def _admit(self, extra: PrivacyCost) -> None:
         if self.epsilon_budget is None:
             return
-        spent = (self._committed_curve + self.reserved_curve()).epsilon(self.delta)
-        total = (self._committed_curve + self.reserved_curve() + extra).epsilon(self.delta)
+        spent = (self.spent_cost() + self.reserved_cost()).epsilon(self.delta)
+        total = (self.spent_cost() + self.reserved_cost() + extra).epsilon(self.delta)
         if not total <= self.epsilon_budget:  # NaN fails closed
             raise BudgetExceeded(
                 f"budget exceeded: epsilon {spent:.4g} spent or reserved, this would bring it to "
@@ -104,7 +119,7 @@ class InMemoryLedger:
             raise TypeError("reserve takes the per-iteration event")
         if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
             raise ValueError("iterations must be an integer >= 1")
-        per_iteration = rdp_curve(event)
+        per_iteration = self.accountant.cost(event)
         with self._lock:
             if job_id in self._reservations:
                 raise ValueError(f"job {job_id} already holds a reservation")
@@ -113,7 +128,7 @@ class InMemoryLedger:
 
     def commit(self, charge: Charge) -> None:
         key = (charge.job_id, charge.iteration, charge.attempt)
-        curve = rdp_curve(charge.event)
+        curve = self.accountant.cost(charge.event)
         with self._lock:
             if key in self._committed:
                 raise DuplicateCharge(
@@ -125,7 +140,7 @@ class InMemoryLedger:
             else:
                 self._admit(curve)
             self._committed[key] = charge
-            self._committed_curve = self._committed_curve + curve
+            self._committed_curve = self.spent_cost() + curve
 
     def refund(self, job_id: str) -> None:
         """Release the uncommitted rest of a job's reservation (cancel, failure, or the job's end)."""

@@ -3,11 +3,19 @@
 Every admission-changing operation runs in one transaction that first locks the dataset's budget row
 (SELECT ... FOR UPDATE in PostgreSQL; BEGIN IMMEDIATE in SQLite, see sqlengine), so concurrent
 submissions and commits on one dataset are serialised and can never jointly overspend.
+
+Costs are stored as the configured accountant's additive vectors (privacy_wall.accounting): the budget
+row holds the committed sum, each reservation its per-iteration cost, and `budgets.accountant` the
+version that priced them. A row priced by another version is re-priced from the stored events (charges
+and reservations) the first time a write locks it, and the change is recorded in accountant_changes;
+reads in between price the events on the fly. Each charge row keeps the cost its accountant gave it.
 """
 
 from __future__ import annotations
 
+import json
 import math
+from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -16,14 +24,16 @@ from sqlalchemy import Connection, Engine, Executable, and_, bindparam, func, in
 from sqlalchemy.exc import IntegrityError
 
 from privacy_wall.accounting import (
-    ACCOUNTANT_VERSION,
+    ACCOUNTANTS,
     ORDERS,
-    RdpCurve,
+    Accountant,
+    PrivacyCost,
     SubsampledGaussianEvent,
+    configured_accountant,
+    event_from_dict,
     event_to_dict,
-    rdp_curve,
 )
-from privacy_wall.control_schema import budgets, charges, reservations
+from privacy_wall.control_schema import accountant_changes, budgets, charges, reservations
 from privacy_wall.ledger import BudgetExceeded, Charge, DuplicateCharge
 from privacy_wall.sqlengine import Bind, reading, run_writes, transaction
 
@@ -63,36 +73,123 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
-def _curve(values: Any) -> RdpCurve:
-    return RdpCurve(tuple(math.inf if v is None else float(v) for v in values))
+def _curve(values: Any, accountant: Accountant | None = None) -> PrivacyCost:
+    name = (accountant or configured_accountant()).name
+    return PrivacyCost(tuple(math.inf if v is None else float(v) for v in values), name)
 
 
-def _json_curve(curve: RdpCurve) -> list[float | None]:
+def _event_cost(payload: dict[str, Any], accountant: Accountant) -> PrivacyCost:
+    return accountant.cost(event_from_dict(payload))
+
+
+def _json_curve(curve: PrivacyCost) -> list[float | None]:
     return [v if math.isfinite(v) else None for v in curve.values]
 
 
 def _lock_budget(conn: Connection, dataset: str) -> Any:
+    """Lock the dataset's budget row, re-priced by the configured accountant if another priced it."""
     row = conn.execute(select(budgets).where(budgets.c.dataset == dataset).with_for_update()).one_or_none()
     if row is None:
         raise UnknownDataset(f"dataset {dataset!r} has no budget")
-    return row
+    return reprice(conn, row)
 
 
-def _reserved_curve(conn: Connection, dataset: str) -> RdpCurve:
-    total = RdpCurve.zero()
+def _current(row: Any) -> bool:
+    """Whether the budget row was priced by the configured accountant."""
+    return bool(row.accountant == configured_accountant().version)
+
+
+def _reserved_curve(conn: Connection, row: Any) -> PrivacyCost:
+    """The open reservations' uncommitted cost, by the configured accountant."""
+    accountant = configured_accountant()
+    total = accountant.zero()
     rows = conn.execute(
-        select(reservations.c.per_iteration_curve, reservations.c.iterations, reservations.c.committed).where(
-            reservations.c.dataset == dataset, reservations.c.open.is_(True)
-        )
+        select(
+            reservations.c.event,
+            reservations.c.per_iteration_curve,
+            reservations.c.iterations,
+            reservations.c.committed,
+        ).where(reservations.c.dataset == row.dataset, reservations.c.open.is_(True))
     )
-    for curve, iterations, committed in rows:
-        total = total + _curve(curve).scaled(iterations - committed)
+    current = _current(row)
+    for event, curve, iterations, committed in rows:
+        per_iteration = _curve(curve) if current else _event_cost(event, accountant)
+        total = total + per_iteration.scaled(iterations - committed)
     return total
 
 
+def _committed_from_events(conn: Connection, dataset: str, accountant: Accountant) -> PrivacyCost:
+    """The committed cost recomputed from the dataset's charges, identical events counted once."""
+    counts: Counter[str] = Counter()
+    for (event,) in conn.execute(select(charges.c.event).where(charges.c.dataset == dataset)):
+        counts[json.dumps(event, sort_keys=True)] += 1
+    total = accountant.zero()
+    for key, n in counts.items():
+        total = total + _event_cost(json.loads(key), accountant).scaled(n)
+    return total
+
+
+def _committed_curve(conn: Connection, row: Any) -> PrivacyCost:
+    if _current(row):
+        return _curve(row.committed_curve)
+    return _committed_from_events(conn, row.dataset, configured_accountant())
+
+
+def _old_epsilon(row: Any) -> float:
+    """The spend as the row's own accountant priced it (an unknown or pre-0002 accountant: the paper's
+    classic conversion of the stored RDP curve, which is what ledgers before migration 0002 used)."""
+    stored = [math.inf if v is None else float(v) for v in row.committed_curve]
+    name = next((a.name for a in ACCOUNTANTS.values() if a.version == row.accountant), "paper")
+    if len(stored) == len(ORDERS):
+        stored = [*stored, 0.0, 1.0 if any(stored) else 0.0]  # an RDP curve alone: priced as RDP
+    return PrivacyCost(tuple(stored), name).epsilon(row.delta)
+
+
+def reprice(conn: Connection, row: Any, accountant: Accountant | None = None) -> Any:
+    """Re-price a locked budget row's committed and reserved costs from their events; record the change.
+
+    Returns the updated row. Used by migration 0002 and whenever a write finds a row priced by another
+    accountant version than the configured one.
+    """
+    accountant = accountant or configured_accountant()
+    if row.accountant == accountant.version:
+        return row
+    committed = _committed_from_events(conn, row.dataset, accountant)
+    for job_id, event in conn.execute(
+        select(reservations.c.job_id, reservations.c.event).where(reservations.c.dataset == row.dataset)
+    ):
+        conn.execute(
+            update(reservations)
+            .where(reservations.c.job_id == job_id)
+            .values(per_iteration_curve=_json_curve(_event_cost(event, accountant)))
+        )
+    conn.execute(
+        update(budgets)
+        .where(budgets.c.dataset == row.dataset)
+        .values(
+            committed_curve=_json_curve(committed),
+            orders=[float(a) for a in ORDERS],
+            accountant=accountant.version,
+            updated_at=_now(),
+        )
+    )
+    before, after = _old_epsilon(row), committed.epsilon(row.delta)
+    conn.execute(
+        insert(accountant_changes).values(
+            dataset=row.dataset,
+            old_accountant=row.accountant,
+            new_accountant=accountant.version,
+            epsilon_spent_before=before if math.isfinite(before) else None,
+            epsilon_spent_after=after if math.isfinite(after) else None,
+            changed_at=_now(),
+        )
+    )
+    return conn.execute(select(budgets).where(budgets.c.dataset == row.dataset)).one()
+
+
 def _status(conn: Connection, row: Any) -> BudgetStatus:
-    committed = _curve(row.committed_curve)
-    reserved = _reserved_curve(conn, row.dataset)
+    committed = _committed_curve(conn, row)
+    reserved = _reserved_curve(conn, row)
     return BudgetStatus(
         dataset=row.dataset,
         epsilon_budget=row.epsilon,
@@ -102,9 +199,9 @@ def _status(conn: Connection, row: Any) -> BudgetStatus:
     )
 
 
-def _check(row: Any, conn: Connection, extra: RdpCurve) -> tuple[BudgetStatus, float]:
+def _check(row: Any, conn: Connection, extra: PrivacyCost) -> tuple[BudgetStatus, float]:
     status = _status(conn, row)
-    after = (_curve(row.committed_curve) + _reserved_curve(conn, row.dataset) + extra).epsilon(row.delta)
+    after = (_committed_curve(conn, row) + _reserved_curve(conn, row) + extra).epsilon(row.delta)
     return status, after
 
 
@@ -135,14 +232,15 @@ def set_budget(engine: Engine, dataset: str, epsilon: float | None, delta: float
                     dataset=dataset,
                     epsilon=epsilon,
                     delta=delta,
-                    committed_curve=_json_curve(RdpCurve.zero()),
+                    committed_curve=_json_curve(PrivacyCost.zero()),
                     orders=[float(a) for a in ORDERS],
-                    accountant=ACCOUNTANT_VERSION,
+                    accountant=configured_accountant().version,
                     updated_at=_now(),
                 )
             )
         else:
-            if delta != row.delta and _curve(row.committed_curve) != RdpCurve.zero():
+            row = reprice(conn, row)
+            if delta != row.delta and _curve(row.committed_curve) != PrivacyCost.zero():
                 raise ValueError("delta cannot change after releases were charged against it")
             conn.execute(
                 update(budgets)
@@ -162,7 +260,7 @@ def budget_status(engine: Engine, dataset: str) -> BudgetStatus:
 
 def quote(engine: Engine, dataset: str, event: SubsampledGaussianEvent, iterations: int) -> Quote:
     """The cost of a job of `iterations` releases of `event`, and what would remain; reserves nothing."""
-    job_curve = rdp_curve(event).scaled(iterations)
+    job_curve = configured_accountant().cost(event).scaled(iterations)
     with reading(engine) as conn:
         row = conn.execute(select(budgets).where(budgets.c.dataset == dataset)).one_or_none()
         if row is None:
@@ -178,7 +276,7 @@ def reserve(
     """Admit a job by reserving its whole curve atomically, or raise BudgetExceeded reserving nothing."""
     if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
         raise ValueError("iterations must be an integer >= 1")
-    per_iteration = rdp_curve(event)
+    per_iteration = configured_accountant().cost(event)
     with engine.begin() as conn:
         row = _lock_budget(conn, dataset)
         status, after = _check(row, conn, per_iteration.scaled(iterations))
@@ -255,7 +353,8 @@ _ADD_TO_BUDGET = (
 
 def commit_charge(bind: Bind, charge: Charge) -> None:
     """Write one iteration's charge: from the job's reservation if it has one, else admitted on its own."""
-    curve = rdp_curve(charge.event)
+    accountant = configured_accountant()
+    curve = accountant.cost(charge.event)
     try:
         with transaction(bind) as conn:
             # One round trip: lock the budget row and read the job's reservation beside it.
@@ -264,6 +363,11 @@ def commit_charge(bind: Bind, charge: Charge) -> None:
             ).one_or_none()
             if row is None:
                 raise UnknownDataset(f"dataset {charge.dataset!r} has no budget")
+            if not _current(row):  # another accountant priced this ledger: re-price, then read again
+                reprice(conn, row)
+                row = conn.execute(
+                    _LOCK_WITH_RESERVATION, {"p_job_id": charge.job_id, "p_dataset": charge.dataset}
+                ).one()
             covered = (
                 row.open is not None
                 and bool(row.open)
@@ -285,7 +389,7 @@ def commit_charge(bind: Bind, charge: Charge) -> None:
                 "p_attempt": charge.attempt,
                 "p_event": event_to_dict(charge.event),
                 "p_curve": _json_curve(curve),
-                "p_accountant": ACCOUNTANT_VERSION,
+                "p_accountant": accountant.version,
                 "p_created_at": now,
                 "p_committed_curve": _json_curve(_curve(row.committed_curve) + curve),
                 "p_updated_at": now,
@@ -311,10 +415,11 @@ def charged_iterations(engine: Engine, job_id: str) -> list[tuple[int, int]]:
 
 def job_epsilon_spent(engine: Engine, job_id: str, delta: float) -> float:
     """Epsilon of the charges a job has committed so far, on their own, at the given delta."""
-    total = RdpCurve.zero()
+    accountant = configured_accountant()
+    total = accountant.zero()
     with reading(engine) as conn:
-        for (curve,) in conn.execute(select(charges.c.curve).where(charges.c.job_id == job_id)):
-            total = total + _curve(curve)
+        for (event,) in conn.execute(select(charges.c.event).where(charges.c.job_id == job_id)):
+            total = total + _event_cost(event, accountant)
     return total.epsilon(delta)
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
-from randomgen import AESCounter  # type: ignore[import-untyped, unused-ignore]  # .pyi stubs, no py.typed
+from randomgen import AESCounter
 
 Array = NDArray[np.float64]
 

@@ -9,6 +9,7 @@ run. Errors are domain exceptions that service.app turns into HTTP answers; none
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import uuid
@@ -22,7 +23,14 @@ from sqlalchemy import Engine, Row, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from privacy_wall import ledger_db
-from privacy_wall.accounting import CalibrationError, RdpCurve, SubsampledGaussianEvent, calibrate_sigma
+from privacy_wall.accounting import (
+    CalibrationError,
+    PrivacyCost,
+    SubsampledGaussianEvent,
+    calibrate_sigma,
+    configured_accountant,
+    event_from_dict,
+)
 from privacy_wall.accounting import epsilon as job_epsilon
 from privacy_wall.control_schema import charges, datasets, reservations
 from privacy_wall.ledger import BudgetExceeded
@@ -355,46 +363,43 @@ def list_jobs(
         return list(conn.execute(query).all())
 
 
-def _curve(values: Iterable[float | None]) -> RdpCurve:
-    return RdpCurve(tuple(math.inf if v is None else float(v) for v in values))
-
-
 def epsilon_spent(engine: Engine, deltas: dict[str, float]) -> dict[str, float]:
     """Epsilon of the charges each job has committed so far, on their own, at the job's delta.
 
-    A job whose every charge was covered by its reservation (the count of its charges equals the
-    reservation's committed count) has spent exactly committed x the reserved per-iteration curve: one
-    row read. Otherwise (a retried attempt beyond the reservation, a job without one) the ledger's stored
-    curves are summed, identical curves counted rather than added one by one.
+    Priced from the stored events by the configured accountant. A job whose every charge was covered by
+    its reservation (the count of its charges equals the reservation's committed count) has spent
+    exactly committed x the reserved per-iteration event: one row read. Otherwise (a retried attempt
+    beyond the reservation, a job without one) its charges' events are counted and priced once each.
     """
+    accountant = configured_accountant()
     ids = list(deltas)
-    totals: dict[str, RdpCurve] = {}
+    totals: dict[str, PrivacyCost] = {}
     charge_count = select(func.count()).where(charges.c.job_id == reservations.c.job_id).scalar_subquery()
     with reading(engine) as conn:
         for chunk in _chunks(ids):
             rows = conn.execute(
                 select(
                     reservations.c.job_id,
-                    reservations.c.per_iteration_curve,
+                    reservations.c.event,
                     reservations.c.committed,
                     charge_count.label("charges"),
                 ).where(reservations.c.job_id.in_(chunk))
             )
-            for job_id, curve, committed, count in rows:
+            for job_id, event, committed, count in rows:
                 if committed == count:
-                    totals[job_id] = _curve(curve).scaled(committed) if committed else RdpCurve.zero()
+                    totals[job_id] = accountant.cost(event_from_dict(event)).scaled(committed)
         rest = [job_id for job_id in ids if job_id not in totals]
-        counts: dict[str, Counter[tuple[float | None, ...]]] = {job_id: Counter() for job_id in rest}
+        counts: dict[str, Counter[str]] = {job_id: Counter() for job_id in rest}
         for chunk in _chunks(rest):
             stored = conn.execute(
-                select(charges.c.job_id, charges.c.curve).where(charges.c.job_id.in_(chunk))
+                select(charges.c.job_id, charges.c.event).where(charges.c.job_id.in_(chunk))
             )
-            for job_id, curve in stored:
-                counts[job_id][tuple(curve)] += 1
+            for job_id, event in stored:
+                counts[job_id][json.dumps(event, sort_keys=True)] += 1
     for job_id, counter in counts.items():
-        total = RdpCurve.zero()
-        for curve, n in counter.items():
-            total = total + _curve(curve).scaled(n)
+        total = accountant.zero()
+        for key, n in counter.items():
+            total = total + accountant.cost(event_from_dict(json.loads(key))).scaled(n)
         totals[job_id] = total
     return {job_id: totals[job_id].epsilon(deltas[job_id]) for job_id in ids}
 

@@ -19,7 +19,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import Engine, insert, select, update
 
 from privacy_wall import ledger_db
-from privacy_wall.accounting import SubsampledGaussianEvent, epsilon, rdp_curve
+from privacy_wall.accounting import SubsampledGaussianEvent, epsilon, privacy_cost
 from privacy_wall.control_schema import budgets, datasets, reservations
 from privacy_wall.ledger import Charge
 from privacy_wall.sqlengine import create_db_engine
@@ -516,7 +516,7 @@ def test_epsilon_spent_follows_the_charges_of_the_job(api: Api) -> None:
     assert ledger["budget"]["epsilon_reserved"] == pytest.approx(job["epsilon_job"])
     # A charge the reservation does not cover (another event) is summed from the ledger's rows.
     charge(api.engine, job_id, 3, sigma=SIGMA * 2)
-    uncovered = rdp_curve(SubsampledGaussianEvent(SIGMA, BATCH, N)).scaled(2) + rdp_curve(
+    uncovered = privacy_cost(SubsampledGaussianEvent(SIGMA, BATCH, N)).scaled(2) + privacy_cost(
         SubsampledGaussianEvent(SIGMA * 2, BATCH, N)
     )
     job = api.call("GET", f"/v1/jobs/{job_id}", "analyst").json()

@@ -92,14 +92,29 @@ def fit_argv(data: Path, *extra: str) -> list[str]:
 
 
 def test_privacy_epsilon_reproduces_the_paper_lda_schedule(capsys: pytest.CaptureFixture[str]) -> None:
-    result = run_ok(capsys, ["privacy", "epsilon", "--sigma", "1.24", *PAPER_LDA])
+    result = run_ok(capsys, ["privacy", "epsilon", "--sigma", "1.24", *PAPER_LDA, "--accountant", "paper"])
     assert result["epsilon"] == pytest.approx(2.38, rel=0.01)
     assert result["epsilon_is_infinite"] is False
     assert result["sigma"] == 1.24
     assert (result["batch_size"], result["population"], result["iterations"]) == (20000, 400000, 20)
     assert result["delta"] == 1e-4
     assert result["sampling_rate"] == pytest.approx(0.05)
-    assert result["accountant"].startswith("autodp")
+    assert result["accountant"].startswith("paper/autodp")
+
+
+def test_privacy_epsilon_defaults_to_the_tightest_accountant(capsys: pytest.CaptureFixture[str]) -> None:
+    """The issue's reference values: LDA 1.904 with RDP's improved conversion (never below 0.932, the PLD
+    of a reachable pair); full-batch Adult at eps 0.8 needs sigma 14.46 exactly (19.29 under the paper's)."""
+    result = run_ok(capsys, ["privacy", "epsilon", "--sigma", "1.24", *PAPER_LDA])
+    assert 0.932 <= result["epsilon"] <= 1.9045
+    assert result["accountant"].startswith("pld/")
+    rdp = run_ok(capsys, ["privacy", "epsilon", "--sigma", "1.24", *PAPER_LDA, "--accountant", "rdp"])
+    assert rdp["epsilon"] == pytest.approx(result["epsilon"]) and rdp["accountant"].startswith("rdp/")
+    batch = ["--batch-size", "32561", "--population", "32561", "--iterations", "10", "--delta", "1e-5"]
+    exact = run_ok(capsys, ["privacy", "sigma", "--epsilon", "0.8", *batch])
+    assert exact["sigma"] == pytest.approx(14.46, rel=2e-3) and exact["epsilon"] <= 0.8
+    paper = run_ok(capsys, ["privacy", "sigma", "--epsilon", "0.8", *batch, "--accountant", "paper"])
+    assert paper["sigma"] == pytest.approx(19.29, rel=2e-3)
 
 
 def test_privacy_sigma_round_trips_through_epsilon(capsys: pytest.CaptureFixture[str]) -> None:
@@ -355,7 +370,7 @@ def test_console_script_entry_point() -> None:
     executable = str(script) if script.exists() else shutil.which("vips")
     assert executable is not None, "the vips console script is not installed"
     completed = subprocess.run(
-        [executable, "privacy", "epsilon", "--sigma", "1.24", *PAPER_LDA],
+        [executable, "privacy", "epsilon", "--sigma", "1.24", *PAPER_LDA, "--accountant", "paper"],
         capture_output=True,
         text=True,
         timeout=60,

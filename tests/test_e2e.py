@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from sqlalchemy import select
 
-from privacy_wall.accounting import SubsampledGaussianEvent, rdp_curve
+from privacy_wall.accounting import SubsampledGaussianEvent, privacy_cost
 from privacy_wall.control_schema import charges
 from privacy_wall.sqlengine import create_db_engine
 from service.client import VipsClient
@@ -115,7 +115,7 @@ def test_postgres_redis_celery_end_to_end(tmp_path: Path) -> None:
 def test_fifty_concurrent_submissions_admit_exactly_k(tmp_path: Path) -> None:
     k, submissions, iterations, batch = 6, 50, 4, 200
     event = SubsampledGaussianEvent(2.0, batch, 2000)
-    per_job = rdp_curve(event).scaled(iterations)
+    per_job = privacy_cost(event).scaled(iterations)
     cap = (per_job.scaled(k).epsilon(DELTA) + per_job.scaled(k + 1).epsilon(DELTA)) / 2
     with production_service(tmp_path) as service:
         synthetic_csv(tmp_path / "train.csv")
@@ -213,7 +213,7 @@ def test_worker_killed_mid_job_leaves_no_uncharged_release(tmp_path: Path) -> No
             engine.dispose()
         assert stored and stored <= set(charged)  # every stored release has its charge
         assert len(charged) - len(stored) in (0, 1)  # at most the release the kill interrupted
-        per_iteration = rdp_curve(SubsampledGaussianEvent(5.0, 2000, 2000))
+        per_iteration = privacy_cost(SubsampledGaussianEvent(5.0, 2000, 2000))
         with VipsClient(service.url, custodian) as api:
             budget = api.dataset("synth")["budget"]
         exact = per_iteration.scaled(len(charged)).epsilon(DELTA)

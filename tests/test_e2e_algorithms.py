@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from privacy_wall.accounting import SubsampledGaussianEvent, rdp_curve
+from privacy_wall.accounting import SubsampledGaussianEvent, privacy_cost
 from service.client import VipsClient
 from tests.e2e import production_service, synthetic_csv
 from tests.test_cli_regression import write_csv
@@ -48,7 +48,9 @@ def test_algorithms_share_one_budget_over_http(tmp_path: Path) -> None:
             assert 0 < job["epsilon_spent"] <= 2.0
             # Every iteration was charged: the job's epsilon is exactly T releases of its event.
             event = SubsampledGaussianEvent(job["sigma"], batch, N)
-            assert job["epsilon_spent"] == pytest.approx(rdp_curve(event).scaled(iterations).epsilon(DELTA))
+            assert job["epsilon_spent"] == pytest.approx(
+                privacy_cost(event).scaled(iterations).epsilon(DELTA)
+            )
             document = json.loads(posterior.read_text())
             assert document["algorithm"] == algorithm and document["model"] == "blr"
             mean = np.asarray(document["mean"])
@@ -65,9 +67,9 @@ def test_algorithms_share_one_budget_over_http(tmp_path: Path) -> None:
         # The three jobs' charges compose on the dataset's one ledger.
         assert len(ledger["entries"]) == 5 + 200 + 10
         curve = (
-            rdp_curve(SubsampledGaussianEvent(jobs[0]["sigma"], N, N)).scaled(5)
-            + rdp_curve(SubsampledGaussianEvent(jobs[1]["sigma"], 200, N)).scaled(200)
-            + rdp_curve(SubsampledGaussianEvent(jobs[2]["sigma"], 500, N)).scaled(10)
+            privacy_cost(SubsampledGaussianEvent(jobs[0]["sigma"], N, N)).scaled(5)
+            + privacy_cost(SubsampledGaussianEvent(jobs[1]["sigma"], 200, N)).scaled(200)
+            + privacy_cost(SubsampledGaussianEvent(jobs[2]["sigma"], 500, N)).scaled(10)
         )
         assert ledger["budget"]["epsilon_spent"] == pytest.approx(curve.epsilon(DELTA), rel=1e-9)
         assert ledger["budget"]["epsilon_spent"] <= 8.0

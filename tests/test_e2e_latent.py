@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from privacy_wall.accounting import SubsampledGaussianEvent, rdp_curve
+from privacy_wall.accounting import SubsampledGaussianEvent, privacy_cost
 from service.client import VipsClient
 from tests.e2e import Service, production_service
 from worker.datasets.digits import load_binary_digits
@@ -53,7 +53,7 @@ def assert_charged(service: Service, custodian: str, dataset: str, job: dict[str
     with VipsClient(service.url, custodian) as api:
         ledger = api.ledger(dataset)
     assert sorted(e["iteration"] for e in ledger["entries"]) == list(range(1, job["iterations"] + 1))
-    expected = rdp_curve(event).scaled(job["iterations"]).epsilon(DELTA)
+    expected = privacy_cost(event).scaled(job["iterations"]).epsilon(DELTA)
     assert job["epsilon_spent"] == pytest.approx(expected, rel=1e-9)
     assert ledger["budget"]["epsilon_spent"] == pytest.approx(expected, rel=1e-9)
 

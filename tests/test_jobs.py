@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import Engine, func, insert, select, update
 
 from privacy_wall import ledger_db
-from privacy_wall.accounting import SubsampledGaussianEvent, rdp_curve
+from privacy_wall.accounting import SubsampledGaussianEvent, privacy_cost
 from privacy_wall.control_schema import charges
 from privacy_wall.gate import Gate
 from privacy_wall.ingest import ingest
@@ -126,7 +126,7 @@ def test_job_runs_stores_every_release_and_charges_each_once(engines: tuple[Engi
     assert stored_iterations(control, job_id) == list(range(1, 7))
     assert charge_keys(control, job_id) == [(t, 0) for t in range(1, 7)]
     status = ledger_db.budget_status(control, "t")
-    expected = rdp_curve(SubsampledGaussianEvent(3.0, 100, 400)).scaled(6).epsilon(DELTA)
+    expected = privacy_cost(SubsampledGaussianEvent(3.0, 100, 400)).scaled(6).epsilon(DELTA)
     assert status.epsilon_spent == pytest.approx(expected, rel=1e-9)
     assert status.epsilon_reserved == pytest.approx(expected, rel=1e-9)  # nothing left reserved
     with control.connect() as conn:
@@ -183,7 +183,7 @@ def test_release_lost_after_its_charge_is_paid_again_never_reused(
     assert keys == [(1, 0), (2, 0), (3, 0), (3, 1), (4, 0), (5, 0), (6, 0)]
     # Every stored release has its charge, and the ledger over-counts by exactly the lost one.
     assert set(stored_iterations(control, job_id)) <= {t for t, _ in keys}
-    per_iteration = rdp_curve(SubsampledGaussianEvent(3.0, 100, 400))
+    per_iteration = privacy_cost(SubsampledGaussianEvent(3.0, 100, 400))
     assert ledger_db.budget_status(control, "t").epsilon_spent == pytest.approx(
         per_iteration.scaled(7).epsilon(DELTA), rel=1e-9
     )
@@ -231,7 +231,7 @@ def test_reaper_fails_stale_jobs_and_refunds(
     assert job_runner.reap(control, timeout_seconds=60) == [job_id]
     assert job_row(control, job_id).status == "failed"
     assert job_row(control, fresh).status == "running"
-    per_iteration = rdp_curve(SubsampledGaussianEvent(3.0, 100, 400))
+    per_iteration = privacy_cost(SubsampledGaussianEvent(3.0, 100, 400))
     status = ledger_db.budget_status(control, "t")
     assert status.epsilon_spent == pytest.approx(per_iteration.scaled(3).epsilon(DELTA), rel=1e-9)
     # What remains reserved is exactly the fresh job's whole curve on top of the three charges.

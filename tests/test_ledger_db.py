@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import Engine
 
 from privacy_wall import ledger_db
-from privacy_wall.accounting import SubsampledGaussianEvent, rdp_curve
+from privacy_wall.accounting import SubsampledGaussianEvent, privacy_cost
 from privacy_wall.ledger import BudgetExceeded, Charge, DuplicateCharge
 from privacy_wall.sqlengine import create_db_engine
 from tests.dbservers import fresh_database
@@ -34,7 +34,7 @@ def engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Engine]:
 
 def budget_admitting_exactly(jobs: int, iterations: int) -> float:
     """An epsilon cap halfway between the cost of `jobs` and of `jobs + 1` identical jobs."""
-    per_job = rdp_curve(EVENT).scaled(iterations)
+    per_job = privacy_cost(EVENT).scaled(iterations)
     low = per_job.scaled(jobs).epsilon(DELTA)
     high = per_job.scaled(jobs + 1).epsilon(DELTA)
     return (low + high) / 2
@@ -76,7 +76,7 @@ def test_concurrent_reservations_admit_exactly_k(engine: Engine) -> None:
     status = ledger_db.budget_status(engine, "d")
     assert status.epsilon_spent <= cap
     assert math.isclose(
-        status.epsilon_spent, rdp_curve(EVENT).scaled(k * iterations).epsilon(DELTA), rel_tol=1e-9
+        status.epsilon_spent, privacy_cost(EVENT).scaled(k * iterations).epsilon(DELTA), rel_tol=1e-9
     )
 
 
@@ -84,7 +84,7 @@ def test_commit_refund_and_quote_arithmetic(engine: Engine) -> None:
     ledger_db.set_budget(engine, "d", 5.0, DELTA)
     quote = ledger_db.quote(engine, "d", EVENT, 20)
     assert quote.admissible and quote.status.epsilon_spent == 0
-    assert math.isclose(quote.job_epsilon, rdp_curve(EVENT).scaled(20).epsilon(DELTA))
+    assert math.isclose(quote.job_epsilon, privacy_cost(EVENT).scaled(20).epsilon(DELTA))
     assert ledger_db.budget_status(engine, "d").epsilon_reserved == 0  # a quote reserves nothing
 
     ledger_db.reserve(engine, "d", "j", EVENT, 20)
@@ -93,8 +93,8 @@ def test_commit_refund_and_quote_arithmetic(engine: Engine) -> None:
     with pytest.raises(DuplicateCharge):
         ledger_db.commit_charge(engine, Charge("d", "j", 3, EVENT))
     status = ledger_db.budget_status(engine, "d")
-    assert math.isclose(status.epsilon_spent, rdp_curve(EVENT).scaled(5).epsilon(DELTA), rel_tol=1e-9)
-    assert math.isclose(status.epsilon_reserved, rdp_curve(EVENT).scaled(20).epsilon(DELTA), rel_tol=1e-9)
+    assert math.isclose(status.epsilon_spent, privacy_cost(EVENT).scaled(5).epsilon(DELTA), rel_tol=1e-9)
+    assert math.isclose(status.epsilon_reserved, privacy_cost(EVENT).scaled(20).epsilon(DELTA), rel_tol=1e-9)
 
     assert ledger_db.refund(engine, "j") == 15
     assert ledger_db.refund(engine, "j") == 0  # idempotent
@@ -130,3 +130,124 @@ def test_budget_rules(engine: Engine) -> None:
     with pytest.raises(ValueError, match="delta cannot change"):
         ledger_db.set_budget(engine, "d", 5.0, 1e-6)
     assert ledger_db.set_budget(engine, "d", 6.0, DELTA).epsilon_budget == 6.0
+
+
+# --- re-pricing -----------------------------------------------------------------------------------------
+
+
+def _price_as_before_0002(engine: Engine, dataset: str) -> float:
+    """Rewrite a budget row as ledgers before migration 0002 held it: autodp's RDP curve alone (no
+    Gaussian or count entries) under the old accountant name. Returns the spend as it priced it."""
+    from sqlalchemy import select, update
+
+    from privacy_wall.accounting import event_from_dict, get_accountant
+    from privacy_wall.control_schema import budgets, charges, reservations
+
+    paper = get_accountant("paper")
+    with engine.begin() as conn:
+        total = paper.zero()
+        for (event,) in conn.execute(select(charges.c.event).where(charges.c.dataset == dataset)):
+            total = total + paper.cost(event_from_dict(event))
+        old = [v if math.isfinite(v) else None for v in total.rdp.tolist()]
+        conn.execute(
+            update(budgets)
+            .where(budgets.c.dataset == dataset)
+            .values(committed_curve=old, accountant="autodp-0.2.3.1/anaRDPacct-wbk19-thm27/grid-v1")
+        )
+        for job_id, event in conn.execute(select(reservations.c.job_id, reservations.c.event)):
+            curve = paper.cost(event_from_dict(event)).rdp.tolist()
+            conn.execute(
+                update(reservations).where(reservations.c.job_id == job_id).values(per_iteration_curve=curve)
+            )
+    return total.epsilon(DELTA)
+
+
+def test_a_ledger_priced_by_another_accountant_is_repriced_from_its_events(engine: Engine) -> None:
+    """Same events, tighter analysis: the spend only goes down, the change is recorded, reads before the
+    first write already show the configured accountant's figure, and the reservation keeps covering its
+    job's iterations after the re-pricing."""
+    from sqlalchemy import select
+
+    from privacy_wall.control_schema import accountant_changes, budgets
+
+    ledger_db.set_budget(engine, "d", 5.0, DELTA)
+    ledger_db.reserve(engine, "d", "job", EVENT, 20)
+    for t in range(1, 6):
+        ledger_db.commit_charge(engine, Charge("d", "job", t, EVENT))
+    expected = ledger_db.budget_status(engine, "d")
+    before = _price_as_before_0002(engine, "d")
+    assert before > expected.epsilon_spent * 1.1  # the paper's classic conversion charged more
+
+    on_the_fly = ledger_db.budget_status(engine, "d")  # a read: priced from the events, nothing written
+    assert on_the_fly.epsilon_spent == pytest.approx(expected.epsilon_spent, rel=1e-12)
+    assert on_the_fly.epsilon_reserved == pytest.approx(expected.epsilon_reserved, rel=1e-12)
+
+    ledger_db.commit_charge(engine, Charge("d", "job", 6, EVENT))  # a write re-prices first
+    after = ledger_db.budget_status(engine, "d")
+    assert after.epsilon_reserved == pytest.approx(expected.epsilon_reserved, rel=1e-12)  # still covered
+    with engine.connect() as conn:
+        changes = conn.execute(select(accountant_changes)).all()
+        version = conn.execute(select(budgets.c.accountant)).scalar_one()
+    assert len(changes) == 1 and changes[0].old_accountant.startswith("autodp")
+    assert changes[0].new_accountant == version and version.startswith("pld/")
+    assert changes[0].epsilon_spent_before == pytest.approx(before, rel=1e-9)
+    assert changes[0].epsilon_spent_after == pytest.approx(expected.epsilon_spent, rel=1e-12)
+    assert changes[0].epsilon_spent_after < changes[0].epsilon_spent_before
+
+
+def test_migration_0002_reprices_existing_ledgers(tmp_path: Path) -> None:
+    """A control database at revision 0001 with a charged ledger, upgraded to head: re-priced, recorded."""
+    from alembic import command
+    from sqlalchemy import select
+
+    from privacy_wall.control_schema import accountant_changes
+    from vips.migrate import alembic_config
+
+    url = f"sqlite:///{tmp_path / 'control.db'}"
+    command.upgrade(alembic_config("control", url), "0001")
+    eng = create_db_engine(url)
+    try:
+        from sqlalchemy import insert
+
+        from privacy_wall.accounting import ORDERS, event_to_dict
+        from privacy_wall.control_schema import budgets, charges
+
+        with eng.begin() as conn:  # what 0001's code wrote: autodp curves, the old accountant name
+            old_name = "autodp-0.2.3.1/anaRDPacct-wbk19-thm27/grid-v1"
+            per = privacy_cost(EVENT, "paper").rdp
+            conn.execute(
+                insert(budgets).values(
+                    dataset="d",
+                    epsilon=3.0,
+                    delta=DELTA,
+                    committed_curve=(per * 10).tolist(),
+                    orders=ORDERS.tolist(),
+                    accountant=old_name,
+                    updated_at=ledger_db._now(),
+                )
+            )
+            for t in range(10):
+                conn.execute(
+                    insert(charges).values(
+                        dataset="d",
+                        job_id="j",
+                        iteration=t,
+                        attempt=0,
+                        event=event_to_dict(EVENT),
+                        curve=per.tolist(),
+                        accountant=old_name,
+                        created_at=ledger_db._now(),
+                    )
+                )
+        upgrade("control", url)
+        status = ledger_db.budget_status(eng, "d")
+        assert status.epsilon_spent == pytest.approx(privacy_cost(EVENT).scaled(10).epsilon(DELTA), rel=1e-12)
+        with eng.connect() as conn:
+            (change,) = conn.execute(select(accountant_changes)).all()
+        assert change.epsilon_spent_before == pytest.approx(
+            privacy_cost(EVENT, "paper").scaled(10).epsilon(DELTA)
+        )
+        assert change.epsilon_spent_after == pytest.approx(status.epsilon_spent)
+        assert change.epsilon_spent_after < change.epsilon_spent_before
+    finally:
+        eng.dispose()

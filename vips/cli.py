@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable
 from typing import NoReturn
 
-from privacy_wall.accounting import CalibrationError
+from privacy_wall.accounting import ACCOUNTANTS, CalibrationError
 from privacy_wall.formats import FormatError
 from privacy_wall.gate import PrivacyError
 from privacy_wall.ledger import BudgetExceeded
@@ -90,6 +90,12 @@ def _add_privacy(commands: argparse._SubParsersAction[_Parser]) -> None:
         sub.add_argument("--population", type=_positive_int, required=True, help="N records in the dataset")
         sub.add_argument("--iterations", type=_positive_int, required=True, help="T iterations")
         sub.add_argument("--delta", type=_delta, required=True, help="delta of (epsilon, delta)-DP")
+        sub.add_argument(
+            "--accountant",
+            choices=tuple(ACCOUNTANTS),
+            default=None,
+            help="pld (exact for S = N), rdp or paper (the papers' numbers); default: VIPS_ACCOUNTANT or pld",
+        )
         sub.set_defaults(handler=handler)
 
 

@@ -22,7 +22,7 @@ import numpy as np
 import scipy.sparse as sp
 from numpy.typing import ArrayLike
 
-from privacy_wall.accounting import ACCOUNTANT_VERSION, SubsampledGaussianEvent, calibrate_sigma, epsilon
+from privacy_wall.accounting import SubsampledGaussianEvent, calibrate_sigma, epsilon, get_accountant
 from privacy_wall.gate import Gate, PrivacyError
 from privacy_wall.ledger import InMemoryLedger
 from privacy_wall.store import InMemoryBinaryStore, InMemoryBowStore, InMemoryTabularStore, RowStore
@@ -53,6 +53,7 @@ class VipsEstimator:
     sampling "uniform" (always with noise: S distinct rows drawn uniformly per iteration, what the
     accountant analyses) or "passes" (sigma = 0 only: shuffled passes over the data, as scikit-learn and
     gensim do; T iterations of S rows are T S / N passes). tau0, kappa: step sizes rho_t = (tau0 + t)^-kappa.
+    accountant: "pld" (default; exact for S = N), "rdp" or "paper" (privacy_wall.accounting).
     Subclasses name their model and algorithm and add their options (DESIGN section 6) as fields; an
     option left None takes the model's default (worker.models).
     """
@@ -70,6 +71,7 @@ class VipsEstimator:
     kappa: float = 1.0
     random_state: int | None = None
     sampling: Sampling = "uniform"
+    accountant: str = "pld"
 
     def model_options(self) -> dict[str, float]:
         """The model's options that are set (None means the model's default)."""
@@ -84,7 +86,9 @@ class VipsEstimator:
                 raise ValueError("sigma must be >= 0")
             return float(self.sigma)
         assert self.epsilon is not None
-        return calibrate_sigma(self.epsilon, batch_size, population, self.iterations, self.delta)
+        return calibrate_sigma(
+            self.epsilon, batch_size, population, self.iterations, self.delta, accountant=self.accountant
+        )
 
     def _fit_store(self, make_store: Any, population: int, dataset: str) -> dict[str, Any]:
         """Run the loop on the store `make_store(public)` builds; set the fitted attributes and return
@@ -104,7 +108,8 @@ class VipsEstimator:
             raise PrivacyError("sampling='passes' is only for sigma = 0: private fits sample uniformly")
         setup = model_setup(self.model_name, self.model_options(), sigma=sigma, algorithm=self.algorithm)
         store: RowStore = make_store(public)
-        ledger = InMemoryLedger(delta=self.delta, epsilon_budget=self.epsilon)
+        accountant = get_accountant(self.accountant)
+        ledger = InMemoryLedger(delta=self.delta, epsilon_budget=self.epsilon, accountant=accountant)
         gate = Gate(store, ledger, seed=self.random_state, passes=passes)
         job_id = uuid.uuid4().hex
         ledger.reserve(job_id, SubsampledGaussianEvent(sigma, batch_size, population), self.iterations)
@@ -136,7 +141,7 @@ class VipsEstimator:
                 iterations=self.iterations,
                 batch_size=batch_size,
                 population=population,
-                accountant=ACCOUNTANT_VERSION,
+                accountant=accountant.version,
                 sampling="shuffled_passes" if passes else "without_replacement",
             ),
             parameters=setup.model.posterior(result.state),
@@ -332,6 +337,8 @@ class VIPSSigmoidBeliefNetwork(VipsEstimator):
         return reconstruction_metrics(np.asarray(Y, dtype=np.float64), self.W_, self.b_, self.c_)
 
 
-def quoted_epsilon(sigma: float, batch_size: int, population: int, iterations: int, delta: float) -> float:
+def quoted_epsilon(
+    sigma: float, batch_size: int, population: int, iterations: int, delta: float, accountant: str = "pld"
+) -> float:
     """The accountant's quote for a schedule (re-exported for researchers)."""
-    return epsilon(sigma, batch_size, population, iterations, delta)
+    return epsilon(sigma, batch_size, population, iterations, delta, accountant)

@@ -19,7 +19,7 @@ import numpy as np
 from sqlalchemy import Engine, bindparam, func, insert, select, update
 
 from privacy_wall import ledger_db
-from privacy_wall.accounting import ACCOUNTANT_VERSION
+from privacy_wall.accounting import configured_accountant
 from privacy_wall.control_schema import budgets, charges, datasets
 from privacy_wall.db_store import DatabaseStore
 from privacy_wall.gate import Gate, Release
@@ -270,7 +270,7 @@ def _run(job: Any, control: Engine, sensitive: Engine) -> dict[str, Any]:
             iterations=job.iterations,
             batch_size=job.batch_size,
             population=store.info.population,
-            accountant=ACCOUNTANT_VERSION,
+            accountant=configured_accountant().version,
         ),
         parameters=setup.model.posterior(result.state),
         extra=public_schema_extra(job.model, schema),

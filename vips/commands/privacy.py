@@ -6,7 +6,13 @@ import argparse
 import math
 from typing import Any
 
-from privacy_wall.accounting import ACCOUNTANT_VERSION, calibrate_sigma, epsilon
+from privacy_wall.accounting import (
+    Accountant,
+    calibrate_sigma,
+    configured_accountant,
+    epsilon,
+    get_accountant,
+)
 from vips.errors import UsageError
 from vips.output import finite_or_none, print_json
 
@@ -21,6 +27,10 @@ def check_schedule(batch_size: int, population: int, iterations: int, delta: flo
         raise UsageError("--delta must be in (0, 1)")
 
 
+def _accountant(args: argparse.Namespace) -> Accountant:
+    return get_accountant(args.accountant) if args.accountant else configured_accountant()
+
+
 def _quote(sigma: float, eps: float, args: argparse.Namespace) -> dict[str, Any]:
     return {
         "epsilon": finite_or_none(eps),
@@ -33,20 +43,25 @@ def _quote(sigma: float, eps: float, args: argparse.Namespace) -> dict[str, Any]
         "sampling_rate": args.batch_size / args.population,
         "sampling": "without_replacement",
         "neighbouring": "replace_one",
-        "accountant": ACCOUNTANT_VERSION,
+        "accountant": _accountant(args).version,
     }
 
 
 def run_epsilon(args: argparse.Namespace) -> int:
     check_schedule(args.batch_size, args.population, args.iterations, args.delta)
-    eps = epsilon(args.sigma, args.batch_size, args.population, args.iterations, args.delta)
+    eps = epsilon(
+        args.sigma, args.batch_size, args.population, args.iterations, args.delta, _accountant(args)
+    )
     print_json(_quote(args.sigma, eps, args))
     return 0
 
 
 def run_sigma(args: argparse.Namespace) -> int:
     check_schedule(args.batch_size, args.population, args.iterations, args.delta)
-    sigma = calibrate_sigma(args.epsilon, args.batch_size, args.population, args.iterations, args.delta)
-    eps = epsilon(sigma, args.batch_size, args.population, args.iterations, args.delta)
+    accountant = _accountant(args)
+    sigma = calibrate_sigma(
+        args.epsilon, args.batch_size, args.population, args.iterations, args.delta, accountant=accountant
+    )
+    eps = epsilon(sigma, args.batch_size, args.population, args.iterations, args.delta, accountant)
     print_json({**_quote(sigma, eps, args), "target_epsilon": args.epsilon})
     return 0

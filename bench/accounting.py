@@ -1,0 +1,102 @@
+"""The accountants side by side: epsilons of the reference settings and the time to price or calibrate.
+
+Rows: each accountant of privacy_wall.accounting (pld, the default; rdp; paper) and dp_accounting's own
+RdpAccountant (REPLACE_ONE, SampledWithoutReplacementDpEvent) and PLD of the reachable pair (a floor,
+not an accountant: see tests/test_accounting.py). Times are medians of fresh (uncached) evaluations on
+one core: each run uses a sigma the process has not priced before.
+
+    python -m bench.accounting
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+from dp_accounting import dp_event
+from dp_accounting.pld import privacy_loss_distribution as pld
+from dp_accounting.rdp import rdp_privacy_accountant as rdp
+
+from privacy_wall.accounting import ACCOUNTANTS, calibrate_sigma, epsilon
+
+# (label, sigma, S, N, T, delta)
+SETTINGS = [
+    ("LDA (paper)", 1.24, 20_000, 400_000, 20, 1e-4),
+    ("Adult q=0.004", 1.0, 130, 32_561, 100, 1e-3),
+    ("Adult batch", 14.46, 32_561, 32_561, 10, 1e-5),
+    ("S=50 of 398, T=2000", 4.0, 50, 398, 2000, 1e-5),
+    ("T=100,000", 2.0, 100, 60_000, 100_000, 1e-5),
+]
+CALIBRATIONS = [
+    ("Adult batch eps 0.8", 0.8, 32_561, 32_561, 10, 1e-5),
+    ("S=50 of 398, T=2000, eps 1", 1.0, 50, 398, 2000, 1e-5),
+    ("LDA eps 1.9", 1.9, 20_000, 400_000, 20, 1e-4),
+]
+
+
+def timed(
+    fn: Callable[..., float], args: tuple[Any, ...], repeats: int, **kwargs: Any
+) -> tuple[float, float]:
+    """(value, median seconds) of fn(*args, **kwargs), args[0] perturbed afresh each time (no cache hits)."""
+    times, value = [], 0.0
+    for k in range(repeats):
+        start = time.perf_counter()
+        result = fn(args[0] * (1.0 + 1e-7 * (k + 1)), *args[1:], **kwargs)
+        times.append(time.perf_counter() - start)
+        value = value or result
+    return value, statistics.median(times)
+
+
+def dp_accounting_rdp(sigma: float, size: int, population: int, iterations: int, delta: float) -> float:
+    acct = rdp.RdpAccountant(neighboring_relation=rdp.NeighborRel.REPLACE_ONE)
+    event = dp_event.GaussianDpEvent(sigma)
+    if size < population:
+        event = dp_event.SampledWithoutReplacementDpEvent(population, size, event)
+    acct.compose(event, iterations)
+    return float(acct.get_epsilon(delta))
+
+
+def reachable_pair_pld(sigma: float, size: int, population: int, iterations: int, delta: float) -> float:
+    pair = pld.from_gaussian_mechanism(
+        sigma, sampling_prob=size / population, pessimistic_estimate=False, value_discretization_interval=1e-3
+    )
+    return float(pair.self_compose(iterations).get_epsilon_for_delta(delta))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    print("| setting | " + " | ".join(ACCOUNTANTS) + " | dp_accounting RDP | reachable-pair PLD (floor) |")
+    print("|---|" + "---|" * (len(ACCOUNTANTS) + 2))
+    for label, sigma, size, population, iterations, delta in SETTINGS:
+        cells = []
+        for name in ACCOUNTANTS:
+            repeats = 1 if name == "paper" else args.repeats
+            value, seconds = timed(epsilon, (sigma, size, population, iterations, delta, name), repeats)
+            cells.append(f"{value:.4g} ({seconds * 1e3:.1f} ms)")
+        for reference in (dp_accounting_rdp, reachable_pair_pld):
+            if reference is reachable_pair_pld and iterations > 10_000:
+                cells.append("-")
+                continue
+            value, seconds = timed(reference, (sigma, size, population, iterations, delta), 1)
+            cells.append(f"{value:.4g} ({seconds * 1e3:.0f} ms)")
+        print(f"| {label} | " + " | ".join(cells) + " |")
+    print()
+    print("| calibration | " + " | ".join(ACCOUNTANTS) + " |")
+    print("|---|" + "---|" * len(ACCOUNTANTS))
+    for label, target, size, population, iterations, delta in CALIBRATIONS:
+        cells = []
+        for name in ACCOUNTANTS:
+            repeats = 1 if name == "paper" else args.repeats
+            schedule = (target, size, population, iterations, delta)
+            value, seconds = timed(calibrate_sigma, schedule, repeats, accountant=name)
+            cells.append(f"sigma {value:.4g} ({seconds * 1e3:.0f} ms)")
+        print(f"| {label} | " + " | ".join(cells) + " |")
+
+
+if __name__ == "__main__":
+    main()
