@@ -61,7 +61,11 @@ def dp_accounting_rdp(sigma: float, size: int, population: int, iterations: int,
 
 def reachable_pair_pld(sigma: float, size: int, population: int, iterations: int, delta: float) -> float:
     pair = pld.from_gaussian_mechanism(
-        sigma, sampling_prob=size / population, pessimistic_estimate=False, value_discretization_interval=1e-3
+        sigma,
+        sampling_prob=size / population,
+        pessimistic_estimate=False,
+        value_discretization_interval=1e-3,
+        use_connect_dots=False,
     )
     return float(pair.self_compose(iterations).get_epsilon_for_delta(delta))
 

@@ -12,9 +12,11 @@ from __future__ import annotations
 import json
 import logging
 import math
+import threading
 import uuid
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, overload
@@ -75,6 +77,38 @@ class Conflict(ServiceError):
 
 class QueueUnavailable(ServiceError):
     status_code = 503
+
+
+class AccountantBusy(ServiceError):
+    """Every pricing slot stayed taken for the whole wait: 503, nothing was reserved."""
+
+    status_code = 503
+
+
+_pricing_slots: dict[int, threading.BoundedSemaphore] = {}
+_pricing_lock = threading.Lock()
+
+
+@contextmanager
+def pricing_slot(settings: ServiceSettings) -> Iterator[None]:
+    """Hold one of the process's `settings.pricing_slots` accountant slots (bounded waiting).
+
+    Routes run in the request thread pool; this keeps accountant work (milliseconds with the default
+    accountant, seconds with `paper`) from ever taking more than a few of its threads, so reads and
+    other submissions go on while quotes are priced.
+    """
+    with _pricing_lock:
+        slots = _pricing_slots.setdefault(
+            settings.pricing_slots, threading.BoundedSemaphore(settings.pricing_slots)
+        )
+    if not slots.acquire(timeout=settings.pricing_wait_seconds):
+        raise AccountantBusy(
+            "the accountant is busy pricing other jobs; nothing was reserved; try again shortly"
+        )
+    try:
+        yield
+    finally:
+        slots.release()
 
 
 class BudgetRefused(Conflict):
@@ -212,18 +246,19 @@ def plan_job(engine: Engine, spec: JobCreate, dataset: Row[Any], settings: Servi
     batch_size = check_spec(spec, dataset, settings)
     budget = ensure_budget(engine, dataset)
     population = int(dataset.population)
-    if spec.epsilon is not None:
-        try:
-            sigma = calibrate_sigma(spec.epsilon, batch_size, population, spec.iterations, budget.delta)
-        except CalibrationError as exc:
-            raise SpecError([(("epsilon",), str(exc))]) from None
-    else:
-        assert spec.sigma is not None
-        sigma = spec.sigma
-    conflict = schedule_problem(spec.model, spec.options, sigma)
-    if conflict is not None:
-        raise SpecError([(("options", conflict[0]), conflict[1])])
-    eps = job_epsilon(sigma, batch_size, population, spec.iterations, budget.delta) if sigma > 0 else None
+    with pricing_slot(settings):  # the accountant's cost is cached for the reservation that follows
+        if spec.epsilon is not None:
+            try:
+                sigma = calibrate_sigma(spec.epsilon, batch_size, population, spec.iterations, budget.delta)
+            except CalibrationError as exc:
+                raise SpecError([(("epsilon",), str(exc))]) from None
+        else:
+            assert spec.sigma is not None
+            sigma = spec.sigma
+        conflict = schedule_problem(spec.model, spec.options, sigma)
+        if conflict is not None:
+            raise SpecError([(("options", conflict[0]), conflict[1])])
+        eps = job_epsilon(sigma, batch_size, population, spec.iterations, budget.delta) if sigma > 0 else None
     return Plan(dataset.name, batch_size, population, sigma, budget.delta, finite(eps))
 
 

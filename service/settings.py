@@ -25,6 +25,10 @@ class ServiceSettings(BaseSettings):
     broker_url: str | None = None
     heartbeat_timeout_seconds: float = 60.0
     max_iterations: int = 100_000
+    #: Requests pricing a job (calibration, quotes) run the accountant in at most `pricing_slots` threads of
+    #: the request pool at once; a request that waits `pricing_wait_seconds` for a slot gets a 503.
+    pricing_slots: int = 2
+    pricing_wait_seconds: float = 10.0
 
     @property
     def embedded(self) -> bool:

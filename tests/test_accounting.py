@@ -418,7 +418,11 @@ def test_no_accountant_charges_less_than_a_reachable_pair(
 
     q = size / population
     pair = pld.from_gaussian_mechanism(
-        sigma, sampling_prob=q, pessimistic_estimate=False, value_discretization_interval=1e-3
+        sigma,
+        sampling_prob=q,
+        pessimistic_estimate=False,
+        value_discretization_interval=1e-3,
+        use_connect_dots=False,
     ).self_compose(iterations)
     floor = pair.get_epsilon_for_delta(delta)
     charged = {name: epsilon(sigma, size, population, iterations, delta, name) for name in ACCOUNTANTS}

@@ -349,6 +349,33 @@ def test_dry_run_quotes_and_reserves_nothing(api: Api) -> None:
     assert job_count(api.engine) == len(api.queue.sent) == open_reservations(api.engine) == 1
 
 
+def test_pricing_takes_a_bounded_number_of_request_threads(tmp_path: Path) -> None:
+    """Accountant work holds at most `pricing_slots` threads; with every slot taken a quote waits
+    `pricing_wait_seconds` and gets a 503 that says so, while reads go on; nothing is reserved."""
+    from service.jobs import pricing_slot
+
+    with fresh_database("sqlite", tmp_path) as url:
+        upgrade("control", url)
+        engine = create_db_engine(url)
+        keys, _ = populate(engine)
+        settings = ServiceSettings(
+            home=tmp_path, control_database_url=url, pricing_slots=1, pricing_wait_seconds=0.2
+        )
+        try:
+            with TestClient(create_app(settings, queue=RecordingQueue())) as client:
+                api = Api(client, engine, RecordingQueue(), keys, {})
+                with pricing_slot(settings):  # a slow quote elsewhere holds the only slot
+                    busy = api.submit(dry_run=True)
+                    assert busy.status_code == 503 and "accountant is busy" in busy.json()["detail"]
+                    assert api.submit().status_code == 503
+                    read = client.get("/v1/jobs", headers={"Authorization": f"Bearer {keys['analyst']}"})
+                    assert read.status_code == 200
+                assert api.submit(dry_run=True).status_code == 200  # the slot is free again
+                assert (reserved(engine), job_count(engine)) == (0.0, 0)
+        finally:
+            engine.dispose()
+
+
 def test_a_private_dataset_without_a_budget_is_409(api: Api) -> None:
     r = api.submit(dataset="nobudget")
     assert r.status_code == 409

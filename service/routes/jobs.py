@@ -33,7 +33,10 @@ router = APIRouter(prefix="/jobs", tags=["jobs"], responses=AUTH_RESPONSES)
         200: {"model": JobQuote, "description": "dry run: the quote; nothing is reserved or queued"},
         404: {"model": Message},
         409: {"model": BudgetRefusal, "description": "the budget cannot admit the job (or none is set)"},
-        503: {"model": Message, "description": "the job queue is unavailable; nothing stays reserved"},
+        503: {
+            "model": Message,
+            "description": "the job queue is unavailable or the accountant busy; nothing stays reserved",
+        },
     },
 )
 def submit(
