@@ -100,7 +100,50 @@ def main() -> None:
             value, seconds = timed(calibrate_sigma, schedule, repeats, accountant=name)
             cells.append(f"sigma {value:.4g} ({seconds * 1e3:.0f} ms)")
         print(f"| {label} | " + " | ".join(cells) + " |")
+    print()
+    quote, reserve, spent = ledger_with_events(10_000, 100)
+    print(
+        f"Ledger of 10,000 charges from 100 jobs with distinct sigmas (SQLite): quote {quote * 1e3:.1f} ms, "
+        f"reservation {reserve * 1e3:.1f} ms (new schedules, medians of 5), epsilon spent {spent:.4g}"
+    )
 
 
 if __name__ == "__main__":
     main()
+
+
+def ledger_with_events(charges: int, jobs: int) -> tuple[float, float, float]:
+    """A SQLite ledger holding `charges` charges of `jobs` jobs with distinct sigmas: the median seconds of
+    a quote and of a reservation of a new schedule, and the epsilon spent."""
+    import tempfile
+    from pathlib import Path
+
+    from privacy_wall import ledger_db
+    from privacy_wall.accounting import SubsampledGaussianEvent
+    from privacy_wall.ledger import Charge
+    from privacy_wall.sqlengine import create_db_engine
+    from vips.migrate import upgrade
+
+    with tempfile.TemporaryDirectory() as folder:
+        url = f"sqlite:///{Path(folder) / 'control.db'}"
+        upgrade("control", url)
+        engine = create_db_engine(url)
+        ledger_db.set_budget(engine, "d", None, 1e-5)
+        per_job = charges // jobs
+        for j in range(jobs):
+            event = SubsampledGaussianEvent(2.0 + j / jobs, 100, 60_000)
+            ledger_db.reserve(engine, "d", f"job{j}", event, per_job)
+            for t in range(per_job):
+                ledger_db.commit_charge(engine, Charge("d", f"job{j}", t, event))
+        quotes, reserves = [], []
+        for k in range(5):
+            event = SubsampledGaussianEvent(1.5 + 1e-3 * k, 200, 60_000)
+            start = time.perf_counter()
+            ledger_db.quote(engine, "d", event, 100)
+            quotes.append(time.perf_counter() - start)
+            start = time.perf_counter()
+            ledger_db.reserve(engine, "d", f"new{k}", event, 100)
+            reserves.append(time.perf_counter() - start)
+        spent = ledger_db.budget_status(engine, "d").epsilon_spent
+        engine.dispose()
+    return statistics.median(quotes), statistics.median(reserves), spent
