@@ -18,6 +18,7 @@ from sqlalchemy import (
     PrimaryKeyConstraint,
     String,
     Table,
+    UniqueConstraint,
     Text,
 )
 
@@ -57,6 +58,9 @@ jobs = Table(
     Column("started_at", DateTime(timezone=True), nullable=True),
     Column("finished_at", DateTime(timezone=True), nullable=True),
     Column("heartbeat_at", DateTime(timezone=True), nullable=True),
+    # The submitter's Idempotency-Key: the same key (per submitting key) returns the same job.
+    Column("idempotency_key", String(128), nullable=True),
+    UniqueConstraint("owner", "idempotency_key", name="uq_jobs_owner_idempotency_key"),
 )
 
 releases = Table(
