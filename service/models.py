@@ -18,8 +18,8 @@ from sqlalchemy import (
     PrimaryKeyConstraint,
     String,
     Table,
-    UniqueConstraint,
     Text,
+    UniqueConstraint,
 )
 
 from privacy_wall.control_schema import metadata
