@@ -22,6 +22,7 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 from service.db import create_control_engine
 from service.jobs import BudgetRefused, ServiceError, SpecError
 from service.queue import CeleryQueue, JobQueue
+from service.reaper import start_reaper_thread
 from service.routes import budgets, datasets, health, jobs, keys, posteriors
 from service.settings import ServiceSettings, get_settings
 
@@ -86,9 +87,23 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # The reaper runs here too, so budget reserved by a job no worker will run is refunded even
+        # when no worker is alive (service.reaper).
+        stop = (
+            start_reaper_thread(
+                engine,
+                settings.reaper_interval_seconds,
+                settings.heartbeat_timeout_seconds,
+                settings.queued_timeout_seconds,
+            )
+            if settings.reaper_interval_seconds > 0
+            else None
+        )
         try:
             yield
         finally:
+            if stop is not None:
+                stop.set()
             app.state.queue.close()
             app.state.engine.dispose()
 

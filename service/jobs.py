@@ -291,8 +291,48 @@ def _refusal(exc: BudgetExceeded) -> BudgetRefusal:
     )
 
 
-def submit_job(engine: Engine, queue: JobQueue, owner: Principal, spec: JobCreate, plan: Plan) -> Row[Any]:
-    """Reserve, insert, queue; returns the job row. Raises BudgetRefused, QueueUnavailable."""
+def previous_submission(engine: Engine, owner: Principal, key: str, spec: JobCreate) -> Row[Any] | None:
+    """The job this key already submitted with that Idempotency-Key, if any (409 if its spec differs)."""
+    with reading(engine) as conn:
+        job = conn.execute(
+            select(jobs).where(jobs.c.owner == owner.key_id, jobs.c.idempotency_key == key)
+        ).one_or_none()
+    if job is None:
+        return None
+    asked = {
+        "dataset": spec.dataset,
+        "model": spec.model,
+        "algorithm": spec.algorithm,
+        "iterations": spec.iterations,
+        "epsilon_target": spec.epsilon,
+        "options": dict(spec.options),
+    }
+    if spec.batch_size is not None:
+        asked["batch_size"] = spec.batch_size
+    if spec.sigma is not None:
+        asked["sigma"] = spec.sigma
+    differs = [name for name, value in asked.items() if getattr(job, name) != value]
+    if differs:
+        raise Conflict(
+            f"Idempotency-Key {key!r} was used for job {job.id} with another {', '.join(differs)}; "
+            "use a new key for a new job"
+        )
+    return job
+
+
+def submit_job(
+    engine: Engine,
+    queue: JobQueue,
+    owner: Principal,
+    spec: JobCreate,
+    plan: Plan,
+    idempotency_key: str | None = None,
+) -> Row[Any]:
+    """Reserve, insert, queue; returns the job row. Raises BudgetRefused, QueueUnavailable.
+
+    With an idempotency key, a concurrent submission that inserted first wins: this one's reservation
+    is refunded and the winner's job returned, so one key is never two charged jobs.
+    """
     job_id = uuid.uuid4().hex
     try:
         ledger_db.reserve(engine, plan.dataset, job_id, plan.event, spec.iterations)
@@ -320,8 +360,15 @@ def submit_job(engine: Engine, queue: JobQueue, owner: Principal, spec: JobCreat
                     iteration=0,
                     cancel_requested=False,
                     created_at=_now(),
+                    idempotency_key=idempotency_key,
                 )
             )
+    except IntegrityError:
+        ledger_db.refund(engine, job_id)
+        winner = previous_submission(engine, owner, idempotency_key, spec) if idempotency_key else None
+        if winner is None:
+            raise
+        return winner
     except BaseException:
         ledger_db.refund(engine, job_id)
         raise

@@ -24,6 +24,10 @@ class ServiceSettings(BaseSettings):
     control_database_url: str | None = None
     broker_url: str | None = None
     heartbeat_timeout_seconds: float = 60.0
+    #: A job still queued this long after submission was never started by a worker: failed and refunded.
+    queued_timeout_seconds: float = 300.0
+    #: How often the API process (and each worker, and Celery beat) runs the reaper (service.reaper).
+    reaper_interval_seconds: float = 10.0
     max_iterations: int = 100_000
     #: Requests pricing a job (calibration, quotes) run the accountant in at most `pricing_slots` threads of
     #: the request pool at once; a request that waits `pricing_wait_seconds` for a slot gets a 503.
@@ -45,6 +49,10 @@ class ServiceSettings(BaseSettings):
             "task_reject_on_worker_lost": True,
             "worker_prefetch_multiplier": 1,
             "broker_connection_retry_on_startup": True,
+            # `celery beat` (docker-compose's beat service) queues the reaper; any worker runs it.
+            "beat_schedule": {
+                "reap": {"task": REAP_TASK, "schedule": self.reaper_interval_seconds * 3},
+            },
         }
         if self.broker_url is not None:
             config["broker_url"] = self.broker_url

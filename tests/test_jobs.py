@@ -23,6 +23,7 @@ from service.models import api_keys, jobs, posteriors, releases
 from tests.dbservers import fresh_database
 from tests.test_ingest_store import tabular_data, write_tabular
 from vips.migrate import upgrade
+from service.reaper import reap
 from worker import jobs as job_runner
 
 DELTA = 1e-5
@@ -228,7 +229,7 @@ def test_reaper_fails_stale_jobs_and_refunds(
             .where(jobs.c.id == job_id)
             .values(heartbeat_at=datetime.now(UTC) - timedelta(seconds=120))
         )
-    assert job_runner.reap(control, timeout_seconds=60) == [job_id]
+    assert reap(control, 60) == [job_id]
     assert job_row(control, job_id).status == "failed"
     assert job_row(control, fresh).status == "running"
     per_iteration = privacy_cost(SubsampledGaussianEvent(3.0, 100, 400))

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
 from sqlalchemy import Engine, bindparam, func, insert, select, update
+from sqlalchemy.exc import InterfaceError, OperationalError
 
 from privacy_wall import ledger_db
 from privacy_wall.accounting import configured_accountant
@@ -33,6 +35,7 @@ from privacy_wall.sqlengine import (
     transaction,
 )
 from service.models import jobs, posteriors, releases
+from service.reaper import heartbeat_is_fresh
 from worker.models.registry import model_setup, public_schema_extra
 from worker.posterior import Privacy, build_posterior
 from worker.runner import LoopSettings, run_vips
@@ -184,20 +187,80 @@ def heartbeat(control: Engine, job_id: str, every_seconds: float) -> Iterator[No
         thread.join()
 
 
+#: Errors of an unreachable or lost database (control or sensitive): the job is resumed later, not failed.
+DATABASE_ERRORS = (OperationalError, InterfaceError)
+#: Waits before each retry of recording a job's end (seconds).
+FINISH_RETRY_WAITS = (0.5, 1.0, 2.0, 4.0)
+
+
+class DatabaseUnavailable(Exception):
+    """A database was unreachable; `started` says whether the job had begun (then it resumes from its
+    stored releases once its heartbeat is stale; nothing released is paid twice)."""
+
+    def __init__(self, job_id: str, started: bool) -> None:
+        where = "while it ran" if started else "before it started"
+        super().__init__(f"job {job_id}: a database was unreachable {where}")
+        self.started = started
+
+
 def _finish(control: Engine, job_id: str, status: str, error: str | None = None) -> None:
-    with control.begin() as conn:
-        conn.execute(
-            update(jobs).where(jobs.c.id == job_id).values(status=status, error=error, finished_at=_now())
-        )
-    ledger_db.refund(control, job_id)
+    """Record the job's end and refund its unspent reservation, retried through a database blip; if the
+    database stays away the job keeps its stale heartbeat and the reaper fails and refunds it."""
+    for wait in (*FINISH_RETRY_WAITS, None):
+        try:
+            with control.begin() as conn:
+                conn.execute(
+                    update(jobs)
+                    .where(jobs.c.id == job_id)
+                    .values(status=status, error=error, finished_at=_now())
+                )
+            ledger_db.refund(control, job_id)
+            return
+        except DATABASE_ERRORS:
+            if wait is None:
+                raise
+            log.warning("job %s: recording its end failed (database unavailable); retrying", job_id)
+            time.sleep(wait)
 
 
 def execute_job(job_id: str, control: Engine, sensitive: Engine, *, heartbeat_timeout: float = 60.0) -> str:
     """Run (or resume) a job to a terminal status and return it.
 
     A job that is running with a fresh heartbeat belongs to another worker and is left alone; one whose
-    heartbeat went stale (its worker died, the broker redelivered the task) is resumed.
+    heartbeat went stale (its worker died, the broker redelivered the task) is resumed. An unreachable
+    database raises DatabaseUnavailable (the task retries it later) instead of failing the job.
     """
+    try:
+        claimed = _claim(job_id, control, heartbeat_timeout)
+    except DATABASE_ERRORS as exc:
+        raise DatabaseUnavailable(job_id, started=False) from exc
+    if isinstance(claimed, str):
+        return claimed
+    job = claimed
+    if job.cancel_requested:
+        _finish(control, job_id, "cancelled")
+        return "cancelled"
+    try:
+        with heartbeat(control, job_id, heartbeat_timeout / 4):
+            document = _run(job, control, sensitive)
+        with control.begin() as conn:
+            conn.execute(insert(posteriors).values(job_id=job_id, document=document, created_at=_now()))
+    except JobCancelled:
+        _finish(control, job_id, "cancelled")
+        return "cancelled"
+    except DATABASE_ERRORS as exc:
+        log.warning("job %s: database unavailable (%s); it resumes later", job_id, type(exc).__name__)
+        raise DatabaseUnavailable(job_id, started=True) from exc
+    except Exception as exc:  # the job fails; its unspent reservation is refunded
+        log.exception("job %s failed", job_id)
+        _finish(control, job_id, "failed", f"{type(exc).__name__}: {exc}")
+        return "failed"
+    _finish(control, job_id, "succeeded")
+    return "succeeded"
+
+
+def _claim(job_id: str, control: Engine, heartbeat_timeout: float) -> Any:
+    """Mark the job running and return its row, or the status to return without running it."""
     with control.begin() as conn:
         job = conn.execute(select(jobs).where(jobs.c.id == job_id).with_for_update()).one_or_none()
         if job is None:
@@ -212,23 +275,7 @@ def execute_job(job_id: str, control: Engine, sensitive: Engine, *, heartbeat_ti
             .where(jobs.c.id == job_id, jobs.c.status.in_(("queued", "running")))
             .values(status="running", started_at=job.started_at or _now(), heartbeat_at=_now())
         )
-    if job.cancel_requested:
-        _finish(control, job_id, "cancelled")
-        return "cancelled"
-    try:
-        with heartbeat(control, job_id, heartbeat_timeout / 4):
-            document = _run(job, control, sensitive)
-    except JobCancelled:
-        _finish(control, job_id, "cancelled")
-        return "cancelled"
-    except Exception as exc:  # the job fails; its unspent reservation is refunded
-        log.exception("job %s failed", job_id)
-        _finish(control, job_id, "failed", f"{type(exc).__name__}: {exc}")
-        return "failed"
-    with control.begin() as conn:
-        conn.execute(insert(posteriors).values(job_id=job_id, document=document, created_at=_now()))
-    _finish(control, job_id, "succeeded")
-    return "succeeded"
+    return job
 
 
 def _run(job: Any, control: Engine, sensitive: Engine) -> dict[str, Any]:
@@ -275,34 +322,3 @@ def _run(job: Any, control: Engine, sensitive: Engine) -> dict[str, Any]:
         parameters=setup.model.posterior(result.state),
         extra=public_schema_extra(job.model, schema),
     )
-
-
-def _aware(moment: datetime | None) -> datetime | None:
-    """SQLite returns naive datetimes: every timestamp here is written in UTC."""
-    if moment is None or moment.tzinfo is not None:
-        return moment
-    return moment.replace(tzinfo=UTC)
-
-
-def heartbeat_is_fresh(job: Any, timeout_seconds: float) -> bool:
-    beat = _aware(job.heartbeat_at)
-    return beat is not None and beat > _now() - timedelta(seconds=timeout_seconds)
-
-
-def reap(control: Engine, timeout_seconds: float) -> list[str]:
-    """Fail running jobs whose heartbeat is older than the timeout and refund what they never released."""
-    with control.connect() as conn:
-        running = conn.execute(select(jobs.c.id, jobs.c.heartbeat_at).where(jobs.c.status == "running")).all()
-    stale = [row.id for row in running if not heartbeat_is_fresh(row, timeout_seconds)]
-    reaped = []
-    for job_id in stale:
-        with control.begin() as conn:
-            changed = conn.execute(
-                update(jobs)
-                .where(jobs.c.id == job_id, jobs.c.status == "running")
-                .values(status="failed", error="the worker running this job was lost", finished_at=_now())
-            ).rowcount
-        if changed:
-            ledger_db.refund(control, job_id)
-            reaped.append(job_id)
-    return reaped

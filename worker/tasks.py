@@ -3,43 +3,58 @@
 from __future__ import annotations
 
 import logging
-import threading
+from typing import Any
 
 from celery.signals import worker_ready
 
-from service.settings import RUN_JOB_TASK, get_settings
+from service.reaper import reap, start_reaper_thread
+from service.settings import REAP_TASK, RUN_JOB_TASK, get_settings
 from worker.celery_app import app
 from worker.context import control_engine, sensitive_engine
-from worker.jobs import execute_job, reap
+from worker.jobs import DatabaseUnavailable, execute_job
 
 log = logging.getLogger(__name__)
 
-
-@app.task(name=RUN_JOB_TASK, acks_late=True, reject_on_worker_lost=True)
-def run_job(job_id: str) -> str:
-    """Run one job through the gate; idempotent under redelivery."""
-    return execute_job(
-        job_id,
-        control_engine(),
-        sensitive_engine(),
-        heartbeat_timeout=get_settings().heartbeat_timeout_seconds,
-    )
+#: Retries of a job whose database was unreachable (waits double from 5 s, capped at 5 minutes).
+MAX_DATABASE_RETRIES = 12
 
 
-def _reaper_loop(stop: threading.Event) -> None:
-    timeout = get_settings().heartbeat_timeout_seconds
-    while not stop.wait(timeout / 2):
-        try:
-            for job_id in reap(control_engine(), timeout):
-                log.warning("reaped job %s: its worker was lost; unspent budget refunded", job_id)
-        except Exception:  # keep reaping after a transient database error
-            log.exception("reaper pass failed")
+def retry_delay(retries: int, started: bool, heartbeat_timeout: float) -> float:
+    """Seconds before retrying: a job that had started waits out its heartbeat so the retry resumes it."""
+    backoff = min(5.0 * 2.0**retries, 300.0)
+    return backoff + (heartbeat_timeout if started else 0.0)
+
+
+@app.task(name=RUN_JOB_TASK, bind=True, acks_late=True, reject_on_worker_lost=True)
+def run_job(self: Any, job_id: str) -> str:
+    """Run one job through the gate; idempotent under redelivery. A database outage is retried with
+    backoff (never acknowledged away); past the retries the reaper fails the job and refunds it."""
+    settings = get_settings()
+    try:
+        return execute_job(
+            job_id, control_engine(), sensitive_engine(), heartbeat_timeout=settings.heartbeat_timeout_seconds
+        )
+    except DatabaseUnavailable as exc:
+        delay = retry_delay(self.request.retries, exc.started, settings.heartbeat_timeout_seconds)
+        log.warning("%s; retry %d in %g s", exc, self.request.retries + 1, delay)
+        raise self.retry(exc=exc, countdown=delay, max_retries=MAX_DATABASE_RETRIES) from None
+
+
+@app.task(name=REAP_TASK, ignore_result=True)
+def reap_jobs() -> list[str]:
+    """Celery beat's periodic reaper pass (service.reaper)."""
+    settings = get_settings()
+    return reap(control_engine(), settings.heartbeat_timeout_seconds, settings.queued_timeout_seconds)
 
 
 @worker_ready.connect
 def _start_reaper(**_: object) -> None:
     """Reap once at start-up (jobs of a worker that died before this one started), then periodically."""
-    timeout = get_settings().heartbeat_timeout_seconds
-    for job_id in reap(control_engine(), timeout):
-        log.warning("reaped job %s at start-up", job_id)
-    threading.Thread(target=_reaper_loop, args=(threading.Event(),), name="reaper", daemon=True).start()
+    settings = get_settings()
+    reap(control_engine(), settings.heartbeat_timeout_seconds, settings.queued_timeout_seconds)
+    start_reaper_thread(
+        control_engine(),
+        settings.reaper_interval_seconds,
+        settings.heartbeat_timeout_seconds,
+        settings.queued_timeout_seconds,
+    )

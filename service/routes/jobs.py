@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Response, status
+from fastapi import APIRouter, Header, Query, Response, status
 
 from service.auth import AUTH_RESPONSES, AnalystKey, JobOwnerKey, JobReaderKey, controls_job
 from service.deps import EngineDep, QueueDep, SettingsDep
@@ -14,6 +14,7 @@ from service.jobs import (
     job_releases,
     list_jobs,
     plan_job,
+    previous_submission,
     quote_job,
     submit_job,
     to_public,
@@ -46,18 +47,35 @@ def submit(
     queue: QueueDep,
     settings: SettingsDep,
     principal: AnalystKey,
+    idempotency_key: Annotated[
+        str | None,
+        Header(
+            alias="Idempotency-Key",
+            min_length=1,
+            max_length=128,
+            pattern=r"^[A-Za-z0-9_.:-]+$",
+            description="a key of your choice (e.g. a UUID): resending with it returns the same job",
+        ),
+    ] = None,
 ) -> JobPublic | JobQuote:
     """Submit a fitting job: 202 with the queued job, after its whole privacy cost was reserved.
 
     Give `sigma` (noise multiplier) or `epsilon` (the job's own target; the server reports the sigma it
-    chose). With `dry_run` the answer is a quote (200) and nothing is reserved.
+    chose). With `dry_run` the answer is a quote (200) and nothing is reserved. With an
+    `Idempotency-Key` header, a retried submission returns the job the key first created (header
+    `Idempotent-Replayed: true`) and never reserves twice; the same key with another spec is a 409.
     """
     dataset = visible_dataset(engine, principal, spec.dataset)
+    if idempotency_key is not None and not spec.dry_run:
+        previous = previous_submission(engine, principal, idempotency_key, spec)
+        if previous is not None:
+            response.headers["Idempotent-Replayed"] = "true"
+            return to_public(engine, [previous])[0]
     plan = plan_job(engine, spec, dataset, settings)
     if spec.dry_run:
         response.status_code = status.HTTP_200_OK
         return quote_job(engine, spec, plan)
-    job = submit_job(engine, queue, principal, spec, plan)
+    job = submit_job(engine, queue, principal, spec, plan, idempotency_key)
     return to_public(engine, [job])[0]
 
 

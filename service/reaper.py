@@ -1,0 +1,114 @@
+"""The reaper: no job holds budget forever. It needs only the control database, so it runs in the API
+process (every `reaper_interval_seconds`), in every worker, and as Celery beat's periodic task.
+
+A job is reaped (failed with a message that says why, its unspent reservation refunded) when
+- it is `running` and no worker has reported progress for `heartbeat_timeout_seconds` (its worker died,
+  or lost the database for that long), or
+- it is still `queued` after `queued_timeout_seconds`: no worker took its task (the broker lost it, e.g.
+  Redis restarted without persistence, or no worker is running).
+Every update is conditional on the status it read, so concurrent reapers (several API processes and
+workers) reap each job once. Charges are never undone: a reaped job keeps what it released.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Engine, or_, select, update
+
+from privacy_wall import ledger_db
+from privacy_wall.control_schema import reservations
+from service.models import jobs
+
+TERMINAL = ("succeeded", "failed", "cancelled")
+
+log = logging.getLogger(__name__)
+
+
+def _aware(moment: datetime | None) -> datetime | None:
+    """SQLite returns naive datetimes: every timestamp of the control database is written in UTC."""
+    if moment is None or moment.tzinfo is not None:
+        return moment
+    return moment.replace(tzinfo=UTC)
+
+
+def heartbeat_is_fresh(job: Any, timeout_seconds: float) -> bool:
+    beat = _aware(job.heartbeat_at)
+    return beat is not None and beat > datetime.now(UTC) - timedelta(seconds=timeout_seconds)
+
+
+def lost_worker_message(timeout_seconds: float) -> str:
+    return (
+        f"no worker reported progress on this job for {timeout_seconds:g} s (its worker died or lost the "
+        "database); the job was failed and its unspent budget refunded"
+    )
+
+
+def unstarted_message(timeout_seconds: float) -> str:
+    return (
+        f"no worker started this job within {timeout_seconds:g} s of its submission (its task was lost, e.g. "
+        "the broker restarted, or no worker is running); the job was failed and its budget refunded"
+    )
+
+
+def reap(control: Engine, heartbeat_timeout: float, queued_timeout: float | None = None) -> list[str]:
+    """Fail stale running jobs (and queued ones older than queued_timeout); return the ids reaped."""
+    now = datetime.now(UTC)
+    with control.connect() as conn:
+        rows = conn.execute(
+            select(jobs.c.id, jobs.c.status, jobs.c.heartbeat_at, jobs.c.created_at).where(
+                or_(jobs.c.status == "running", jobs.c.status == "queued")
+            )
+        ).all()
+    doomed: list[tuple[str, str, str]] = []
+    for row in rows:
+        if row.status == "running" and not heartbeat_is_fresh(row, heartbeat_timeout):
+            doomed.append((row.id, "running", lost_worker_message(heartbeat_timeout)))
+        elif row.status == "queued" and queued_timeout is not None:
+            created = _aware(row.created_at)
+            if created is not None and created < now - timedelta(seconds=queued_timeout):
+                doomed.append((row.id, "queued", unstarted_message(queued_timeout)))
+    reaped = []
+    for job_id, status, message in doomed:
+        with control.begin() as conn:
+            changed = conn.execute(
+                update(jobs)
+                .where(jobs.c.id == job_id, jobs.c.status == status)
+                .values(status="failed", error=message, finished_at=datetime.now(UTC))
+            ).rowcount
+        if changed:
+            ledger_db.refund(control, job_id)
+            log.warning("reaped job %s (%s): %s", job_id, status, message)
+            reaped.append(job_id)
+    # A job failed by a path that could not refund (the database went away in between) still holds an
+    # open reservation: close those too.
+    with control.connect() as conn:
+        stranded = conn.execute(
+            select(reservations.c.job_id)
+            .join(jobs, jobs.c.id == reservations.c.job_id)
+            .where(reservations.c.open.is_(True), jobs.c.status.in_(TERMINAL))
+        ).scalars()
+        stranded_ids = list(stranded)
+    for job_id in stranded_ids:
+        ledger_db.refund(control, job_id)
+    return reaped
+
+
+def start_reaper_thread(
+    control: Engine, interval: float, heartbeat_timeout: float, queued_timeout: float | None
+) -> threading.Event:
+    """Reap every `interval` seconds in a daemon thread until the returned event is set."""
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.wait(interval):
+            try:
+                reap(control, heartbeat_timeout, queued_timeout)
+            except Exception:  # a transient database error: try again at the next pass
+                log.exception("reaper pass failed")
+
+    threading.Thread(target=loop, name="reaper", daemon=True).start()
+    return stop

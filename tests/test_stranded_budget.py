@@ -1,0 +1,238 @@
+"""Nothing stays reserved and nothing is charged unseen (issue 11, points 1-2): the reaper without any
+worker, database outages at task start and mid-job (retried, never acked away), and Idempotency-Key."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import Engine, func, select, update
+from sqlalchemy.exc import OperationalError
+
+from privacy_wall import ledger_db
+from privacy_wall.control_schema import charges, reservations
+from privacy_wall.gate import Gate
+from privacy_wall.sqlengine import create_db_engine
+from service.app import create_app
+from service.models import jobs, releases
+from service.queue import RecordingQueue
+from service.reaper import reap
+from service.settings import ServiceSettings
+from tests import test_jobs
+from tests.dbservers import fresh_database
+from tests.test_api import Api, populate
+from tests.test_jobs import job_row, submit
+from vips.migrate import upgrade
+from worker import jobs as job_runner
+from worker.tasks import retry_delay
+
+engines = test_jobs.engines  # the fixture: real control and sensitive databases with dataset "t"
+
+
+def open_reservations(engine: Engine) -> int:
+    with engine.connect() as conn:
+        return int(conn.execute(select(func.count()).where(reservations.c.open.is_(True))).scalar_one())
+
+
+def count(engine: Engine, table: Any, job_id: str) -> int:
+    with engine.connect() as conn:
+        return int(conn.execute(select(func.count()).where(table.c.job_id == job_id)).scalar_one())
+
+
+# --- the reaper ------------------------------------------------------------------------------------------
+
+
+def test_a_queued_job_no_worker_started_is_failed_and_refunded(engines: tuple[Engine, Engine]) -> None:
+    control, _ = engines
+    old, young = submit(control), submit(control)
+    with control.begin() as conn:
+        conn.execute(
+            update(jobs).where(jobs.c.id == old).values(created_at=datetime.now(UTC) - timedelta(seconds=600))
+        )
+    assert reap(control, heartbeat_timeout=60, queued_timeout=300) == [old]
+    row = job_row(control, old)
+    assert row.status == "failed" and "no worker started this job within 300 s" in row.error
+    assert job_row(control, young).status == "queued"
+    assert open_reservations(control) == 1  # the young job's
+    assert ledger_db.budget_status(control, "t").epsilon_spent == 0.0
+
+
+def test_a_finished_job_with_an_open_reservation_is_refunded(engines: tuple[Engine, Engine]) -> None:
+    """A job marked failed while its refund could not be written (the database went away in between)."""
+    control, _ = engines
+    job_id = submit(control)
+    with control.begin() as conn:
+        conn.execute(update(jobs).where(jobs.c.id == job_id).values(status="failed"))
+    assert open_reservations(control) == 1
+    reap(control, heartbeat_timeout=60, queued_timeout=300)
+    assert open_reservations(control) == 0
+
+
+@pytest.fixture
+def api_without_workers(tmp_path: Path) -> Iterator[Api]:
+    """The API with a fast reaper and no worker at all: tasks go to a queue nobody reads."""
+    with fresh_database("sqlite", tmp_path) as url:
+        upgrade("control", url)
+        engine = create_db_engine(url)
+        keys, ids = populate(engine)
+        queue = RecordingQueue()
+        settings = ServiceSettings(
+            home=tmp_path,
+            control_database_url=url,
+            reaper_interval_seconds=0.2,
+            queued_timeout_seconds=1.0,
+            heartbeat_timeout_seconds=1.0,
+        )
+        try:
+            with TestClient(create_app(settings, queue=queue)) as client:
+                yield Api(client, engine, queue, keys, ids)
+        finally:
+            engine.dispose()
+
+
+def test_the_api_reaps_without_any_worker(api_without_workers: Api) -> None:
+    api = api_without_workers
+    queued = api.submit().json()["id"]
+    running = api.submit().json()["id"]
+    with api.engine.begin() as conn:  # a worker took this one, then died
+        conn.execute(
+            update(jobs).where(jobs.c.id == running).values(status="running", heartbeat_at=datetime.now(UTC))
+        )
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        states = {api.call("GET", f"/v1/jobs/{j}", "analyst").json()["status"] for j in (queued, running)}
+        if states == {"failed"}:
+            break
+        time.sleep(0.1)
+    first = api.call("GET", f"/v1/jobs/{queued}", "analyst").json()
+    second = api.call("GET", f"/v1/jobs/{running}", "analyst").json()
+    assert first["status"] == second["status"] == "failed"
+    assert "no worker started this job" in first["error"]
+    assert "no worker reported progress" in second["error"]
+    assert open_reservations(api.engine) == 0
+
+
+# --- database outages ------------------------------------------------------------------------------------
+
+
+def test_an_unreachable_database_at_task_start_is_retried_not_failed(
+    engines: tuple[Engine, Engine],
+) -> None:
+    control, sensitive = engines
+    job_id = submit(control)
+    gone = create_db_engine("postgresql+psycopg://vips@127.0.0.1:1/none", connect_args={"connect_timeout": 2})
+    try:
+        with pytest.raises(job_runner.DatabaseUnavailable) as caught:
+            job_runner.execute_job(job_id, gone, sensitive)
+    finally:
+        gone.dispose()
+    assert caught.value.started is False
+    assert job_row(control, job_id).status == "queued"  # the retry will run it
+    assert job_runner.execute_job(job_id, control, sensitive) == "succeeded"
+    assert open_reservations(control) == 0
+
+
+def test_a_database_lost_mid_job_resumes_without_paying_twice(
+    engines: tuple[Engine, Engine], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    control, sensitive = engines
+    job_id = submit(control)
+    real = Gate.release
+    calls = {"n": 0}
+
+    def release(self: Gate, *args: Any, **kwargs: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 4:
+            raise OperationalError("SELECT", {}, ConnectionError("server closed the connection"))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Gate, "release", release)
+    with pytest.raises(job_runner.DatabaseUnavailable) as caught:
+        job_runner.execute_job(job_id, control, sensitive, heartbeat_timeout=60)
+    assert caught.value.started is True
+    assert job_row(control, job_id).status == "running"  # not failed: the retry resumes it
+    monkeypatch.undo()
+    # Before the heartbeat is stale the retry leaves the job alone; the task waits it out (retry_delay).
+    assert job_runner.execute_job(job_id, control, sensitive, heartbeat_timeout=60) == "running"
+    assert retry_delay(0, True, 60) > 60 and retry_delay(0, False, 60) < 60
+    with control.begin() as conn:
+        conn.execute(
+            update(jobs)
+            .where(jobs.c.id == job_id)
+            .values(heartbeat_at=datetime.now(UTC) - timedelta(hours=1))
+        )
+    assert job_runner.execute_job(job_id, control, sensitive, heartbeat_timeout=60) == "succeeded"
+    assert count(control, charges, job_id) == count(control, releases, job_id) == 6
+    assert open_reservations(control) == 0
+
+
+def test_recording_a_job_end_is_retried(
+    engines: tuple[Engine, Engine], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    control, _ = engines
+    job_id = submit(control)
+    real = ledger_db.refund
+    failures = {"left": 2}
+
+    def flaky(engine: Engine, job: str) -> int:
+        if failures["left"]:
+            failures["left"] -= 1
+            raise OperationalError("UPDATE", {}, ConnectionError("connection reset"))
+        return real(engine, job)
+
+    monkeypatch.setattr(ledger_db, "refund", flaky)
+    monkeypatch.setattr(job_runner, "FINISH_RETRY_WAITS", (0.01, 0.01, 0.01))
+    job_runner._finish(control, job_id, "failed", "test")
+    assert job_row(control, job_id).status == "failed" and open_reservations(control) == 0
+
+
+# --- Idempotency-Key --------------------------------------------------------------------------------------
+
+
+def submit_with_key(api: Api, key: str, **spec: Any) -> Any:
+    body = {"dataset": "priv", "model": "blr", "iterations": 5, "batch_size": 100, "sigma": 2.0, **spec}
+    headers = {"Authorization": f"Bearer {api.keys['analyst']}", "Idempotency-Key": key}
+    return api.client.post("/v1/jobs", json=body, headers=headers)
+
+
+def test_the_same_idempotency_key_is_one_job(api_without_workers: Api) -> None:
+    api = api_without_workers
+    first = submit_with_key(api, "c0ffee-1")
+    again = submit_with_key(api, "c0ffee-1")
+    assert first.status_code == again.status_code == 202, again.text
+    assert first.json()["id"] == again.json()["id"]
+    assert again.headers.get("Idempotent-Replayed") == "true"
+    assert len(api.queue.sent) == 1 and open_reservations(api.engine) == 1
+    other = submit_with_key(api, "c0ffee-1", iterations=6)
+    assert other.status_code == 409 and "iterations" in other.json()["detail"]
+    assert submit_with_key(api, "c0ffee-2").json()["id"] != first.json()["id"]
+    bad = submit_with_key(api, "no spaces allowed")
+    assert bad.status_code == 422
+
+
+def test_concurrent_submissions_with_one_key_reserve_once(api_without_workers: Api) -> None:
+    api = api_without_workers
+    start = threading.Barrier(8)
+    answers: list[Any] = []
+
+    def go() -> None:
+        start.wait()
+        answers.append(submit_with_key(api, "race"))
+
+    threads = [threading.Thread(target=go) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert {a.status_code for a in answers} == {202}
+    assert len({a.json()["id"] for a in answers}) == 1
+    with api.engine.connect() as conn:
+        assert conn.execute(select(func.count()).select_from(jobs)).scalar_one() == 1
+        assert conn.execute(select(func.count()).select_from(reservations)).scalar_one() >= 1
+    assert open_reservations(api.engine) == 1  # the losers' reservations were refunded
