@@ -41,6 +41,10 @@ class ApiConnectionError(ApiError):
         super().__init__(0, detail)
 
 
+class ApiTimeout(ApiConnectionError):
+    """The service took the request but did not answer in time: it may still have acted on it."""
+
+
 def _detail(body: Any, fallback: str) -> str:
     """FastAPI's `detail`: a message, or a list of validation errors rendered as `field: message`."""
     detail = body.get("detail") if isinstance(body, dict) else None
@@ -97,17 +101,25 @@ class VipsClient:
         json: Any = None,
         params: Mapping[str, Any] | None = None,
         auth: bool = True,
+        extra_headers: Mapping[str, str] | None = None,
     ) -> Any:
         headers = {"Accept": "application/json"}
         if auth:
             if not self._api_key:
                 raise ApiError(401, "no API key: set VIPS_API_KEY")
             headers["Authorization"] = f"Bearer {self._api_key}"
+        headers.update(extra_headers or {})
         query = {k: v for k, v in (params or {}).items() if v is not None}
         try:
             response = self._http.request(method, path, json=json, params=query, headers=headers)
-        except httpx.HTTPError as exc:
+        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
             raise ApiConnectionError(f"cannot reach the VIPS service at {self.base_url} ({exc})") from None
+        except httpx.TimeoutException:
+            raise ApiTimeout(
+                f"the VIPS service at {self.base_url} did not answer within {self._http.timeout.read} s"
+            ) from None
+        except httpx.HTTPError as exc:
+            raise ApiConnectionError(f"no answer from the VIPS service at {self.base_url} ({exc})") from None
         try:
             body = response.json()
         except ValueError:
@@ -161,8 +173,10 @@ class VipsClient:
         epsilon: float | None = None,
         options: Mapping[str, float] | None = None,
         dry_run: bool = False,
+        idempotency_key: str | None = None,
     ) -> dict[str, Any]:
-        """The queued job (202), or with dry_run the quote (nothing reserved)."""
+        """The queued job (202), or with dry_run the quote (nothing reserved). Resending with the same
+        `idempotency_key` returns the job it first created instead of submitting another."""
         spec: dict[str, Any] = {
             "dataset": dataset,
             "model": model,
@@ -174,7 +188,8 @@ class VipsClient:
         for name, value in (("batch_size", batch_size), ("sigma", sigma), ("epsilon", epsilon)):
             if value is not None:
                 spec[name] = value
-        result: dict[str, Any] = self._request("POST", "/v1/jobs", json=spec)
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
+        result: dict[str, Any] = self._request("POST", "/v1/jobs", json=spec, extra_headers=headers)
         return result
 
     def jobs(

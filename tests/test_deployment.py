@@ -75,7 +75,16 @@ def command_argv(service: dict[str, Any]) -> list[str]:
 
 
 def test_compose_has_every_role(compose: dict[str, Any]) -> None:
-    assert set(compose["services"]) == {"api", "worker", "redis", "control-db", SENSITIVE_DB, "migrate"}
+    assert set(compose["services"]) == {
+        "api",
+        "worker",
+        "beat",
+        "redis",
+        "control-db",
+        SENSITIVE_DB,
+        "migrate",
+    }
+    assert "--appendonly" in compose["services"]["redis"]["command"]  # queued tasks survive a restart
 
 
 def test_the_api_cannot_reach_the_sensitive_database(compose: dict[str, Any]) -> None:
@@ -114,6 +123,9 @@ def test_every_vips_role_runs_a_real_cli_verb_with_its_urls(compose: dict[str, A
     assert (
         environment(services["worker"])["VIPS_BROKER_URL"] == environment(services["api"])["VIPS_BROKER_URL"]
     )
+    beat = services["beat"]  # queues the reaper: needs the broker only, no database URL at all
+    parser.parse_args(command_argv(beat))
+    assert set(environment(beat)) == {"VIPS_BROKER_URL"} and networks(beat) == {"control"}
     assert command_argv(services["migrate"]) == ["migrate", "all"]
 
 

@@ -20,10 +20,10 @@ from privacy_wall.gate import Gate
 from privacy_wall.ingest import ingest
 from privacy_wall.sqlengine import create_db_engine
 from service.models import api_keys, jobs, posteriors, releases
+from service.reaper import reap
 from tests.dbservers import fresh_database
 from tests.test_ingest_store import tabular_data, write_tabular
 from vips.migrate import upgrade
-from service.reaper import reap
 from worker import jobs as job_runner
 
 DELTA = 1e-5

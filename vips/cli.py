@@ -53,6 +53,13 @@ def _number(text: str) -> float:
     return value
 
 
+def _positive_float(text: str) -> float:
+    value = _number(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text!r}")
+    return value
+
+
 def _sigma(text: str) -> float:
     value = _number(text)
     if value < 0:
@@ -111,6 +118,17 @@ def _add_fit(commands: argparse._SubParsersAction[_Parser]) -> None:
         "--dataset", metavar="NAME", help="server: the dataset; --local: its name in the posterior"
     )
     parser.add_argument("--wait", action="store_true", help="server: wait for the job and print it")
+    parser.add_argument(
+        "--timeout",
+        type=_positive_float,
+        metavar="SECONDS",
+        help="server, with --wait: stop waiting after this long (the job goes on; exit 124)",
+    )
+    parser.add_argument(
+        "--idempotency-key",
+        metavar="KEY",
+        help="server: resend a submission (e.g. after Ctrl-C) without creating a second job",
+    )
     parser.add_argument("--kind", choices=fit.KINDS, help="--local: the input's kind")
     parser.add_argument("--input", metavar="FILE", help="--local: the input file")
     parser.add_argument("--label", metavar="COLUMN", help=f"label column (default {fit.DEFAULT_LABEL})")
@@ -185,6 +203,8 @@ def _add_server(commands: argparse._SubParsersAction[_Parser]) -> None:
     parser = commands.add_parser("worker", help="a Celery worker that runs jobs through the privacy wall")
     parser.add_argument("--concurrency", type=_positive_int, default=1, help="jobs run at once (threads)")
     parser.set_defaults(handler=server.run_worker)
+    parser = commands.add_parser("beat", help="Celery beat: queues the periodic reaper (production)")
+    parser.set_defaults(handler=server.run_beat)
     parser = commands.add_parser("migrate", help="bring a database to its latest Alembic migration")
     parser.add_argument("database", choices=("control", "sensitive", "all"))
     parser.set_defaults(handler=server.run_migrate)
@@ -223,6 +243,12 @@ def _add_client(commands: argparse._SubParsersAction[_Parser]) -> None:
     sub = verbs.add_parser("show", help="a dataset with its budget and spend")
     sub.add_argument("name", metavar="NAME")
     sub.set_defaults(handler=remote.run_budget_show)
+    parser = commands.add_parser("job", help="a job's status, progress and epsilon spent (one JSON line)")
+    parser.add_argument("job", metavar="JOB")
+    parser.set_defaults(handler=remote.run_job_show)
+    parser = commands.add_parser("cancel", help="cancel a job; its unspent budget is refunded")
+    parser.add_argument("job", metavar="JOB")
+    parser.set_defaults(handler=remote.run_cancel)
 
     parser = commands.add_parser("posterior", help="download a finished job's posterior")
     parser.add_argument("job", metavar="JOB")

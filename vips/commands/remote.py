@@ -1,10 +1,12 @@
-"""Client verbs over HTTP (VIPS_URL, VIPS_API_KEY): `vips budget`, `vips fit`, `vips posterior`."""
+"""Client verbs over HTTP (VIPS_URL, VIPS_API_KEY): `vips budget`, `vips fit`, `vips job`, `vips cancel`,
+`vips posterior`."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -13,7 +15,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from service.client import ApiError, VipsClient
+from service.client import ApiError, ApiTimeout, VipsClient
 from vips.errors import RuntimeFailure, UsageError
 from vips.output import print_json
 from worker.posterior import save_posterior
@@ -57,6 +59,31 @@ def _save(document: dict[str, Any], path: Path) -> None:
         raise RuntimeFailure(f"cannot write {path}: {exc.strerror}") from None
 
 
+#: Attempts of a submission whose answer timed out (each resent with the same Idempotency-Key).
+SUBMIT_ATTEMPTS = 3
+#: Exit status of `fit --wait --timeout` when the job is still going (as timeout(1)).
+WAIT_TIMED_OUT = 124
+
+
+def _follow_hint(job_id: str) -> str:
+    return f"follow it with `vips job {job_id}`; `vips cancel {job_id}` stops it and refunds the rest"
+
+
+def _submit(api: VipsClient, key: str, **spec: Any) -> dict[str, Any]:
+    """Submit, resending after a timeout with the same key: one job however many attempts arrive."""
+    for attempt in range(1, SUBMIT_ATTEMPTS + 1):
+        try:
+            return api.submit_job(idempotency_key=key, **spec)
+        except ApiTimeout as exc:
+            if attempt == SUBMIT_ATTEMPTS:
+                raise RuntimeFailure(
+                    f"{exc.detail}, {SUBMIT_ATTEMPTS} times; the job may exist: rerun with "
+                    f"--idempotency-key {key} to get its id without submitting it twice"
+                ) from None
+            print(f"vips: {exc.detail}; resending with the same idempotency key", file=sys.stderr)
+    raise AssertionError("unreachable")
+
+
 def run_fit_remote(args: argparse.Namespace, options: dict[str, float]) -> int:
     if args.dataset is None:
         raise UsageError("fit needs --dataset NAME (or --local with --input FILE)")
@@ -64,31 +91,72 @@ def run_fit_remote(args: argparse.Namespace, options: dict[str, float]) -> int:
         raise UsageError("--input and --kind are for --local; the server fits a registered --dataset")
     if (args.sigma is None) == (args.epsilon is None):
         raise UsageError("give exactly one of --sigma and --epsilon")
+    if args.timeout is not None and not args.wait:
+        raise UsageError("--timeout is for --wait")
+    key = args.idempotency_key or uuid.uuid4().hex
     with client() as api:
-        job = api.submit_job(
-            dataset=args.dataset,
-            model=args.model,
-            algorithm=args.algorithm,
-            iterations=args.iterations,
-            batch_size=args.batch_size,
-            sigma=args.sigma,
-            epsilon=args.epsilon,
-            options=options,
-        )
+        try:
+            job = _submit(
+                api,
+                key,
+                dataset=args.dataset,
+                model=args.model,
+                algorithm=args.algorithm,
+                iterations=args.iterations,
+                batch_size=args.batch_size,
+                sigma=args.sigma,
+                epsilon=args.epsilon,
+                options=options,
+            )
+        except KeyboardInterrupt:
+            print(
+                "vips: interrupted before the service answered; if it received the submission, the job "
+                f"exists: rerun the same command with --idempotency-key {key} to get its id (never a "
+                "second job)",
+                file=sys.stderr,
+            )
+            return 130
         if not args.wait:
             print(job["id"])
             return 0
         print(job["id"], file=sys.stderr)
-        job = _wait_with_progress(api, job)
+        try:
+            job = _wait_with_progress(api, job, args.timeout)
+        except KeyboardInterrupt:
+            print(
+                f"vips: stopped waiting; job {job['id']} goes on: {_follow_hint(job['id'])}", file=sys.stderr
+            )
+            return 130
+        except TimeoutError:
+            print(
+                f"vips: job {job['id']} is not finished after {args.timeout:g} s and goes on: "
+                f"{_follow_hint(job['id'])}",
+                file=sys.stderr,
+            )
+            return WAIT_TIMED_OUT
         print(json.dumps(job, allow_nan=False))
         if job["status"] != "succeeded":
+            if job.get("error"):
+                print(f"vips: job {job['id']} {job['status']}: {job['error']}", file=sys.stderr)
             return 1
         if args.output is not None:
             _save(api.posterior(job["id"]), Path(args.output))
     return 0
 
 
-def _wait_with_progress(api: VipsClient, job: dict[str, Any]) -> dict[str, Any]:
+def run_job_show(args: argparse.Namespace) -> int:
+    with client() as api:
+        print_json(api.job(args.job))
+    return 0
+
+
+def run_cancel(args: argparse.Namespace) -> int:
+    with client() as api:
+        print_json(api.cancel(args.job))
+    return 0
+
+
+def _wait_with_progress(api: VipsClient, job: dict[str, Any], timeout: float | None) -> dict[str, Any]:
     columns = (
         TextColumn("job {task.fields[job]} {task.fields[status]}"),
         BarColumn(),
@@ -101,4 +169,4 @@ def _wait_with_progress(api: VipsClient, job: dict[str, Any]) -> dict[str, Any]:
         def show(current: dict[str, Any]) -> None:
             bar.update(task, completed=current["iteration"], status=current["status"])
 
-        return api.wait(job["id"], interval=0.25, on_progress=show)
+        return api.wait(job["id"], interval=0.25, timeout=timeout, on_progress=show)

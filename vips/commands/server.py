@@ -76,6 +76,17 @@ def run_worker(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_beat(args: argparse.Namespace) -> int:
+    """Celery beat with the schedule of service.settings.celery_config (the reaper); state in VIPS_HOME."""
+    from worker.celery_app import app
+
+    settings = ServiceSettings()
+    settings.home.mkdir(parents=True, exist_ok=True)
+    schedule = settings.home.resolve() / "celerybeat-schedule"
+    app.start(["beat", "--loglevel", "WARNING", "--schedule", str(schedule)])
+    return 0
+
+
 def run_up(args: argparse.Namespace) -> int:
     settings = ServiceSettings()
     if settings.broker_url or settings.control_database_url:

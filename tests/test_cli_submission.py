@@ -1,0 +1,121 @@
+"""`vips fit` against a server never charges unseen (issue 11.2): it sends an Idempotency-Key, resends a
+timed-out submission with it, prints the job id at once, says how to recover after Ctrl-C, and
+`--wait --timeout` stops waiting with a non-zero exit while the job goes on."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import func, select
+
+from service.client import VipsClient
+from service.models import jobs
+from tests.dbservers import fresh_database
+from tests.test_api import Api, make_api
+from vips.cli import main
+
+FIT = ["fit", "--dataset", "priv", "--model", "blr", "--iterations", "5", "--batch-size", "100"]
+
+
+@pytest.fixture
+def api(tmp_path: Path) -> Iterator[Api]:
+    with fresh_database("sqlite", tmp_path) as url:
+        yield from make_api(url, tmp_path)
+
+
+class Flaky:
+    """Stands between the CLI and the app: `fail(request)` may raise instead of passing it on, before
+    (the request is lost) or after (the answer is lost) the app handled it."""
+
+    def __init__(self, api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.api = api
+        self.posts: list[httpx.Request] = []
+        self.lose_answers = 0
+        self.interrupt = False
+        client = api.client
+        real = client.request
+
+        def request(method: str, url: Any, **kwargs: Any) -> httpx.Response:
+            if method == "POST" and str(url).endswith("/v1/jobs"):
+                if self.interrupt:
+                    raise KeyboardInterrupt
+                response = real(method, url, **kwargs)
+                self.posts.append(response.request)
+                if self.lose_answers:
+                    self.lose_answers -= 1
+                    raise httpx.ReadTimeout("timed out", request=response.request)
+                return response
+            return real(method, url, **kwargs)
+
+        monkeypatch.setattr(client, "request", request)
+        monkeypatch.setattr(client, "close", lambda: None)  # each CLI run closes its client
+        key = api.keys["analyst"]
+        monkeypatch.setattr(
+            VipsClient,
+            "from_env",
+            classmethod(lambda cls, env=None: cls("http://testserver", key, http=client)),
+        )
+
+    def job_count(self) -> int:
+        with self.api.engine.connect() as conn:
+            return int(conn.execute(select(func.count()).select_from(jobs)).scalar_one())
+
+
+def test_a_timed_out_submission_is_resent_with_the_same_key_and_is_one_job(
+    api: Api, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    flaky = Flaky(api, monkeypatch)
+    flaky.lose_answers = 2  # the server acts on each attempt but its answers are lost
+    assert main([*FIT, "--sigma", "2"]) == 0
+    out, err = capsys.readouterr()
+    assert err.count("resending with the same idempotency key") == 2
+    keys = {request.headers["Idempotency-Key"] for request in flaky.posts}
+    assert len(flaky.posts) == 3 and len(keys) == 1
+    assert flaky.job_count() == 1 and out.strip() == api.queue.sent[0]
+
+
+def test_ctrl_c_during_submission_says_how_to_recover_without_a_second_job(
+    api: Api, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    flaky = Flaky(api, monkeypatch)
+    flaky.interrupt = True
+    assert main([*FIT, "--sigma", "2", "--idempotency-key", "mine-1"]) == 130
+    assert "--idempotency-key mine-1" in capsys.readouterr().err
+    flaky.interrupt = False
+    assert main([*FIT, "--sigma", "2", "--idempotency-key", "mine-1"]) == 0
+    first = capsys.readouterr().out.strip()
+    assert main([*FIT, "--sigma", "2", "--idempotency-key", "mine-1"]) == 0  # again: the same job
+    assert capsys.readouterr().out.strip() == first and flaky.job_count() == 1
+
+
+def test_wait_timeout_stops_waiting_and_the_job_goes_on(
+    api: Api, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    Flaky(api, monkeypatch)  # no worker: the job stays queued
+    assert main([*FIT, "--sigma", "2", "--wait", "--timeout", "0.3"]) == 124
+    err = capsys.readouterr().err
+    job_id = api.queue.sent[0]
+    assert job_id in err and f"vips job {job_id}" in err and f"vips cancel {job_id}" in err
+    assert main(["job", job_id]) == 0
+    assert '"status": "queued"' in capsys.readouterr().out
+    assert main(["cancel", job_id]) == 0
+    assert '"status": "cancelled"' in capsys.readouterr().out  # a queued job is cancelled at once
+
+
+def test_timeout_without_wait_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*FIT, "--sigma", "2", "--timeout", "5"]) == 2
+    assert "--timeout is for --wait" in capsys.readouterr().err
+
+
+def test_an_unreachable_server_is_not_a_timeout(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("VIPS_URL", "http://127.0.0.1:9")
+    monkeypatch.setenv("VIPS_API_KEY", "vips_x")
+    assert main([*FIT, "--sigma", "2"]) == 1
+    err = capsys.readouterr().err
+    assert "cannot reach the VIPS service" in err and "did not answer" not in err
