@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any, Protocol
 
 from celery import Celery
 
-from service.settings import RUN_JOB_TASK, ServiceSettings
+from service.settings import RUN_JOB_TASK, WORKER_STALE_SECONDS, ServiceSettings
 
-#: How long the readiness probe waits for the broker, in seconds.
+#: How long the readiness probe waits for the broker, and for workers to answer a ping, in seconds.
 BROKER_PROBE_TIMEOUT_SECONDS = 3.0
+WORKER_PROBE_TIMEOUT_SECONDS = 1.0
 
 
 class JobQueue(Protocol):
@@ -24,6 +26,10 @@ class JobQueue(Protocol):
         """Raise if the broker cannot be reached (the readiness probe)."""
         ...
 
+    def check_workers(self) -> None:
+        """Raise unless a worker is alive (the readiness probe)."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -32,6 +38,7 @@ class CeleryQueue:
 
     def __init__(self, settings: ServiceSettings) -> None:
         self._config: dict[str, Any] = settings.celery_config()
+        self._alive_path = settings.worker_alive_path()
         self._celery = Celery("vips-api", set_as_current=False)
         self._celery.conf.update(self._config)
 
@@ -48,6 +55,18 @@ class CeleryQueue:
         with self._celery.connection_for_write() as conn:
             conn.ensure_connection(max_retries=1, interval_start=0, timeout=BROKER_PROBE_TIMEOUT_SECONDS)
 
+    def check_workers(self) -> None:
+        if self._config["broker_url"] == "filesystem://":  # embedded: the worker's alive file
+            try:
+                age = time.time() - self._alive_path.stat().st_mtime
+            except FileNotFoundError:
+                raise RuntimeError("no worker has started") from None
+            if age > WORKER_STALE_SECONDS:
+                raise RuntimeError(f"the worker last reported {age:.0f} s ago")
+            return
+        if not self._celery.control.ping(timeout=WORKER_PROBE_TIMEOUT_SECONDS):
+            raise RuntimeError("no worker answered a ping")
+
     def close(self) -> None:
         self._celery.close()
 
@@ -55,9 +74,10 @@ class CeleryQueue:
 class RecordingQueue:
     """A queue that records the job ids it was given (tests, dry setups); `fail` makes sending raise."""
 
-    def __init__(self, *, fail: bool = False) -> None:
+    def __init__(self, *, fail: bool = False, workers: bool = True) -> None:
         self.sent: list[str] = []
         self.fail = fail
+        self.workers = workers
 
     def send_run_job(self, job_id: str) -> None:
         if self.fail:
@@ -67,6 +87,10 @@ class RecordingQueue:
     def check(self) -> None:
         if self.fail:
             raise ConnectionError("the broker is unreachable")
+
+    def check_workers(self) -> None:
+        if not self.workers:
+            raise RuntimeError("no worker answered a ping")
 
     def close(self) -> None:
         return None

@@ -97,6 +97,24 @@ def reap(control: Engine, heartbeat_timeout: float, queued_timeout: float | None
     return reaped
 
 
+def fail_running_jobs(control: Engine, message: str) -> list[str]:
+    """Fail every running job now with `message` and refund it (the embedded worker died: they were its)."""
+    with control.connect() as conn:
+        running = list(conn.execute(select(jobs.c.id).where(jobs.c.status == "running")).scalars())
+    failed = []
+    for job_id in running:
+        with control.begin() as conn:
+            changed = conn.execute(
+                update(jobs)
+                .where(jobs.c.id == job_id, jobs.c.status == "running")
+                .values(status="failed", error=message, finished_at=datetime.now(UTC))
+            ).rowcount
+        if changed:
+            ledger_db.refund(control, job_id)
+            failed.append(job_id)
+    return failed
+
+
 def start_reaper_thread(
     control: Engine, interval: float, heartbeat_timeout: float, queued_timeout: float | None
 ) -> threading.Event:

@@ -13,6 +13,10 @@ from typing import Any
 
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+#: Embedded mode: the worker touches its alive file this often; /readyz wants it fresher than the stale age.
+WORKER_ALIVE_SECONDS = 2.0
+WORKER_STALE_SECONDS = 10.0
+
 RUN_JOB_TASK = "vips.run_job"
 REAP_TASK = "vips.reap"
 
@@ -37,6 +41,10 @@ class ServiceSettings(BaseSettings):
     @property
     def embedded(self) -> bool:
         return self.broker_url is None
+
+    def worker_alive_path(self) -> Path:
+        """Embedded mode: the file the worker touches every WORKER_ALIVE_SECONDS (read by /readyz)."""
+        return (self.home / "worker.alive").resolve()
 
     def control_url(self) -> str:
         return self.control_database_url or f"sqlite:///{(self.home / 'control.db').resolve()}"

@@ -236,3 +236,14 @@ def test_concurrent_submissions_with_one_key_reserve_once(api_without_workers: A
         assert conn.execute(select(func.count()).select_from(jobs)).scalar_one() == 1
         assert conn.execute(select(func.count()).select_from(reservations)).scalar_one() >= 1
     assert open_reservations(api.engine) == 1  # the losers' reservations were refunded
+
+
+def test_readyz_reports_a_missing_worker(tmp_path: Path) -> None:
+    with fresh_database("sqlite", tmp_path) as url:
+        upgrade("control", url)
+        settings = ServiceSettings(home=tmp_path, control_database_url=url)
+        with TestClient(create_app(settings, queue=RecordingQueue(workers=False))) as client:
+            r = client.get("/readyz")
+        assert r.status_code == 503
+        assert r.json()["checks"]["worker"].startswith("no live worker")
+        assert r.json()["checks"]["database"] == r.json()["checks"]["broker"] == "ok"

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import logging
+import threading
+import time
+from pathlib import Path
 from typing import Any
 
 from celery.signals import worker_ready
 
 from service.reaper import reap, start_reaper_thread
-from service.settings import REAP_TASK, RUN_JOB_TASK, get_settings
+from service.settings import REAP_TASK, RUN_JOB_TASK, WORKER_ALIVE_SECONDS, get_settings
 from worker.celery_app import app
 from worker.context import control_engine, sensitive_engine
 from worker.jobs import DatabaseUnavailable, execute_job
@@ -58,3 +61,14 @@ def _start_reaper(**_: object) -> None:
         settings.heartbeat_timeout_seconds,
         settings.queued_timeout_seconds,
     )
+    if settings.embedded:
+        threading.Thread(
+            target=_report_alive, args=(settings.worker_alive_path(),), name="alive", daemon=True
+        ).start()
+
+
+def _report_alive(path: Path) -> None:
+    """Embedded mode: touch the alive file /readyz reads, for as long as this worker lives."""
+    while True:
+        path.touch()
+        time.sleep(WORKER_ALIVE_SECONDS)

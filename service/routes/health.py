@@ -24,7 +24,8 @@ def healthz() -> Health:
 
 @router.get("/readyz", response_model=Readiness, responses={503: {"model": Readiness}})
 def readyz(engine: EngineDep, queue: QueueDep) -> JSONResponse:
-    """The control database answers SELECT 1 and the broker is reachable; 503 names what failed."""
+    """The control database answers SELECT 1, the broker is reachable and a worker is alive; 503 names
+    what failed."""
     checks: dict[str, str] = {}
     try:
         ping(engine)
@@ -38,6 +39,12 @@ def readyz(engine: EngineDep, queue: QueueDep) -> JSONResponse:
     except Exception as exc:
         log.warning("readiness: broker check failed: %s", type(exc).__name__)
         checks["broker"] = f"the broker is unreachable ({type(exc).__name__})"
+    try:
+        queue.check_workers()
+        checks["worker"] = "ok"
+    except Exception as exc:
+        log.warning("readiness: worker check failed: %s", exc)
+        checks["worker"] = f"no live worker ({exc})"
     ready = all(v == "ok" for v in checks.values())
     body = Readiness(status="ok" if ready else "unavailable", checks=checks)
     return JSONResponse(body.model_dump(), status_code=200 if ready else 503)

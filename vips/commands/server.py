@@ -15,9 +15,11 @@ from pathlib import Path
 from types import FrameType
 
 from privacy_wall.settings import WallSettings
+from service.db import create_control_engine
 from service.settings import ServiceSettings
 from vips.errors import RuntimeFailure
 from vips.migrate import upgrade
+from vips.supervisor import WorkerSupervisor
 
 
 def migrate_all(home: Path | None = None) -> None:
@@ -88,20 +90,28 @@ def run_beat(args: argparse.Namespace) -> int:
 
 
 def run_up(args: argparse.Namespace) -> int:
+    """The embedded mode. Its boundary, as far as one user's machine allows: only the worker process
+    (and the migration, a child process) opens sensitive.db; VIPS_HOME is 0700 and every file in it
+    0600, so other local users cannot read the rows. The API and the worker still run as the same
+    user, so they are not separated from each other the way production's networks separate them."""
     settings = ServiceSettings()
     if settings.broker_url or settings.control_database_url:
         raise RuntimeFailure("vips up is the embedded mode: unset VIPS_BROKER_URL and the database URLs")
+    os.umask(0o077)  # files this process and its children create: owner only
     home = settings.home.resolve()
-    migrate_all(home)
+    home.mkdir(parents=True, exist_ok=True)
+    home.chmod(0o700)
+    for path in home.iterdir():
+        if path.is_file():
+            path.chmod(0o600)
     env = {**os.environ, "VIPS_HOME": str(home)}
-    with (home / "worker.log").open("ab") as log:
-        worker = subprocess.Popen(
-            [sys.executable, "-m", "vips.cli", "worker"],
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+    migrated = subprocess.run([sys.executable, "-m", "vips.cli", "migrate", "all"], env=env, check=False)
+    if migrated.returncode != 0:
+        raise RuntimeFailure("the migration of the embedded databases failed (see above)")
+    embedded = ServiceSettings(home=home)
+    control = create_control_engine(embedded)
+    embedded.worker_alive_path().unlink(missing_ok=True)  # a previous run's
+    worker = WorkerSupervisor(env, home / "worker.log", control, embedded.worker_alive_path())
 
     def stop(signum: int, _frame: FrameType | None) -> None:
         raise KeyboardInterrupt
@@ -113,14 +123,10 @@ def run_up(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     try:
-        _serve(ServiceSettings(home=home), args.host, args.port)
+        _serve(embedded, args.host, args.port)
     except KeyboardInterrupt:
         pass
     finally:
-        worker.terminate()
-        try:
-            worker.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            worker.kill()
-            worker.wait()
+        worker.stop()
+        control.dispose()
     return 0

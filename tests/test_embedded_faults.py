@@ -1,0 +1,88 @@
+"""The embedded mode (`vips up`) keeps the boundary it can and survives its worker's death (issue 11.3):
+VIPS_HOME is private to its owner, the API process never opens sensitive.db, /readyz reports the
+worker, and kill -9 of the worker fails its running job at once with charges = releases, refunds the
+rest, and brings a new worker that runs the next job."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import time
+from pathlib import Path
+
+import httpx
+from sqlalchemy import func, select
+
+from privacy_wall.control_schema import charges, reservations
+from privacy_wall.sqlengine import create_db_engine
+from service.client import VipsClient
+from service.models import releases
+from tests.e2e import embedded_service, synthetic_csv
+
+DELTA = 1e-5
+
+
+def wait_for(predicate: object, seconds: float, what: str) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():  # type: ignore[operator]
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"{what} did not happen within {seconds} s")
+
+
+def readiness(url: str) -> dict[str, str]:
+    checks: dict[str, str] = httpx.get(f"{url}/readyz", timeout=5).json()["checks"]
+    return checks
+
+
+def test_the_embedded_worker_dies_and_comes_back_with_every_charge_accounted(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    with embedded_service(home) as service:
+        # Private to its owner: the folder 0700, every file in it 0600.
+        assert stat.S_IMODE(home.stat().st_mode) == 0o700
+        for path in home.iterdir():
+            if path.is_file():
+                assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+        # The API process (`vips up` itself) holds no descriptor on the sensitive database.
+        api_pid = service.processes["up"].pid
+        opened = {os.path.realpath(f"/proc/{api_pid}/fd/{fd}") for fd in os.listdir(f"/proc/{api_pid}/fd")}
+        assert str((home / "sensitive.db").resolve()) not in opened
+        assert readiness(service.url)["worker"] == "ok"
+
+        synthetic_csv(tmp_path / "train.csv")
+        data = ["--kind", "tabular", "--input", str(tmp_path / "train.csv"), "--label", "label"]
+        service.vips("data", "ingest", "synth", *data)
+        custodian, analyst = service.key("custodian", "synth"), service.key("analyst")
+        service.vips("budget", "set", "synth", "--epsilon", "100", "--delta", str(DELTA), key=custodian)
+        with VipsClient(service.url, analyst) as api:
+            job = api.submit_job(dataset="synth", model="blr", iterations=100_000, batch_size=50, sigma=50.0)
+            wait_for(lambda: api.job(job["id"])["iteration"] >= 5, 60, "five iterations")
+            os.kill(int((home / "worker.pid").read_text()), signal.SIGKILL)
+            killed_at = time.monotonic()
+            wait_for(lambda: api.job(job["id"])["status"] == "failed", 60, "the job failing")
+            assert time.monotonic() - killed_at < 60
+            failed = api.job(job["id"])
+            assert "embedded worker running this job died" in failed["error"]
+            wait_for(lambda: readiness(service.url)["worker"] == "ok", 90, "a new worker")
+            again = api.submit_job(dataset="synth", model="blr", iterations=3, batch_size=50, sigma=50.0)
+            assert api.wait(again["id"], interval=0.2, timeout=60)["status"] == "succeeded"
+        control = create_db_engine(f"sqlite:///{home / 'control.db'}")
+        try:
+            with control.connect() as conn:
+                charged = conn.execute(select(func.count()).where(charges.c.job_id == job["id"])).scalar_one()
+                released = conn.execute(
+                    select(func.count()).where(releases.c.job_id == job["id"])
+                ).scalar_one()
+                still_open = conn.execute(
+                    select(func.count()).where(reservations.c.open.is_(True))
+                ).scalar_one()
+        finally:
+            control.dispose()
+        # A kill between a charge and its stored release can only over-count (one charge more).
+        assert released <= charged <= released + 1 and charged >= 5
+        assert still_open == 0
+        ledger = json.loads(service.vips("budget", "show", "synth", key=custodian).stdout)
+        assert ledger["budget"]["epsilon_spent"] == ledger["budget"]["epsilon_reserved"]

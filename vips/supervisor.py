@@ -1,0 +1,97 @@
+"""The embedded worker under `vips up`: a child process (`vips worker`), restarted when it dies.
+
+When the worker dies, every job it was running is failed at once with a message that says so, and
+its unspent reservation refunded (there is one worker in the embedded mode, so every running job was
+its); then a new worker starts, after a short back-off if the last one died young.
+"""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from sqlalchemy import Engine
+
+from service.reaper import fail_running_jobs
+
+log = logging.getLogger(__name__)
+
+#: How often the supervisor looks at the worker (seconds), and the longest back-off between restarts.
+POLL_SECONDS = 0.5
+MAX_BACKOFF_SECONDS = 30.0
+
+
+class WorkerSupervisor:
+    """Starts `vips worker` with `env`, logging to `log_path`, and keeps it running until `stop()`."""
+
+    def __init__(self, env: dict[str, str], log_path: Path, control: Engine, alive_path: Path) -> None:
+        """`alive_path`: the file the worker touches (/readyz reads it); removed when the worker dies."""
+        self._env = env
+        self._alive_path = alive_path
+        self._log_path = log_path
+        self._control = control
+        self._stop = threading.Event()
+        self._process = self._start()
+        self.restarts = 0
+        self._thread = threading.Thread(target=self._watch, name="worker-supervisor", daemon=True)
+        self._thread.start()
+
+    @property
+    def pid(self) -> int:
+        return self._process.pid
+
+    def _start(self) -> subprocess.Popen[bytes]:
+        with self._log_path.open("ab") as out:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "vips.cli", "worker"],
+                env=self._env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        (self._log_path.parent / "worker.pid").write_text(f"{process.pid}\n")
+        return process
+
+    def _watch(self) -> None:
+        backoff = 1.0
+        started = time.monotonic()
+        while not self._stop.wait(POLL_SECONDS):
+            code = self._process.poll()
+            if code is None:
+                continue
+            self._alive_path.unlink(missing_ok=True)  # /readyz: no live worker until the next one starts
+            message = (
+                f"the embedded worker running this job died (exit status {code}); the job was failed "
+                "and its unspent budget refunded"
+            )
+            try:
+                failed = fail_running_jobs(self._control, message)
+            except Exception:  # the reaper will fail them once their heartbeat is stale
+                log.exception("could not fail the dead worker's jobs")
+                failed = []
+            print(
+                f"vips: the worker died (exit status {code}); {len(failed)} running job(s) failed and "
+                "refunded; restarting it",
+                file=sys.stderr,
+            )
+            backoff = 1.0 if time.monotonic() - started > 60 else min(backoff * 2, MAX_BACKOFF_SECONDS)
+            if self._stop.wait(backoff):
+                return
+            self._process = self._start()
+            self.restarts += 1
+            started = time.monotonic()
+
+    def stop(self, timeout: float = 20.0) -> None:
+        """Stop supervising, then stop the worker (SIGTERM, then SIGKILL after `timeout`)."""
+        self._stop.set()
+        self._thread.join()
+        self._process.terminate()
+        try:
+            self._process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait()
