@@ -483,7 +483,7 @@ def peak_rss_gb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
 
 
-def full_mode() -> str:
+def full_mode(sigma: float = FULL_SIGMA) -> str:
     setting = FULL_SETTING
     start = time.perf_counter()
     data = synthetic_data(setting)
@@ -506,7 +506,7 @@ def full_mode() -> str:
         fit = vips_fit(
             data.train,
             topics=setting.topics,
-            sigma=FULL_SIGMA,
+            sigma=sigma,
             batch_size=FULL_BATCH,
             iterations=PRIVATE_ITERATIONS,
             doc_length=DOC_LENGTH,
@@ -526,7 +526,7 @@ def full_mode() -> str:
         f"| corpus | D = {setting.documents:,}, V = {setting.vocabulary:,}, K = {setting.topics}, "
         f"{data.train.nnz:,} non-zeros, mean length {setting.mean_length:g} |",
         f"| schedule | S = {FULL_BATCH:,}, T = {PRIVATE_ITERATIONS}, N_w = {DOC_LENGTH}, a = {CLIP}, "
-        f"sigma = {FULL_SIGMA}, {INNER_ITERATIONS} inner iterations |",
+        f"sigma = {sigma:.4g}, {INNER_ITERATIONS} inner iterations |",
         f"| epsilon (delta = {PRIVATE_DELTA:g}) | {fit.epsilon:.3f} |",
         f"| corpus generation | {generated:.0f} s |",
         f"| store construction (bound checks) | {stored:.1f} s |",
@@ -704,6 +704,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--full-worker", action="store_true", help="the paper-scale run as a service job (PostgreSQL, Redis)"
     )
+    parser.add_argument(
+        "--full-epsilon",
+        type=float,
+        default=None,
+        help="--full: calibrate sigma to this epsilon (default: the paper's sigma 1.24)",
+    )
     parser.add_argument("--seeds", type=int, default=None, help="wikipedia repeats (5; 1 with --quick)")
     parser.add_argument("--wikipedia-only", action="store_true", help="skip the private section")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "out")
@@ -721,7 +727,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 0
     if args.full:
-        table = full_mode()
+        sigma = FULL_SIGMA
+        if args.full_epsilon is not None:
+            sigma = calibrate_sigma(
+                args.full_epsilon, FULL_BATCH, FULL_SETTING.documents, PRIVATE_ITERATIONS, PRIVATE_DELTA
+            )
+        table = full_mode(sigma)
         print(table)
         (args.out / "lda_full.md").write_text(
             f"Produced by `python -m bench.lda --full`.\n\n{table}", encoding="utf-8"
