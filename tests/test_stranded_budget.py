@@ -247,3 +247,26 @@ def test_readyz_reports_a_missing_worker(tmp_path: Path) -> None:
         assert r.status_code == 503
         assert r.json()["checks"]["worker"].startswith("no live worker")
         assert r.json()["checks"]["database"] == r.json()["checks"]["broker"] == "ok"
+
+
+def test_a_job_the_reaper_ended_stops_charging(
+    engines: tuple[Engine, Engine], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker cut off long enough to be reaped must not go on charging (nor overwrite the status)."""
+    control, sensitive = engines
+    job_id = submit(control)
+    real = Gate.release
+    calls = {"n": 0}
+
+    def release(self: Gate, *args: Any, **kwargs: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 3:  # the reaper fails the job while iteration 3 is computed
+            with control.begin() as conn:
+                conn.execute(update(jobs).where(jobs.c.id == job_id).values(status="failed", error="reaped"))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Gate, "release", release)
+    assert job_runner.execute_job(job_id, control, sensitive) == "failed"
+    assert calls["n"] == 3 and job_row(control, job_id).error == "reaped"
+    assert count(control, charges, job_id) == count(control, releases, job_id) == 3
+    assert open_reservations(control) == 0

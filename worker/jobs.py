@@ -43,6 +43,8 @@ from worker.runner import LoopSettings, run_vips
 log = logging.getLogger(__name__)
 
 TERMINAL = ("succeeded", "failed", "cancelled")
+#: Errors of an unreachable or lost database (control or sensitive): the job is resumed later, not failed.
+DATABASE_ERRORS = (OperationalError, InterfaceError)
 
 
 def _now() -> datetime:
@@ -51,6 +53,10 @@ def _now() -> datetime:
 
 class JobCancelled(Exception):
     """The analyst cancelled the job between iterations."""
+
+
+class JobNoLongerRunning(Exception):
+    """Someone else ended the job (the reaper failed it while this worker was cut off): stop charging."""
 
 
 # Run once per iteration of every job: built once, with bound parameters.
@@ -63,7 +69,7 @@ _STORE_RELEASE = insert(releases).values(
 )
 _RECORD_PROGRESS = (
     update(jobs)
-    .where(jobs.c.id == bindparam("p_job_id"))
+    .where(jobs.c.id == bindparam("p_job_id"), jobs.c.status == "running")
     .values(
         iteration=bindparam("p_iteration"), heartbeat_at=bindparam("p_now", type_=jobs.c.heartbeat_at.type)
     )
@@ -90,6 +96,7 @@ class StoredReleases:
         self._reads = reads
         self._relaxed = relaxed
         self._job_id = job_id
+        self._stopped = False
         with reading(reads) as conn:
             self._cancel = bool(
                 conn.execute(select(jobs.c.cancel_requested).where(jobs.c.id == job_id)).scalar_one()
@@ -139,6 +146,8 @@ class StoredReleases:
             return self._replay(iteration, sigma, batch_size)
         if self._cancel:
             raise JobCancelled
+        if self._stopped:
+            raise JobNoLongerRunning
         release = self._gate.release(
             query,
             params,
@@ -163,7 +172,11 @@ class StoredReleases:
                     "p_now": now,
                 },
             )
-            self._cancel = bool(progress.scalar_one())
+            running = progress.scalar_one_or_none()  # None: the job is no longer running
+        if running is None:
+            self._stopped = True
+        else:
+            self._cancel = bool(running)
         self._stored.add(iteration)
         return release
 
@@ -175,8 +188,15 @@ def heartbeat(control: Engine, job_id: str, every_seconds: float) -> Iterator[No
 
     def beat() -> None:
         while not stop.wait(every_seconds):
-            with control.begin() as conn:
-                conn.execute(update(jobs).where(jobs.c.id == job_id).values(heartbeat_at=_now()))
+            try:
+                with control.begin() as conn:
+                    conn.execute(
+                        update(jobs)
+                        .where(jobs.c.id == job_id, jobs.c.status == "running")
+                        .values(heartbeat_at=_now())
+                    )
+            except DATABASE_ERRORS:  # a blip: beat again next time (a long outage lets the reaper act)
+                log.warning("job %s: heartbeat failed (database unavailable)", job_id)
 
     thread = threading.Thread(target=beat, name=f"heartbeat-{job_id}", daemon=True)
     thread.start()
@@ -187,8 +207,6 @@ def heartbeat(control: Engine, job_id: str, every_seconds: float) -> Iterator[No
         thread.join()
 
 
-#: Errors of an unreachable or lost database (control or sensitive): the job is resumed later, not failed.
-DATABASE_ERRORS = (OperationalError, InterfaceError)
 #: Waits before each retry of recording a job's end (seconds).
 FINISH_RETRY_WAITS = (0.5, 1.0, 2.0, 4.0)
 
@@ -209,9 +227,9 @@ def _finish(control: Engine, job_id: str, status: str, error: str | None = None)
     for wait in (*FINISH_RETRY_WAITS, None):
         try:
             with control.begin() as conn:
-                conn.execute(
+                conn.execute(  # never over a status someone else ended it with (the reaper)
                     update(jobs)
-                    .where(jobs.c.id == job_id)
+                    .where(jobs.c.id == job_id, jobs.c.status.in_(("queued", "running")))
                     .values(status=status, error=error, finished_at=_now())
                 )
             ledger_db.refund(control, job_id)
@@ -248,6 +266,10 @@ def execute_job(job_id: str, control: Engine, sensitive: Engine, *, heartbeat_ti
     except JobCancelled:
         _finish(control, job_id, "cancelled")
         return "cancelled"
+    except JobNoLongerRunning:
+        ledger_db.refund(control, job_id)
+        with reading(control) as conn:
+            return str(conn.execute(select(jobs.c.status).where(jobs.c.id == job_id)).scalar_one())
     except DATABASE_ERRORS as exc:
         log.warning("job %s: database unavailable (%s); it resumes later", job_id, type(exc).__name__)
         raise DatabaseUnavailable(job_id, started=True) from exc
