@@ -7,10 +7,8 @@ control database first: the app assumes a migrated database). OpenAPI at /docs.
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.encoders import jsonable_encoder
@@ -21,6 +19,7 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 
 from service.db import create_control_engine
 from service.jobs import BudgetRefused, ServiceError, SpecError
+from service.limits import BodyLimit, ErrorBoundary, validation_errors
 from service.queue import CeleryQueue, JobQueue
 from service.reaper import start_reaper_thread
 from service.routes import budgets, datasets, health, jobs, keys, posteriors
@@ -50,31 +49,16 @@ async def _spec_error(_: Request, exc: Exception) -> JSONResponse:
     return JSONResponse({"detail": detail}, status_code=422)
 
 
-def _json_safe(value: Any) -> Any:
-    """JSON has no NaN or infinity (a request may still carry them: Python's parser accepts them)."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_json_safe(v) for v in value]
-    return value
-
-
 async def _validation_error(_: Request, exc: Exception) -> JSONResponse:
-    """FastAPI's 422, made safe to encode when the rejected input was not finite."""
+    """FastAPI's 422 with loc, msg and type, quoting at most a short excerpt of each rejected input
+    (never the whole body back) and safe to encode when the input was not finite."""
     assert isinstance(exc, RequestValidationError)
-    return JSONResponse({"detail": _json_safe(jsonable_encoder(exc.errors()))}, status_code=422)
+    return JSONResponse({"detail": validation_errors(exc.errors())}, status_code=422)
 
 
 async def _database_error(_: Request, exc: Exception) -> JSONResponse:
     log.error("control database error: %s", type(exc).__name__, exc_info=exc)
     return JSONResponse({"detail": "the control database is unavailable; try again later"}, status_code=503)
-
-
-async def _unexpected_error(_: Request, exc: Exception) -> JSONResponse:
-    log.error("unexpected error", exc_info=exc)
-    return JSONResponse({"detail": "internal error (see the server log)"}, status_code=500)
 
 
 def create_app(
@@ -116,7 +100,9 @@ def create_app(
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(OperationalError, _database_error)  # unreachable, locked, gone away
     app.add_exception_handler(InterfaceError, _database_error)
-    app.add_exception_handler(Exception, _unexpected_error)
+    # Unexpected errors: a JSON 500 that keeps the connection usable; bodies above the limit: 413.
+    app.add_middleware(ErrorBoundary)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.include_router(health.router)
     for resource in (datasets, budgets, jobs, posteriors, keys):
         app.include_router(resource.router, prefix=API_PREFIX)

@@ -5,9 +5,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
+from privacy_wall.names import NAME_MAX_LENGTH, NAME_REGEX
 from service.keys import Role
+from service.params import INT_MAX
 
 Model = Literal["blr", "linreg", "lda", "sbn"]
 Algorithm = Literal["vips", "dpvi", "dpsep"]
@@ -18,7 +20,10 @@ DatasetKind = Literal["tabular", "regression", "bow", "binary"]
 AVAILABLE_MODELS: tuple[str, ...] = ("blr", "linreg", "lda", "sbn")
 AVAILABLE_ALGORITHMS: tuple[str, ...] = ("vips", "dpvi", "dpsep")
 
-FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
+#: Request numbers are strict: JSON numbers only (no "2", no true); a float field takes 1 as well as 1.0.
+FiniteFloat = Annotated[float, Field(strict=True, allow_inf_nan=False)]
+#: The dataset name rule (privacy_wall.names) in bodies (service.params has it for paths and queries).
+DatasetName = Annotated[str, StringConstraints(min_length=1, max_length=NAME_MAX_LENGTH, pattern=NAME_REGEX)]
 
 
 class _Strict(BaseModel):
@@ -93,11 +98,15 @@ class DatasetDetail(DatasetPublic):
 
 
 class JobCreate(_Strict):
-    dataset: str = Field(min_length=1, max_length=128)
+    dataset: DatasetName
     model: Model
     algorithm: Algorithm = "vips"
-    iterations: int = Field(ge=1, description="T, at most the server's max_iterations")
-    batch_size: int | None = Field(default=None, ge=1, description="S, 1..N; default N (batch mode)")
+    iterations: int = Field(
+        strict=True, ge=1, le=INT_MAX, description="T, at most the server's max_iterations"
+    )
+    batch_size: int | None = Field(
+        default=None, strict=True, ge=1, le=INT_MAX, description="S, 1..N; default N (batch mode)"
+    )
     sigma: FiniteFloat | None = Field(
         default=None, ge=0, description="noise multiplier; give sigma or epsilon"
     )
@@ -105,7 +114,9 @@ class JobCreate(_Strict):
         default=None, gt=0, description="target epsilon of this job on its own; the server solves for sigma"
     )
     options: dict[str, FiniteFloat] = Field(default_factory=dict)
-    dry_run: bool = Field(default=False, description="quote the cost without reserving or queueing anything")
+    dry_run: bool = Field(
+        default=False, strict=True, description="quote the cost without reserving or queueing anything"
+    )
 
     @field_validator("model")
     @classmethod
@@ -194,7 +205,11 @@ class Message(BaseModel):
 class KeyCreate(_Strict):
     role: Role
     dataset: str | None = Field(
-        default=None, min_length=1, max_length=128, description="scope (custodian and client keys)"
+        default=None,
+        min_length=1,
+        max_length=NAME_MAX_LENGTH,
+        pattern=NAME_REGEX,
+        description="scope (custodian and client keys)",
     )
 
 

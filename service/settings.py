@@ -37,6 +37,8 @@ class ServiceSettings(BaseSettings):
     #: the request pool at once; a request that waits `pricing_wait_seconds` for a slot gets a 503.
     pricing_slots: int = 2
     pricing_wait_seconds: float = 10.0
+    #: Request bodies above this many bytes are refused (413) before they are parsed.
+    max_body_bytes: int = 1 << 20
 
     @property
     def embedded(self) -> bool:

@@ -11,6 +11,7 @@ from privacy_wall import ledger_db
 from service.auth import AUTH_RESPONSES, CustodianKey
 from service.deps import EngineDep
 from service.jobs import Conflict, SpecError, aware, budget_or_none
+from service.params import DatasetNamePath
 from service.routes.datasets import budget_public, visible_dataset
 from service.schemas import BudgetPublic, BudgetUpdate, LedgerEntry, LedgerPublic, Message
 
@@ -20,7 +21,9 @@ _ERRORS: dict[int | str, dict[str, Any]] = {404: {"model": Message}, 409: {"mode
 
 
 @router.put("/{name}/budget", response_model=BudgetPublic, responses=_ERRORS)
-def set_budget(name: str, budget: BudgetUpdate, engine: EngineDep, principal: CustodianKey) -> BudgetPublic:
+def set_budget(
+    name: DatasetNamePath, budget: BudgetUpdate, engine: EngineDep, principal: CustodianKey
+) -> BudgetPublic:
     """Set the dataset's epsilon cap and delta (delta is fixed once anything was charged)."""
     row = visible_dataset(engine, principal, name, administer=True)
     if budget.epsilon is None and not row.public:
@@ -33,7 +36,7 @@ def set_budget(name: str, budget: BudgetUpdate, engine: EngineDep, principal: Cu
 
 
 @router.get("/{name}/ledger", response_model=LedgerPublic, responses={404: {"model": Message}})
-def ledger(name: str, engine: EngineDep, principal: CustodianKey) -> LedgerPublic:
+def ledger(name: DatasetNamePath, engine: EngineDep, principal: CustodianKey) -> LedgerPublic:
     """The audit log: every charged release with its event, and the budget's status (null if unset)."""
     visible_dataset(engine, principal, name, administer=True)
     status = budget_or_none(engine, name)

@@ -14,6 +14,7 @@ from service.auth import AUTH_RESPONSES, CurrentKey, owns_dataset, sees_dataset
 from service.deps import EngineDep
 from service.jobs import NotFound, aware, budget_or_none, load_dataset
 from service.keys import Principal
+from service.params import DatasetNamePath
 from service.schemas import BudgetPublic, DatasetDetail, DatasetPublic, Message
 
 router = APIRouter(prefix="/datasets", tags=["datasets"], responses=AUTH_RESPONSES)
@@ -60,7 +61,7 @@ def list_datasets(engine: EngineDep, principal: CurrentKey) -> list[DatasetPubli
 
 
 @router.get("/{name}", response_model=DatasetDetail, responses={404: {"model": Message}})
-def show_dataset(name: str, engine: EngineDep, principal: CurrentKey) -> DatasetDetail:
+def show_dataset(name: DatasetNamePath, engine: EngineDep, principal: CurrentKey) -> DatasetDetail:
     """One dataset with its schema (column names or vocabulary) and its budget."""
     row = visible_dataset(engine, principal, name)
     return DatasetDetail(**_public(engine, row), data_schema=dict(row.schema))

@@ -20,6 +20,7 @@ from service.jobs import (
     to_public,
     visible_job,
 )
+from service.params import INT_MAX, DatasetNameQuery, JobIdPath, Offset
 from service.routes.datasets import visible_dataset
 from service.schemas import BudgetRefusal, JobCreate, JobPublic, JobQuote, JobStatus, Message, ReleasePublic
 
@@ -83,10 +84,10 @@ def submit(
 def jobs(
     engine: EngineDep,
     principal: JobReaderKey,
-    dataset: str | None = None,
+    dataset: DatasetNameQuery = None,
     status: JobStatus | None = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Offset = 0,
 ) -> list[JobPublic]:
     """The jobs this key may read, newest first (analysts: their own; clients: their dataset scope)."""
     rows = list_jobs(engine, principal, dataset=dataset, status=status, limit=limit, offset=offset)
@@ -94,7 +95,7 @@ def jobs(
 
 
 @router.get("/{job_id}", response_model=JobPublic, responses={404: {"model": Message}})
-def job(job_id: str, engine: EngineDep, principal: JobReaderKey) -> JobPublic:
+def job(job_id: JobIdPath, engine: EngineDep, principal: JobReaderKey) -> JobPublic:
     """A job's status, progress and privacy: epsilon_spent covers the iterations charged so far."""
     return to_public(engine, [visible_job(engine, principal, job_id)])[0]
 
@@ -105,7 +106,7 @@ def job(job_id: str, engine: EngineDep, principal: JobReaderKey) -> JobPublic:
     response_model=JobPublic,
     responses={404: {"model": Message}, 409: {"model": Message}},
 )
-def cancel(job_id: str, engine: EngineDep, principal: JobOwnerKey) -> JobPublic:
+def cancel(job_id: JobIdPath, engine: EngineDep, principal: JobOwnerKey) -> JobPublic:
     """Cancel: a queued job stops now and its reservation is refunded; a running one stops before its
     next release."""
     row = visible_job(engine, principal, job_id)
@@ -117,10 +118,10 @@ def cancel(job_id: str, engine: EngineDep, principal: JobOwnerKey) -> JobPublic:
 
 @router.get("/{job_id}/releases", response_model=list[ReleasePublic], responses={404: {"model": Message}})
 def releases(
-    job_id: str,
+    job_id: JobIdPath,
     engine: EngineDep,
     principal: JobOwnerKey,
-    after: Annotated[int, Query(ge=0, description="only iterations after this one")] = 0,
+    after: Annotated[int, Query(ge=0, le=INT_MAX, description="only iterations after this one")] = 0,
     limit: Annotated[int | None, Query(ge=1, le=100_000)] = None,
 ) -> list[ReleasePublic]:
     """The released (noised) statistics of each iteration, in order."""

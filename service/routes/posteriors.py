@@ -9,6 +9,7 @@ from fastapi import APIRouter
 from service.auth import AUTH_RESPONSES, JobReaderKey
 from service.deps import EngineDep
 from service.jobs import job_posterior, visible_job
+from service.params import JobIdPath
 from service.schemas import Message
 
 router = APIRouter(prefix="/jobs", tags=["posteriors"], responses=AUTH_RESPONSES)
@@ -19,6 +20,6 @@ router = APIRouter(prefix="/jobs", tags=["posteriors"], responses=AUTH_RESPONSES
     response_model=dict[str, Any],
     responses={404: {"model": Message}, 409: {"model": Message, "description": "the job has not succeeded"}},
 )
-def posterior(job_id: str, engine: EngineDep, principal: JobReaderKey) -> dict[str, Any]:
+def posterior(job_id: JobIdPath, engine: EngineDep, principal: JobReaderKey) -> dict[str, Any]:
     """The released posterior document (DESIGN section 6), once the job has succeeded."""
     return job_posterior(engine, visible_job(engine, principal, job_id))

@@ -1,0 +1,22 @@
+"""The one pattern for dataset names (and key scopes, which are dataset names).
+
+Letters, digits, '_', '.' and '-', 1-128 characters, starting with a letter or digit (so never "." or
+".."). Used by ingestion, the API's schemas and path parameters, and every CLI verb that takes a name.
+This module imports nothing, so every side of the wall may use it.
+"""
+
+from __future__ import annotations
+
+import re
+
+NAME_MAX_LENGTH = 128
+#: For pydantic / FastAPI (`$` is the end of the text there) and for `re.fullmatch` here.
+NAME_REGEX = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
+NAME_RULE = "a dataset name is 1-128 letters, digits, '_', '.' or '-', starting with a letter or digit"
+
+_NAME = re.compile(NAME_REGEX)
+
+
+def is_dataset_name(name: object) -> bool:
+    """Whether `name` follows the rule (fullmatch: a trailing newline does not slip through `$`)."""
+    return isinstance(name, str) and _NAME.fullmatch(name) is not None
