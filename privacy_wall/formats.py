@@ -11,9 +11,12 @@ never a cell's value: this reader also runs behind the privacy wall, where error
 from __future__ import annotations
 
 import csv
+import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 from numpy.typing import NDArray
@@ -55,22 +58,85 @@ def _where(path: Path, line: int, column: str | None = None) -> str:
     return f"{path}: line {line}" + ("" if column is None else f", column {column!r}")
 
 
-def _read_lines(path: Path) -> list[str]:
+#: Input files above this many bytes are refused before they are read (VIPS_MAX_INPUT_BYTES overrides it):
+#: the readers hold a file's parsed values in memory, so the limit bounds what one file can take.
+MAX_INPUT_BYTES = 256 * 1024 * 1024
+#: A single line longer than this is refused while reading (the reader holds at most one line and a chunk).
+MAX_LINE_BYTES = 16 * 1024 * 1024
+READ_CHUNK_BYTES = 1 << 20
+
+
+def max_input_bytes() -> int:
+    text = os.environ.get("VIPS_MAX_INPUT_BYTES", "")
+    return int(text) if text.isdigit() else MAX_INPUT_BYTES
+
+
+def _open(path: Path) -> BinaryIO:
     try:
-        text = path.read_text(encoding="utf-8-sig")
+        size = path.stat().st_size
+        if path.is_dir():
+            raise IsADirectoryError
+        if size > max_input_bytes():
+            raise FormatError(
+                f"{path}: {size} bytes, above the input limit of {max_input_bytes()} bytes "
+                "(VIPS_MAX_INPUT_BYTES); split the file or raise the limit"
+            )
+        return path.open("rb")
     except FileNotFoundError:
         raise FormatError(f"{path}: no such file") from None
     except IsADirectoryError:
         raise FormatError(f"{path}: is a directory, not a file") from None
-    except UnicodeDecodeError as exc:
-        raise FormatError(f"{path}: not UTF-8 text (bad byte at offset {exc.start})") from None
     except OSError as exc:
         raise FormatError(f"{path}: cannot be read ({exc.strerror})") from None
-    return text.splitlines()
+
+
+def iter_lines(
+    path: Path, *, chunk_bytes: int = READ_CHUNK_BYTES, max_line_bytes: int = MAX_LINE_BYTES
+) -> Iterator[str]:
+    """The file's lines (without their line ends), read `chunk_bytes` at a time: memory is bounded by a
+    chunk plus the longest line, whatever the file's size. A UTF-8 BOM is dropped. Bad UTF-8, a NUL byte
+    or an over-long line is a FormatError naming the line (and byte position), never its content."""
+    path = Path(path)
+    with _open(path) as stream:
+        number = 0
+        pending = b""
+        while chunk := stream.read(chunk_bytes):
+            *lines, pending = (pending + chunk).split(b"\n")
+            for raw in lines:
+                number += 1
+                yield _decode(path, number, raw, max_line_bytes)
+            if len(pending) > max_line_bytes:
+                raise FormatError(f"{_where(path, number + 1)}: longer than {max_line_bytes} bytes")
+        if pending:
+            yield _decode(path, number + 1, pending, max_line_bytes)
+
+
+def _decode(path: Path, number: int, raw: bytes, max_line_bytes: int) -> str:
+    if len(raw) > max_line_bytes:
+        raise FormatError(f"{_where(path, number)}: longer than {max_line_bytes} bytes")
+    if raw.endswith(b"\r"):
+        raw = raw[:-1]
+    if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
+        raw = raw[3:]
+    nul = raw.find(b"\x00")
+    if nul >= 0:
+        raise FormatError(f"{_where(path, number)}: a NUL byte at byte {nul + 1} of the line")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        where = _where(path, number)
+        raise FormatError(f"{where}: not UTF-8 text (bad byte at byte {exc.start + 1})") from None
+
+
+def _read_lines(path: Path) -> list[str]:
+    return list(iter_lines(path))
 
 
 def _header(path: Path, first_line: str) -> tuple[str, ...]:
-    names = tuple(name.strip() for name in next(csv.reader([first_line])))
+    try:
+        names = tuple(name.strip() for name in next(csv.reader([first_line])))
+    except csv.Error:  # e.g. a field above csv's size limit; its message is not repeated
+        raise FormatError(f"{_where(path, 1)}: the header row is not valid CSV") from None
     # Checked first: a file without a header must not have its first data row echoed as column names.
     if all(_NUMBER.fullmatch(name) or _NON_FINITE.fullmatch(name) for name in names):
         raise FormatError(f"{_where(path, 1)}: a header row of column names is required (line 1 is numeric)")

@@ -9,7 +9,6 @@ of the second removes the first.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -29,12 +28,12 @@ from privacy_wall.formats import (
     read_tabular_csv,
     read_vocabulary,
 )
+from privacy_wall.names import NAME_RULE, is_dataset_name
 from privacy_wall.sensitive_schema import rows, stored_datasets
 from privacy_wall.store import ROW_NORM_TOLERANCE
 
 Kind = Literal["tabular", "regression", "bow", "binary"]
 KINDS: tuple[Kind, ...] = ("tabular", "regression", "bow", "binary")
-NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 INSERT_CHUNK = 5_000
 
 
@@ -132,8 +131,8 @@ def encode_file(kind: str, path: Path, label: str | None = None, vocab: Path | N
 
 
 def _check_name(name: str) -> None:
-    if not NAME_PATTERN.match(name):
-        raise IngestError("a dataset name is 1-128 letters, digits, '_', '.' or '-', starting alphanumeric")
+    if not is_dataset_name(name):
+        raise IngestError(NAME_RULE)
 
 
 def ingest(

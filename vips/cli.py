@@ -18,6 +18,7 @@ from privacy_wall.accounting import ACCOUNTANTS, CalibrationError
 from privacy_wall.formats import FormatError
 from privacy_wall.gate import PrivacyError
 from privacy_wall.ledger import BudgetExceeded
+from privacy_wall.names import NAME_RULE, is_dataset_name
 from privacy_wall.store import BoundViolation
 from vips.commands import admin, fit, predict, privacy, remote, server
 from vips.errors import CliError, UsageError
@@ -277,9 +278,19 @@ def _fail(message: str, code: int) -> int:
     return code
 
 
+def _check_names(args: argparse.Namespace) -> None:
+    """Every verb that takes a dataset name (ingest NAME, budget set/show NAME, create-key --dataset,
+    fit --dataset) takes it under the one rule the server enforces (privacy_wall.names)."""
+    for attribute, label in (("name", "NAME"), ("dataset", "--dataset")):
+        value = getattr(args, attribute, None)
+        if value is not None and not is_dataset_name(value):
+            raise UsageError(f"argument {label}: {NAME_RULE}")
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
+        _check_names(args)
         handler: Handler = args.handler
         return handler(args)
     except SystemExit as exc:  # --help and --version exit through argparse
