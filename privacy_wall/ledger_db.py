@@ -423,12 +423,21 @@ def job_epsilon_spent(engine: Engine, job_id: str, delta: float) -> float:
     return total.epsilon(delta)
 
 
-def ledger_entries(engine: Engine, dataset: str) -> list[dict[str, Any]]:
-    """The audit log of a dataset: every charge with its event, in order."""
+def ledger_entries(
+    engine: Engine, dataset: str, *, after: int | None = None, limit: int | None = None
+) -> list[dict[str, Any]]:
+    """The audit log of a dataset: every charge with its event, in order of its id; with `after` only the
+    charges whose id is greater, with `limit` at most that many (one page)."""
+    query = select(charges).where(charges.c.dataset == dataset).order_by(charges.c.id)
+    if after is not None:
+        query = query.where(charges.c.id > after)
+    if limit is not None:
+        query = query.limit(limit)
     with reading(engine) as conn:
-        rows = conn.execute(select(charges).where(charges.c.dataset == dataset).order_by(charges.c.id))
+        rows = conn.execute(query)
         return [
             {
+                "id": int(r.id),
                 "job_id": r.job_id,
                 "iteration": r.iteration,
                 "attempt": r.attempt,
@@ -438,6 +447,24 @@ def ledger_entries(engine: Engine, dataset: str) -> list[dict[str, Any]]:
             }
             for r in rows
         ]
+
+
+def charges_per_job(engine: Engine, dataset: str) -> list[dict[str, Any]]:
+    """Per job with charges on the dataset, in order of its first charge: its charge count and its
+    distinct charged iterations (pricing them is the accountant's business, not this count's)."""
+    with reading(engine) as conn:
+        rows = conn.execute(
+            select(
+                charges.c.job_id,
+                func.count().label("charges"),
+                func.count(func.distinct(charges.c.iteration)).label("iterations"),
+                func.min(charges.c.id).label("first"),
+            )
+            .where(charges.c.dataset == dataset)
+            .group_by(charges.c.job_id)
+            .order_by(func.min(charges.c.id))
+        ).all()
+    return [{"job_id": r.job_id, "charges": int(r.charges), "iterations": int(r.iterations)} for r in rows]
 
 
 def count_charges(engine: Engine, dataset: str) -> int:

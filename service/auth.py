@@ -29,7 +29,7 @@ def current_key(
         raise _unauthorized("missing API key: send `Authorization: Bearer <key>`")
     principal = authenticate(engine, credentials.credentials)
     if principal is None:
-        raise _unauthorized("invalid or revoked API key")
+        raise _unauthorized("invalid, revoked or expired API key")
     return principal
 
 
@@ -37,7 +37,7 @@ CurrentKey = Annotated[Principal, Depends(current_key)]
 
 #: Documented on every authenticated router.
 AUTH_RESPONSES: dict[int | str, dict[str, Any]] = {
-    401: {"description": "missing, invalid or revoked API key"},
+    401: {"description": "missing, invalid, revoked or expired API key"},
     403: {"description": "this key's role may not do this"},
 }
 
@@ -59,8 +59,9 @@ def require_role(*roles: Role) -> Callable[[Principal], Principal]:
 AdminKey = Annotated[Principal, Depends(require_role("admin"))]
 AnalystKey = Annotated[Principal, Depends(require_role("analyst"))]
 CustodianKey = Annotated[Principal, Depends(require_role("custodian", "admin"))]
-JobReaderKey = Annotated[Principal, Depends(require_role("analyst", "client", "admin"))]
+JobReaderKey = Annotated[Principal, Depends(require_role("analyst", "client", "custodian", "admin"))]
 JobOwnerKey = Annotated[Principal, Depends(require_role("analyst", "admin"))]
+ReleaseReaderKey = Annotated[Principal, Depends(require_role("analyst", "custodian", "admin"))]
 
 
 # ---- scope rules (pure functions over rows, so they are easy to audit and test) -------------------------
@@ -76,25 +77,37 @@ def owns_dataset(principal: Principal, dataset: Any) -> bool:
 
 
 def sees_dataset(principal: Principal, dataset: Any) -> bool:
-    """May this key see the dataset's public metadata?"""
+    """May this key see the dataset's public metadata and budget? Custodians: their own; analysts and
+    clients: the dataset of their scope, or every dataset if their key was made for all datasets."""
     if principal.role == "custodian":
         return owns_dataset(principal, dataset)
-    if principal.role == "client":
+    if principal.role in ("analyst", "client"):
         return principal.dataset is None or principal.dataset == dataset.name
     return True
 
 
-def sees_job(principal: Principal, job: Any) -> bool:
-    """May this key read the job? Analysts: their own; clients: their scope; admins: all."""
+def sees_job(principal: Principal, job: Any, dataset: Any = None) -> bool:
+    """May this key read the job? Analysts: their own; clients: their scope; custodians: the jobs on the
+    datasets they own (`dataset` is the job's dataset row); admins: all."""
     if principal.role == "admin":
         return True
     if principal.role == "analyst":
         return bool(job.owner == principal.key_id)
     if principal.role == "client":
         return principal.dataset is None or principal.dataset == job.dataset
+    if principal.role == "custodian":
+        return dataset is not None and dataset.name == job.dataset and owns_dataset(principal, dataset)
     return False
 
 
 def controls_job(principal: Principal, job: Any) -> bool:
-    """May this key cancel the job or read its releases? The analyst who owns it, or an admin."""
+    """May this key cancel the job? The analyst who owns it, or an admin."""
     return principal.role == "admin" or (principal.role == "analyst" and job.owner == principal.key_id)
+
+
+def reads_releases(principal: Principal, job: Any, dataset: Any = None) -> bool:
+    """May this key read the job's per-iteration releases? Whoever controls it, and the custodian of its
+    dataset."""
+    return controls_job(principal, job) or (
+        principal.role == "custodian" and sees_job(principal, job, dataset)
+    )

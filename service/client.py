@@ -155,8 +155,30 @@ class VipsClient:
         )
         return result
 
-    def ledger(self, name: str) -> dict[str, Any]:
-        result: dict[str, Any] = self._request("GET", f"/v1/datasets/{quote(name, safe='')}/ledger")
+    def ledger_page(
+        self, name: str, *, limit: int | None = None, cursor: str | None = None
+    ) -> dict[str, Any]:
+        """One page of the ledger: {"dataset", "budget", "entries", "next_cursor"}."""
+        params = {"limit": limit, "cursor": cursor}
+        result: dict[str, Any] = self._request(
+            "GET", f"/v1/datasets/{quote(name, safe='')}/ledger", params=params
+        )
+        return result
+
+    def ledger(self, name: str, *, page_size: int = 1000) -> dict[str, Any]:
+        """The whole ledger, every page followed: {"dataset", "budget" (as of the last page), "entries"}."""
+        entries: list[dict[str, Any]] = []
+        cursor: str | None = None
+        while True:
+            page = self.ledger_page(name, limit=page_size, cursor=cursor)
+            entries.extend(page["entries"])
+            cursor = page.get("next_cursor")
+            if not cursor:
+                return {"dataset": page["dataset"], "budget": page["budget"], "entries": entries}
+
+    def ledger_jobs(self, name: str) -> dict[str, Any]:
+        """Per job on the dataset: status, iterations charged, epsilon spent at the dataset's delta."""
+        result: dict[str, Any] = self._request("GET", f"/v1/datasets/{quote(name, safe='')}/ledger/jobs")
         return result
 
     # ---- jobs ---------------------------------------------------------------------------------------
@@ -249,6 +271,26 @@ class VipsClient:
 
     # ---- keys ---------------------------------------------------------------------------------------
 
-    def create_key(self, role: str, dataset: str | None = None) -> dict[str, Any]:
-        result: dict[str, Any] = self._request("POST", "/v1/keys", json={"role": role, "dataset": dataset})
+    def create_key(
+        self,
+        role: str,
+        dataset: str | None = None,
+        *,
+        all_datasets: bool = False,
+        expires_in_days: float | None = None,
+    ) -> dict[str, Any]:
+        """A new key (shown once). Analyst and client keys need `dataset` or `all_datasets=True`."""
+        body: dict[str, Any] = {"role": role, "dataset": dataset, "all_datasets": all_datasets}
+        if expires_in_days is not None:
+            body["expires_in_days"] = expires_in_days
+        result: dict[str, Any] = self._request("POST", "/v1/keys", json=body)
+        return result
+
+    def list_keys(self) -> list[dict[str, Any]]:
+        """Every key's id, role, scope, creation, expiry and revocation (admins; never a hash)."""
+        result: list[dict[str, Any]] = self._request("GET", "/v1/keys")
+        return result
+
+    def revoke_key(self, key_id: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._request("DELETE", f"/v1/keys/{quote(key_id, safe='')}")
         return result

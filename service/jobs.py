@@ -415,7 +415,8 @@ def get_job(engine: Engine, job_id: str) -> Row[Any] | None:
 def visible_job(engine: Engine, principal: Principal, job_id: str) -> Row[Any]:
     """The job if this key may read it; otherwise 404, as if it did not exist."""
     job = get_job(engine, job_id)
-    if job is None or not sees_job(principal, job):
+    dataset = load_dataset(engine, job.dataset) if job is not None and principal.role == "custodian" else None
+    if job is None or not sees_job(principal, job, dataset):
         raise NotFound(f"job {job_id} not found")
     return job
 
@@ -435,6 +436,11 @@ def list_jobs(
         query = query.where(jobs.c.owner == principal.key_id)
     elif principal.role == "client" and principal.dataset is not None:
         query = query.where(jobs.c.dataset == principal.dataset)
+    elif principal.role == "custodian":  # the jobs on the datasets it owns (auth.owns_dataset)
+        owned = select(datasets.c.name).where(
+            (datasets.c.owner == principal.key_id) | (datasets.c.name == principal.dataset)
+        )
+        query = query.where(jobs.c.dataset.in_(owned))
     elif principal.role not in ("admin", "client"):
         return []
     if dataset is not None:

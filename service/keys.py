@@ -1,6 +1,11 @@
 """API keys: `vips_<keyid>_<secret>`, stored as the key id plus the sha256 of the whole key, never in clear.
 
-Used by `POST /v1/keys` and by the server-side CLI (`vips admin create-key`).
+Used by `/v1/keys` and by the server-side CLI (`vips admin create-key|list-keys|revoke-key`).
+
+Scopes: a custodian, analyst or client key may name one dataset (which need not exist yet) and then sees
+only that one. An analyst or client key without a dataset sees every dataset, so it is created only
+when asked for explicitly (`all_datasets`); an unscoped custodian key owns the datasets it ingested. A
+key may expire: after `expires_at` it is refused like a revoked one.
 """
 
 from __future__ import annotations
@@ -9,8 +14,8 @@ import hashlib
 import hmac
 import secrets
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Literal, get_args
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal, get_args
 
 from sqlalchemy import Engine, insert, select, update
 
@@ -20,7 +25,11 @@ from service.models import api_keys
 Role = Literal["admin", "custodian", "analyst", "client"]
 ROLES: tuple[Role, ...] = get_args(Role)
 #: Roles whose keys may carry a dataset scope.
-SCOPED_ROLES: tuple[Role, ...] = ("custodian", "client")
+SCOPED_ROLES: tuple[Role, ...] = ("custodian", "analyst", "client")
+#: Roles whose unscoped keys see every dataset: they need an explicit `all_datasets`.
+ALL_DATASETS_ROLES: tuple[Role, ...] = ("analyst", "client")
+#: The longest expiry a key may be given (days).
+MAX_EXPIRY_DAYS = 36_500
 
 PREFIX = "vips"
 _KEY_ID_BYTES = 8  # 16 hex characters: no "_" inside, so the key splits unambiguously
@@ -28,7 +37,12 @@ _SECRET_BYTES = 32
 
 
 class InvalidKeyRequest(ValueError):
-    """A key cannot be created as asked (unknown role, a scope on a role that takes none)."""
+    """A key cannot be created as asked (unknown role, a scope on a role that takes none, no scope chosen);
+    `field` names the request field at fault."""
+
+    def __init__(self, message: str, field: str = "dataset") -> None:
+        super().__init__(message)
+        self.field = field
 
 
 @dataclass(frozen=True)
@@ -55,14 +69,53 @@ def split_key(key: str) -> str | None:
     return key_id
 
 
-def create_key(engine: Engine, role: str, dataset: str | None = None) -> tuple[str, str]:
-    """Create a key and return (key id, key); the key is shown once and only its hash is stored."""
+def _aware(moment: datetime | None) -> datetime | None:
+    """SQLite returns naive datetimes; the control database's timestamps are written in UTC."""
+    if moment is None or moment.tzinfo is not None:
+        return moment
+    return moment.replace(tzinfo=UTC)
+
+
+def expired(expires_at: datetime | None, now: datetime | None = None) -> bool:
+    moment = _aware(expires_at)
+    return moment is not None and moment <= (now or datetime.now(UTC))
+
+
+def create_key(
+    engine: Engine,
+    role: str,
+    dataset: str | None = None,
+    *,
+    all_datasets: bool = False,
+    expires_in_days: float | None = None,
+) -> tuple[str, str]:
+    """Create a key and return (key id, key); the key is shown once and only its hash is stored.
+
+    Analyst and client keys need exactly one of `dataset` (their scope) or `all_datasets`.
+    """
     if role not in ROLES:
-        raise InvalidKeyRequest(f"unknown role {role!r}; expected one of {', '.join(ROLES)}")
+        raise InvalidKeyRequest(f"unknown role {role!r}; expected one of {', '.join(ROLES)}", "role")
     if dataset is not None and role not in SCOPED_ROLES:
-        raise InvalidKeyRequest(f"only {' and '.join(SCOPED_ROLES)} keys take a dataset scope")
+        raise InvalidKeyRequest(f"only {', '.join(SCOPED_ROLES)} keys take a dataset scope")
     if dataset is not None and not dataset:
         raise InvalidKeyRequest("the dataset scope must be a dataset name")
+    if all_datasets and role not in ALL_DATASETS_ROLES:
+        raise InvalidKeyRequest(
+            f"only {' and '.join(ALL_DATASETS_ROLES)} keys take --all-datasets", "all_datasets"
+        )
+    if all_datasets and dataset is not None:
+        raise InvalidKeyRequest("give either --dataset NAME or --all-datasets, not both")
+    if role in ALL_DATASETS_ROLES and dataset is None and not all_datasets:
+        raise InvalidKeyRequest(
+            f"{role} keys need a scope: --dataset NAME (one dataset) or --all-datasets (every dataset)"
+        )
+    expires_at = None
+    if expires_in_days is not None:
+        if not 0 < expires_in_days <= MAX_EXPIRY_DAYS:
+            raise InvalidKeyRequest(
+                f"the expiry must be > 0 and <= {MAX_EXPIRY_DAYS} days", "expires_in_days"
+            )
+        expires_at = datetime.now(UTC) + timedelta(days=expires_in_days)
     key_id = secrets.token_hex(_KEY_ID_BYTES)
     key = f"{PREFIX}_{key_id}_{secrets.token_urlsafe(_SECRET_BYTES)}"
     with engine.begin() as conn:
@@ -74,23 +127,29 @@ def create_key(engine: Engine, role: str, dataset: str | None = None) -> tuple[s
                 dataset=dataset,
                 created_at=datetime.now(UTC),
                 revoked=False,
+                expires_at=expires_at,
             )
         )
     return key_id, key
 
 
 def authenticate(engine: Engine, key: str) -> Principal | None:
-    """The principal of a valid, unrevoked key, or None (the caller answers 401 without saying why)."""
+    """The principal of a valid, unrevoked, unexpired key, or None (the caller answers 401 without saying
+    why)."""
     key_id = split_key(key)
     if key_id is None:
         return None
     with reading(engine) as conn:
         row = conn.execute(
-            select(api_keys.c.key_hash, api_keys.c.role, api_keys.c.dataset, api_keys.c.revoked).where(
-                api_keys.c.id == key_id
-            )
+            select(
+                api_keys.c.key_hash,
+                api_keys.c.role,
+                api_keys.c.dataset,
+                api_keys.c.revoked,
+                api_keys.c.expires_at,
+            ).where(api_keys.c.id == key_id)
         ).one_or_none()
-    if row is None or row.revoked or row.role not in ROLES:
+    if row is None or row.revoked or row.role not in ROLES or expired(row.expires_at):
         return None
     if not hmac.compare_digest(row.key_hash, hash_key(key)):
         return None
@@ -98,8 +157,46 @@ def authenticate(engine: Engine, key: str) -> Principal | None:
 
 
 def revoke_key(engine: Engine, key_id: str) -> bool:
-    """Revoke a key; returns whether it existed."""
+    """Revoke a key; returns whether it existed (revoking a revoked key again is harmless)."""
     with engine.begin() as conn:
         return bool(
             conn.execute(update(api_keys).where(api_keys.c.id == key_id).values(revoked=True)).rowcount
         )
+
+
+def _key_record(row: Any, now: datetime) -> dict[str, Any]:
+    return {
+        "id": row.id,
+        "role": row.role,
+        "dataset": row.dataset,
+        "all_datasets": row.dataset is None and row.role in ALL_DATASETS_ROLES,
+        "created_at": _aware(row.created_at),
+        "expires_at": _aware(row.expires_at),
+        "expired": expired(row.expires_at, now),
+        "revoked": bool(row.revoked),
+    }
+
+
+_KEY_COLUMNS = (
+    api_keys.c.id,
+    api_keys.c.role,
+    api_keys.c.dataset,
+    api_keys.c.created_at,
+    api_keys.c.expires_at,
+    api_keys.c.revoked,
+)
+
+
+def list_keys(engine: Engine) -> list[dict[str, Any]]:
+    """Every key's id, role, scope, creation, expiry and revocation, oldest first; never its hash."""
+    now = datetime.now(UTC)
+    with reading(engine) as conn:
+        rows = conn.execute(select(*_KEY_COLUMNS).order_by(api_keys.c.created_at, api_keys.c.id)).all()
+    return [_key_record(row, now) for row in rows]
+
+
+def key_record(engine: Engine, key_id: str) -> dict[str, Any] | None:
+    """One key as list_keys shows it, or None."""
+    with reading(engine) as conn:
+        row = conn.execute(select(*_KEY_COLUMNS).where(api_keys.c.id == key_id)).one_or_none()
+    return None if row is None else _key_record(row, datetime.now(UTC))

@@ -30,9 +30,12 @@ api_keys = Table(
     Column("id", String(32), primary_key=True),  # public key id, the prefix of the key
     Column("key_hash", String(64), nullable=False, unique=True),  # sha256 of the whole key
     Column("role", String(16), nullable=False),  # admin | custodian | analyst | client
-    Column("dataset", String(128), nullable=True),  # scope for custodian and client keys
+    # Scope: custodian, analyst and client keys may name one dataset. NULL: a custodian's own datasets;
+    # every dataset for analyst and client keys (created only with an explicit --all-datasets).
+    Column("dataset", String(128), nullable=True),
     Column("created_at", DateTime(timezone=True), nullable=False),
     Column("revoked", Boolean, nullable=False, default=False),
+    Column("expires_at", DateTime(timezone=True), nullable=True),  # NULL: never; after it, 401
 )
 
 jobs = Table(

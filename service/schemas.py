@@ -61,6 +61,7 @@ class BudgetPublic(BaseModel):
 
 
 class LedgerEntry(BaseModel):
+    id: int = Field(description="the charge's id: entries are in increasing id order")
     job_id: str
     iteration: int
     attempt: int
@@ -70,9 +71,32 @@ class LedgerEntry(BaseModel):
 
 
 class LedgerPublic(BaseModel):
+    """One page of the audit log, oldest entry first."""
+
     dataset: str
     budget: BudgetPublic | None = Field(description="null until the custodian sets a budget")
     entries: list[LedgerEntry]
+    next_cursor: str | None = Field(
+        description="pass as `cursor` for the next page; null on the last page (opaque)"
+    )
+
+
+class LedgerJob(BaseModel):
+    job_id: str
+    status: JobStatus | None = Field(description="null for charges of a job the service has no row of")
+    iterations_charged: int = Field(description="distinct iterations charged")
+    charges: int = Field(description="charged releases (a retried attempt of an iteration counts again)")
+    epsilon_spent: float | None = Field(
+        description="this job's charges on their own, at the dataset's delta; null when unbounded"
+    )
+
+
+class LedgerJobs(BaseModel):
+    """Per job on a dataset: what it has been charged (the ledger's entries summed per job)."""
+
+    dataset: str
+    delta: float | None = Field(description="the dataset's delta; null until a budget is set")
+    jobs: list[LedgerJob]
 
 
 # ---- datasets -----------------------------------------------------------------------------------------
@@ -209,7 +233,15 @@ class KeyCreate(_Strict):
         min_length=1,
         max_length=NAME_MAX_LENGTH,
         pattern=NAME_REGEX,
-        description="scope (custodian and client keys)",
+        description="scope: the one dataset this key sees (custodian, analyst and client keys); it need not "
+        "exist yet",
+    )
+    all_datasets: bool = Field(
+        default=False,
+        description="analyst and client keys: see every dataset; they need this or a dataset",
+    )
+    expires_in_days: FiniteFloat | None = Field(
+        default=None, gt=0, le=36_500, description="the key is refused (401) this many days from now"
     )
 
 
@@ -218,3 +250,21 @@ class KeyCreated(BaseModel):
     key: str = Field(description="shown once; only its sha256 is stored")
     role: Role
     dataset: str | None
+    all_datasets: bool
+    expires_at: datetime | None
+
+
+class KeyPublic(BaseModel):
+    """A key as admins see it: never its hash."""
+
+    id: str
+    role: str
+    dataset: str | None = Field(
+        description="its scope; null: every dataset (analysts, clients) or the "
+        "datasets a custodian key ingested"
+    )
+    all_datasets: bool
+    created_at: datetime
+    expires_at: datetime | None = Field(description="null: never expires")
+    expired: bool
+    revoked: bool

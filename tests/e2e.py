@@ -64,8 +64,12 @@ class Service:
         return done
 
     def key(self, role: str, dataset: str | None = None) -> str:
-        argv = ["admin", "create-key", "--role", role] + ([] if dataset is None else ["--dataset", dataset])
-        return self.vips(*argv).stdout.strip()
+        """A new key; an analyst or client key without a dataset sees every dataset (--all-datasets)."""
+        if dataset is not None:
+            scope = ["--dataset", dataset]
+        else:
+            scope = ["--all-datasets"] if role in ("analyst", "client") else []
+        return self.vips("admin", "create-key", "--role", role, *scope).stdout.strip()
 
 
 def _clean_env() -> dict[str, str]:

@@ -10,7 +10,7 @@ import hashlib
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -96,7 +96,8 @@ def populate(engine: Engine) -> tuple[dict[str, str], dict[str, str]]:
     keys: dict[str, str] = {}
     ids: dict[str, str] = {}
     for name, (role, scope) in specs.items():
-        ids[name], keys[name] = create_key(engine, role, scope)
+        everything = scope is None and role in ("analyst", "client")
+        ids[name], keys[name] = create_key(engine, role, scope, all_datasets=everything)
     add_dataset(engine, "priv", owner=ids["cust"])
     add_dataset(engine, "other")
     add_dataset(engine, "pub", population=200, public=True)
@@ -198,10 +199,15 @@ def test_a_tampered_or_revoked_key_is_401(api: Api) -> None:
         ("analyst", "POST", "/v1/keys", {"role": "admin"}),
         ("cust", "POST", "/v1/keys", {"role": "admin"}),
         ("client", "POST", "/v1/keys", {"role": "admin"}),
-        ("cust", "GET", "/v1/jobs", None),
+        ("analyst", "GET", "/v1/datasets/priv/ledger/jobs", None),
+        ("client", "GET", "/v1/datasets/priv/ledger/jobs", None),
+        ("analyst", "GET", "/v1/keys", None),
+        ("cust", "GET", "/v1/keys", None),
+        ("client", "DELETE", "/v1/keys/abc", None),
+        ("cust", "DELETE", "/v1/keys/abc", None),
+        ("cust", "POST", "/v1/jobs/abc/cancel", None),
         ("client", "POST", "/v1/jobs/abc/cancel", None),
         ("client", "GET", "/v1/jobs/abc/releases", None),
-        ("cust", "GET", "/v1/jobs/abc/posterior", None),
     ],
 )
 def test_wrong_role_is_403(api: Api, who: str, method: str, path: str, body: Any) -> None:
@@ -552,6 +558,7 @@ def test_epsilon_spent_follows_the_charges_of_the_job(api: Api) -> None:
         "dataset": "nobudget",
         "budget": None,
         "entries": [],
+        "next_cursor": None,
     }
 
 
@@ -695,7 +702,7 @@ def test_health_readiness_and_docs(api: Api) -> None:
     assert api.client.get("/healthz").json() == {"status": "ok"}
     r = api.client.get("/readyz")
     assert r.status_code == 200
-    assert r.json() == {"status": "ok", "checks": {"database": "ok", "broker": "ok"}}
+    assert r.json() == {"status": "ok", "checks": {"database": "ok", "broker": "ok", "worker": "ok"}}
     api.queue.fail = True
     r = api.client.get("/readyz")
     assert r.status_code == 503
@@ -725,13 +732,228 @@ def test_readyz_is_503_when_the_database_is_unreachable(tmp_path: Path) -> None:
 def test_embedded_broker_readiness_checks_its_folders(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'control.db'}"
     upgrade("control", url)
-    with TestClient(create_app(ServiceSettings(home=tmp_path, control_database_url=url))) as client:
+    settings = ServiceSettings(home=tmp_path, control_database_url=url)
+    with TestClient(create_app(settings)) as client:
+        r = client.get("/readyz")  # no embedded worker has reported yet
+        assert r.status_code == 503 and r.json()["checks"]["worker"] == "no live worker (no worker has started)"
+        settings.worker_alive_path().touch()  # what a live worker does every WORKER_ALIVE_SECONDS
         assert client.get("/readyz").status_code == 200
         (tmp_path / "broker" / "processed").rmdir()
         r = client.get("/readyz")
         assert r.status_code == 503
-        assert r.json()["checks"] == {"database": "ok", "broker": r.json()["checks"]["broker"]}
+        assert r.json()["checks"]["database"] == r.json()["checks"]["worker"] == "ok"
         assert r.json()["checks"]["broker"] != "ok"
+
+
+# ---- keys: expiry, listing, revocation, scopes ------------------------------------------------------------
+
+
+def test_an_expired_key_is_401_like_a_revoked_one(api: Api) -> None:
+    r = api.call(
+        "POST", "/v1/keys", "admin", json={"role": "analyst", "all_datasets": True, "expires_in_days": 2}
+    )
+    assert r.status_code == 201, r.text
+    created = r.json()
+    expires = datetime.fromisoformat(created["expires_at"])
+    assert timedelta(days=2) - timedelta(minutes=1) < expires - datetime.now(UTC) <= timedelta(days=2)
+    headers = {"Authorization": f"Bearer {created['key']}"}
+    assert api.client.get("/v1/datasets", headers=headers).status_code == 200
+    with api.engine.begin() as conn:
+        conn.execute(
+            update(api_keys)
+            .where(api_keys.c.id == created["id"])
+            .values(expires_at=datetime.now(UTC) - timedelta(seconds=1))
+        )
+    r = api.client.get("/v1/datasets", headers=headers)
+    assert r.status_code == 401
+    assert r.headers["www-authenticate"] == "Bearer"
+    listed = {k["id"]: k for k in api.call("GET", "/v1/keys", "admin").json()}
+    assert listed[created["id"]]["expired"] is True and listed[created["id"]]["revoked"] is False
+    assert listed[api.ids["analyst"]]["expires_at"] is None and listed[api.ids["analyst"]]["expired"] is False
+    for days in (0, -1, 36_501, "1"):
+        bad = api.call("POST", "/v1/keys", "admin", json={"role": "admin", "expires_in_days": days})
+        assert bad.status_code == 422, days
+
+
+def test_keys_are_listed_without_secrets_and_revoked_by_delete(api: Api) -> None:
+    r = api.call("GET", "/v1/keys", "admin")
+    assert r.status_code == 200
+    listed = r.json()
+    assert {k["id"] for k in listed} == set(api.ids.values())
+    with api.engine.connect() as conn:
+        hashes = set(conn.execute(select(api_keys.c.key_hash)).scalars())
+    for secret in [*hashes, *api.keys.values()]:
+        assert secret not in r.text
+    assert set(listed[0]) == {
+        "id", "role", "dataset", "all_datasets", "created_at", "expires_at", "expired", "revoked"
+    }  # fmt: skip
+    by_id = {k["id"]: k for k in listed}
+    assert by_id[api.ids["cust2"]]["dataset"] == "other"
+    assert by_id[api.ids["client"]]["all_datasets"] is True
+    assert by_id[api.ids["cust"]]["all_datasets"] is False and by_id[api.ids["cust"]]["dataset"] is None
+
+    assert api.call("GET", "/v1/jobs", "analyst").status_code == 200
+    r = api.call("DELETE", f"/v1/keys/{api.ids['analyst']}", "admin")
+    assert r.status_code == 200, r.text
+    assert r.json()["revoked"] is True and r.json()["id"] == api.ids["analyst"]
+    assert api.call("GET", "/v1/jobs", "analyst").status_code == 401
+    assert api.call("DELETE", f"/v1/keys/{api.ids['analyst']}", "admin").status_code == 200  # again: no-op
+    missing = api.call("DELETE", "/v1/keys/0123456789abcdef", "admin")
+    assert missing.status_code == 404
+    assert missing.json()["detail"] == "key 0123456789abcdef not found"
+    assert api.call("GET", "/v1/jobs", "analyst2").status_code == 200  # the others still work
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"role": "analyst"}, "dataset"),
+        ({"role": "client"}, "dataset"),
+        ({"role": "analyst", "dataset": "priv", "all_datasets": True}, "dataset"),
+        ({"role": "custodian", "all_datasets": True}, "all_datasets"),
+        ({"role": "admin", "all_datasets": True}, "all_datasets"),
+        ({"role": "admin", "dataset": "priv"}, "dataset"),
+    ],
+)
+def test_analyst_and_client_keys_need_a_scope_or_all_datasets(api: Api, body: Any, field: str) -> None:
+    r = api.call("POST", "/v1/keys", "admin", json=body)
+    assert r.status_code == 422, r.text
+    assert r.json()["detail"][0]["loc"] == ["body", field]
+    assert len(api.call("GET", "/v1/keys", "admin").json()) == len(api.ids)
+
+
+def test_a_scoped_analyst_sees_and_submits_only_on_its_dataset(api: Api) -> None:
+    for role in ("analyst", "client"):
+        r = api.call("POST", "/v1/keys", "admin", json={"role": role, "dataset": "later"})
+        assert r.status_code == 201, r.text  # a dataset that does not exist yet
+        assert r.json()["dataset"] == "later" and r.json()["all_datasets"] is False
+    _, api.keys["scoped"] = create_key(api.engine, "analyst", "other")
+    assert [d["name"] for d in api.call("GET", "/v1/datasets", "scoped").json()] == ["other"]
+    assert api.call("GET", "/v1/datasets/other", "scoped").json()["budget"]["epsilon"] == PRIVATE_BUDGET
+    foreign = api.call("GET", "/v1/datasets/priv", "scoped")
+    missing = api.call("GET", "/v1/datasets/nosuch", "scoped")
+    assert foreign.status_code == missing.status_code == 404
+    assert foreign.json()["detail"] == missing.json()["detail"].replace("nosuch", "priv")
+    for name in ("priv", "pub"):
+        r = api.submit("scoped", dataset=name)
+        assert r.status_code == 404, r.text
+        assert r.json()["detail"] == f"dataset {name} not found"
+        assert api.submit("scoped", dataset=name, dry_run=True).status_code == 404
+    assert job_count(api.engine) == 0 and open_reservations(api.engine) == 0
+    r = api.submit("scoped", dataset="other")
+    assert r.status_code == 202, r.text
+    assert [j["id"] for j in api.call("GET", "/v1/jobs", "scoped").json()] == [r.json()["id"]]
+    # A key scoped to a dataset that does not exist yet sees it once it is there.
+    _, api.keys["later"] = create_key(api.engine, "analyst", "later")
+    assert api.call("GET", "/v1/datasets", "later").json() == []
+    add_dataset(api.engine, "later")
+    assert [d["name"] for d in api.call("GET", "/v1/datasets", "later").json()] == ["later"]
+    # Unscoped (all-datasets) analysts still see every dataset.
+    assert len(api.call("GET", "/v1/datasets", "analyst").json()) == 6
+
+
+def test_custodians_read_the_jobs_of_their_datasets_only(api: Api) -> None:
+    mine = api.submit(dataset="priv").json()["id"]
+    theirs = api.submit(dataset="other").json()["id"]
+    charge(api.engine, mine, 1)
+    finish(api.engine, mine, {"model": "blr", "job_id": mine})
+    with api.engine.begin() as conn:
+        conn.execute(
+            insert(releases).values(
+                job_id=mine,
+                iteration=1,
+                statistics={"s": [1.0]},
+                noise_std={"s": 1.0},
+                created_at=datetime.now(UTC),
+            )
+        )
+    for cust, own, foreign in (("cust", mine, theirs), ("cust2", theirs, mine)):
+        assert api.call("GET", f"/v1/jobs/{own}", cust).json()["id"] == own
+        assert [j["id"] for j in api.call("GET", "/v1/jobs", cust).json()] == [own]
+        assert api.call("GET", f"/v1/jobs/{own}/releases", cust).status_code == 200
+        for path in (f"/v1/jobs/{foreign}", f"/v1/jobs/{foreign}/releases", f"/v1/jobs/{foreign}/posterior"):
+            r = api.call("GET", path, cust)
+            assert r.status_code == 404, (cust, path)
+            assert r.json()["detail"] == f"job {foreign} not found"
+        other = "other" if cust == "cust" else "priv"
+        assert api.call("GET", "/v1/jobs", cust, params={"dataset": other}).json() == []
+        assert api.call("POST", f"/v1/jobs/{own}/cancel", cust).status_code == 403
+    assert [r["iteration"] for r in api.call("GET", f"/v1/jobs/{mine}/releases", "cust").json()] == [1]
+    assert api.call("GET", f"/v1/jobs/{mine}/posterior", "cust").json()["job_id"] == mine
+    assert api.call("GET", f"/v1/jobs/{theirs}/posterior", "cust2").status_code == 409  # not finished
+    assert api.call("GET", "/v1/jobs", "cust", params={"dataset": "priv"}).json()[0]["id"] == mine
+
+
+# ---- the ledger: pages and per-job summary -----------------------------------------------------------------
+
+
+def test_ledger_pages_cover_every_entry_exactly_once(api: Api) -> None:
+    first, second = api.submit().json()["id"], api.submit().json()["id"]
+    for t in range(1, 5):
+        charge(api.engine, first, t)
+        charge(api.engine, second, t)
+    charge(api.engine, first, 5)
+    total = 9
+    seen: list[tuple[str, int]] = []
+    ids: list[int] = []
+    cursor = None
+    pages = 0
+    while True:
+        params: dict[str, Any] = {"limit": 2} | ({} if cursor is None else {"cursor": cursor})
+        r = api.call("GET", "/v1/datasets/priv/ledger", "cust", params=params)
+        assert r.status_code == 200, r.text
+        page = r.json()
+        pages += 1
+        assert len(page["entries"]) <= 2
+        assert page["budget"]["epsilon"] == PRIVATE_BUDGET
+        seen += [(e["job_id"], e["iteration"]) for e in page["entries"]]
+        ids += [e["id"] for e in page["entries"]]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert pages == 5
+    assert len(seen) == len(set(seen)) == total
+    assert ids == sorted(ids)
+    assert sorted(seen) == sorted([(first, t) for t in range(1, 6)] + [(second, t) for t in range(1, 5)])
+    whole = api.call("GET", "/v1/datasets/priv/ledger", "cust").json()  # default page: 100
+    assert [e["id"] for e in whole["entries"]] == ids and whole["next_cursor"] is None
+    exact = api.call("GET", "/v1/datasets/priv/ledger", "cust", params={"limit": total}).json()
+    assert exact["next_cursor"] is None and len(exact["entries"]) == total
+    custodian = VipsClient("http://testserver", api.keys["cust"], http=api.client)
+    assert [e["id"] for e in custodian.ledger("priv", page_size=4)["entries"]] == ids
+    for params in ({"limit": 0}, {"limit": 1001}, {"cursor": "abc"}, {"cursor": "-1"}):
+        bad = api.call("GET", "/v1/datasets/priv/ledger", "cust", params=params)
+        assert bad.status_code == 422, params
+        assert bad.json()["detail"][0]["loc"][-1] in ("limit", "cursor")
+
+
+def test_ledger_jobs_summarises_each_job_at_the_datasets_delta(api: Api) -> None:
+    first, second, queued = (api.submit().json()["id"] for _ in range(3))
+    for t in (1, 2, 3):
+        charge(api.engine, first, t)
+    charge(api.engine, second, 1)
+    charge(api.engine, second, 2, sigma=SIGMA * 2)  # beyond its reservation's event: summed from the rows
+    r = api.call("GET", "/v1/datasets/priv/ledger/jobs", "cust")
+    assert r.status_code == 200, r.text
+    summary = r.json()
+    assert summary["dataset"] == "priv" and summary["delta"] == DELTA
+    assert [j["job_id"] for j in summary["jobs"]] == [first, second, queued]
+    by_id = {j["job_id"]: j for j in summary["jobs"]}
+    assert (by_id[first]["iterations_charged"], by_id[first]["charges"]) == (3, 3)
+    assert (by_id[second]["iterations_charged"], by_id[queued]["charges"]) == (2, 0)
+    for job_id in (first, second, queued):
+        job = api.call("GET", f"/v1/jobs/{job_id}", "analyst").json()
+        assert by_id[job_id]["status"] == job["status"] == "queued"
+        assert by_id[job_id]["epsilon_spent"] == pytest.approx(job["epsilon_spent"], rel=1e-12)
+    assert by_id[first]["epsilon_spent"] == pytest.approx(epsilon(SIGMA, BATCH, N, 3, DELTA))
+    assert by_id[queued]["epsilon_spent"] == 0.0
+    assert api.call("GET", "/v1/datasets/priv/ledger/jobs", "admin").json() == summary
+    assert api.call("GET", "/v1/datasets/priv/ledger/jobs", "cust2").status_code == 404
+    assert api.call("GET", "/v1/datasets/nobudget/ledger/jobs", "cust").json() == {
+        "dataset": "nobudget",
+        "delta": None,
+        "jobs": [],
+    }
 
 
 # ---- the Python client -----------------------------------------------------------------------------------
@@ -757,8 +979,14 @@ def test_the_client_mirrors_the_routes(api: Api) -> None:
     assert analyst.cancel(job["id"])["status"] == "cancelled"
     assert analyst.wait(job["id"], interval=0.01)["status"] == "cancelled"
     assert custodian.ledger("priv")["entries"] == []
-    created = admin.create_key("analyst")
+    created = admin.create_key("analyst", all_datasets=True)
     assert created["role"] == "analyst"
+    assert created["id"] in {k["id"] for k in admin.list_keys()}
+    assert admin.revoke_key(created["id"])["revoked"] is True
+    with pytest.raises(ApiError) as unscoped:
+        admin.create_key("client")
+    assert unscoped.value.status_code == 422
+    assert "--all-datasets" in unscoped.value.detail
     with pytest.raises(ApiError) as refused:
         analyst.submit_job(dataset="priv", model="blr", iterations=400, batch_size=BATCH, sigma=0.5)
     assert refused.value.status_code == 409

@@ -402,3 +402,54 @@ def test_console_script_entry_point() -> None:
     )
     assert failed.returncode == 2
     assert failed.stderr.startswith("vips: error:") and "Traceback" not in failed.stderr
+
+
+# ---- server-side key verbs (vips admin) ------------------------------------------------------------------
+
+
+def test_admin_key_verbs_create_list_and_revoke(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from privacy_wall.sqlengine import create_db_engine
+    from service.keys import authenticate
+
+    monkeypatch.setenv("VIPS_HOME", str(tmp_path / "home"))
+    for name in ("VIPS_CONTROL_DATABASE_URL", "VIPS_SENSITIVE_DATABASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    capsys.readouterr()
+    for argv in (["--role", "analyst"], ["--role", "client"]):
+        assert main(["admin", "create-key", *argv]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("vips: error: ") and "--dataset NAME" in err and "--all-datasets" in err
+    assert main(["admin", "create-key", "--role", "analyst", "--dataset", "a", "--all-datasets"]) == 2
+    assert main(["admin", "create-key", "--role", "custodian", "--all-datasets"]) == 2
+    assert main(["admin", "create-key", "--role", "admin", "--expires-in", "0"]) == 2
+    capsys.readouterr()
+
+    assert main(["admin", "create-key", "--role", "analyst", "--all-datasets"]) == 0
+    everything = capsys.readouterr().out.strip()
+    assert main(["admin", "create-key", "--role", "analyst", "--dataset", "later", "--expires-in", "30"]) == 0
+    out = capsys.readouterr()
+    scoped = out.out.strip()
+    assert "dataset later" in out.err and "expires" in out.err
+
+    assert main(["admin", "list-keys"]) == 0
+    listed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [k["id"] for k in listed] == [everything.split("_")[1], scoped.split("_")[1]]
+    assert listed[0]["all_datasets"] is True and listed[0]["expires_at"] is None
+    assert listed[1]["dataset"] == "later" and listed[1]["expires_at"] is not None
+    assert all(not k["revoked"] and not k["expired"] for k in listed)
+    assert all("hash" not in field for k in listed for field in k)
+
+    engine = create_db_engine(f"sqlite:///{tmp_path / 'home' / 'control.db'}")
+    try:
+        principal = authenticate(engine, scoped)
+        assert principal is not None and principal.dataset == "later"
+        assert main(["admin", "revoke-key", listed[1]["id"]]) == 0
+        assert json.loads(capsys.readouterr().out)["revoked"] is True
+        assert authenticate(engine, scoped) is None
+        assert authenticate(engine, everything) is not None
+    finally:
+        engine.dispose()
+    assert main(["admin", "revoke-key", "0123456789abcdef"]) == 2
+    assert "not found" in capsys.readouterr().err

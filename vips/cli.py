@@ -213,11 +213,37 @@ def _add_server(commands: argparse._SubParsersAction[_Parser]) -> None:
 
 def _add_admin_data(commands: argparse._SubParsersAction[_Parser]) -> None:
     parser = commands.add_parser("admin", help="server side: API keys")
-    verbs = parser.add_subparsers(dest="verb", required=True, metavar="{create-key}")
-    sub = verbs.add_parser("create-key", help="print a new API key (shown once)")
+    verbs = parser.add_subparsers(dest="verb", required=True, metavar="{create-key,list-keys,revoke-key}")
+    sub = verbs.add_parser(
+        "create-key",
+        help="print a new API key (shown once)",
+        description="Print a new API key (shown once). Analyst and client keys need a scope: "
+        "--dataset NAME or --all-datasets.",
+    )
     sub.add_argument("--role", choices=("admin", "custodian", "analyst", "client"), required=True)
-    sub.add_argument("--dataset", metavar="NAME", help="scope of a custodian or client key")
+    scope = sub.add_mutually_exclusive_group()
+    scope.add_argument(
+        "--dataset",
+        metavar="NAME",
+        help="scope of a custodian, analyst or client key: it sees only this dataset (which need not "
+        "exist yet)",
+    )
+    scope.add_argument(
+        "--all-datasets",
+        action="store_true",
+        help="an analyst or client key that sees every dataset",
+    )
+    sub.add_argument(
+        "--expires-in", type=_positive_float, metavar="DAYS", help="the key is refused after this many days"
+    )
     sub.set_defaults(handler=admin.run_create_key)
+    sub = verbs.add_parser(
+        "list-keys", help="every key's id, role, scope, creation, expiry, revocation (JSON lines)"
+    )
+    sub.set_defaults(handler=admin.run_list_keys)
+    sub = verbs.add_parser("revoke-key", help="revoke a key (it answers 401 from now on)")
+    sub.add_argument("id", metavar="ID", help="the key id (vips admin list-keys; vips_<ID>_...)")
+    sub.set_defaults(handler=admin.run_revoke_key)
 
     parser = commands.add_parser("data", help="custodian side: datasets into the sensitive store")
     verbs = parser.add_subparsers(dest="verb", required=True, metavar="{ingest}")

@@ -90,11 +90,11 @@ def run(home: Path, iterations: int) -> dict[str, Any]:
         wait_ready(demo.url, server)
         print(f"API ready at {demo.url} after {time.monotonic() - started:.1f} s")
 
-        demo.step("keys: admin creates a custodian key for 'adult' and an analyst key")
+        demo.step("keys: admin creates a custodian key and an analyst key, both for 'adult'")
         custodian = demo.vips(
             "admin", "create-key", "--role", "custodian", "--dataset", "adult"
         ).stdout.strip()
-        analyst = demo.vips("admin", "create-key", "--role", "analyst").stdout.strip()
+        analyst = demo.vips("admin", "create-key", "--role", "analyst", "--dataset", "adult").stdout.strip()
 
         demo.step("custodian: ingest UCI Adult train (public preprocessing, rows scaled to norm <= 1)")
         train_csv, test_csv = home / "adult_train.csv", home / "adult_test.csv"

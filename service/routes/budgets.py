@@ -3,17 +3,29 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Query
+from fastapi.exceptions import RequestValidationError
+from sqlalchemy import select
 
 from privacy_wall import ledger_db
+from privacy_wall.sqlengine import reading
 from service.auth import AUTH_RESPONSES, CustodianKey
 from service.deps import EngineDep
-from service.jobs import Conflict, SpecError, aware, budget_or_none
+from service.jobs import Conflict, SpecError, aware, budget_or_none, epsilon_spent, finite
+from service.models import jobs
 from service.params import DatasetNamePath
 from service.routes.datasets import budget_public, visible_dataset
-from service.schemas import BudgetPublic, BudgetUpdate, LedgerEntry, LedgerPublic, Message
+from service.schemas import (
+    BudgetPublic,
+    BudgetUpdate,
+    LedgerEntry,
+    LedgerJob,
+    LedgerJobs,
+    LedgerPublic,
+    Message,
+)
 
 router = APIRouter(prefix="/datasets", tags=["budgets"], responses=AUTH_RESPONSES)
 
@@ -35,13 +47,44 @@ def set_budget(
     return budget_public(status)
 
 
+def _after(cursor: str | None) -> int | None:
+    """The charge id a cursor stands for (it is the last id of the previous page, opaque to clients)."""
+    if cursor is None:
+        return None
+    if not cursor.isdigit() or len(cursor) > 18:
+        raise RequestValidationError(
+            [
+                {
+                    "type": "value_error",
+                    "loc": ("query", "cursor"),
+                    "msg": "not a cursor of this ledger: pass the next_cursor of the previous page",
+                    "input": cursor,
+                }
+            ]
+        )
+    return int(cursor)
+
+
 @router.get("/{name}/ledger", response_model=LedgerPublic, responses={404: {"model": Message}})
-def ledger(name: DatasetNamePath, engine: EngineDep, principal: CustodianKey) -> LedgerPublic:
-    """The audit log: every charged release with its event, and the budget's status (null if unset)."""
+def ledger(
+    name: DatasetNamePath,
+    engine: EngineDep,
+    principal: CustodianKey,
+    limit: Annotated[int, Query(ge=1, le=1000, description="entries per page")] = 100,
+    cursor: Annotated[
+        str | None, Query(max_length=64, description="the next_cursor of the previous page")
+    ] = None,
+) -> LedgerPublic:
+    """The audit log, one page at a time (oldest first): every charged release with its event, and the
+    budget's status (null if unset). Follow `next_cursor` until it is null to read every entry once."""
     visible_dataset(engine, principal, name, administer=True)
+    after = _after(cursor)
     status = budget_or_none(engine, name)
+    rows = ledger_db.ledger_entries(engine, name, after=after, limit=limit + 1)
+    more = len(rows) > limit
     entries = [
         LedgerEntry(
+            id=e["id"],
             job_id=e["job_id"],
             iteration=e["iteration"],
             attempt=e["attempt"],
@@ -49,8 +92,46 @@ def ledger(name: DatasetNamePath, engine: EngineDep, principal: CustodianKey) ->
             accountant=e["accountant"],
             created_at=aware(datetime.fromisoformat(e["created_at"])),
         )
-        for e in ledger_db.ledger_entries(engine, name)
+        for e in rows[:limit]
     ]
     return LedgerPublic(
-        dataset=name, budget=None if status is None else budget_public(status), entries=entries
+        dataset=name,
+        budget=None if status is None else budget_public(status),
+        entries=entries,
+        next_cursor=str(entries[-1].id) if more else None,
+    )
+
+
+@router.get("/{name}/ledger/jobs", response_model=LedgerJobs, responses={404: {"model": Message}})
+def ledger_jobs(name: DatasetNamePath, engine: EngineDep, principal: CustodianKey) -> LedgerJobs:
+    """Per job on the dataset: its status, the iterations charged and the epsilon its charges cost on
+    their own at the dataset's delta (the dataset's spend is their composition, in the budget, not
+    their sum). Jobs with charges come first, in order of their first charge; then the uncharged ones."""
+    visible_dataset(engine, principal, name, administer=True)
+    status = budget_or_none(engine, name)
+    charged = ledger_db.charges_per_job(engine, name)
+    with reading(engine) as conn:
+        rows = conn.execute(
+            select(jobs.c.id, jobs.c.status).where(jobs.c.dataset == name).order_by(jobs.c.created_at)
+        ).all()
+    statuses: dict[str, Any] = {row.id: row.status for row in rows}
+    summary = [(c["job_id"], c["iterations"], c["charges"]) for c in charged]
+    seen = {job_id for job_id, _, _ in summary}
+    summary += [(row.id, 0, 0) for row in rows if row.id not in seen]
+    spent = (
+        {} if status is None else epsilon_spent(engine, {job_id: status.delta for job_id, _, _ in summary})
+    )
+    return LedgerJobs(
+        dataset=name,
+        delta=None if status is None else status.delta,
+        jobs=[
+            LedgerJob(
+                job_id=job_id,
+                status=statuses.get(job_id),
+                iterations_charged=iterations,
+                charges=count,
+                epsilon_spent=finite(spent[job_id]) if job_id in spent else None,
+            )
+            for job_id, iterations, count in summary
+        ],
     )

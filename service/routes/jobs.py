@@ -6,13 +6,22 @@ from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Response, status
 
-from service.auth import AUTH_RESPONSES, AnalystKey, JobOwnerKey, JobReaderKey, controls_job
+from service.auth import (
+    AUTH_RESPONSES,
+    AnalystKey,
+    JobOwnerKey,
+    JobReaderKey,
+    ReleaseReaderKey,
+    controls_job,
+    reads_releases,
+)
 from service.deps import EngineDep, QueueDep, SettingsDep
 from service.jobs import (
     NotFound,
     cancel_job,
     job_releases,
     list_jobs,
+    load_dataset,
     plan_job,
     previous_submission,
     quote_job,
@@ -89,7 +98,8 @@ def jobs(
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     offset: Offset = 0,
 ) -> list[JobPublic]:
-    """The jobs this key may read, newest first (analysts: their own; clients: their dataset scope)."""
+    """The jobs this key may read, newest first (analysts: their own; clients: their dataset scope;
+    custodians: the jobs on their datasets)."""
     rows = list_jobs(engine, principal, dataset=dataset, status=status, limit=limit, offset=offset)
     return to_public(engine, rows)
 
@@ -120,12 +130,14 @@ def cancel(job_id: JobIdPath, engine: EngineDep, principal: JobOwnerKey) -> JobP
 def releases(
     job_id: JobIdPath,
     engine: EngineDep,
-    principal: JobOwnerKey,
+    principal: ReleaseReaderKey,
     after: Annotated[int, Query(ge=0, le=INT_MAX, description="only iterations after this one")] = 0,
     limit: Annotated[int | None, Query(ge=1, le=100_000)] = None,
 ) -> list[ReleasePublic]:
-    """The released (noised) statistics of each iteration, in order."""
+    """The released (noised) statistics of each iteration, in order (the job's analyst, the custodian of
+    its dataset, admins)."""
     row = visible_job(engine, principal, job_id)
-    if not controls_job(principal, row):
+    dataset = load_dataset(engine, row.dataset) if principal.role == "custodian" else None
+    if not reads_releases(principal, row, dataset):
         raise NotFound(f"job {job_id} not found")
     return job_releases(engine, job_id, after=after, limit=limit)

@@ -1,4 +1,5 @@
-"""Posteriors of finished jobs: the owning analyst, clients (within their scope) and admins."""
+"""Posteriors of finished jobs: the owning analyst, clients (within their scope), the custodian of the
+job's dataset and admins."""
 
 from __future__ import annotations
 

@@ -1,34 +1,90 @@
 """Custodian- and admin-side verbs that act on this machine's databases directly (no HTTP):
-`vips admin create-key` and `vips data ingest`."""
+`vips admin create-key|list-keys|revoke-key` and `vips data ingest`."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine
 
 from privacy_wall.ingest import IngestError, ingest
 from privacy_wall.settings import WallSettings
 from privacy_wall.sqlengine import create_db_engine
-from service.keys import InvalidKeyRequest, create_key
+from service.keys import InvalidKeyRequest, create_key, key_record, list_keys, revoke_key
 from vips.commands.server import migrate_all
 from vips.errors import UsageError
 from vips.output import print_json
 
 
-def run_create_key(args: argparse.Namespace) -> int:
+@contextmanager
+def _control() -> Iterator[Engine]:
+    """The configured control database (the embedded one is migrated first, as `vips up` would)."""
     wall = WallSettings()
     if wall.control_database_url is None:
         migrate_all()
     engine = create_db_engine(wall.control_url())
     try:
-        key_id, key = create_key(engine, args.role, args.dataset)
-    except InvalidKeyRequest as exc:
-        raise UsageError(str(exc)) from None
+        yield engine
     finally:
         engine.dispose()
+
+
+def _printable(record: dict[str, Any]) -> dict[str, Any]:
+    return {k: v.isoformat() if isinstance(v, datetime) else v for k, v in record.items()}
+
+
+def run_create_key(args: argparse.Namespace) -> int:
+    with _control() as engine:
+        try:
+            key_id, key = create_key(
+                engine,
+                args.role,
+                args.dataset,
+                all_datasets=args.all_datasets,
+                expires_in_days=args.expires_in,
+            )
+        except InvalidKeyRequest as exc:
+            raise UsageError(str(exc)) from None
+        record = key_record(engine, key_id)
+    assert record is not None
     print(key)
-    print(f"vips: created {args.role} key {key_id}; it is shown only once", file=sys.stderr)
+    if args.dataset:
+        scope = f"dataset {args.dataset}"
+    elif args.role == "custodian":
+        scope = "the datasets it ingests"
+    else:
+        scope = "every dataset"
+    expiry = "" if record["expires_at"] is None else f", expires {record['expires_at'].isoformat()}"
+    print(
+        f"vips: created {args.role} key {key_id} ({scope}{expiry}); it is shown only once",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def run_list_keys(args: argparse.Namespace) -> int:
+    """One JSON line per key: id, role, scope, created, expires, revoked; never the key or its hash."""
+    with _control() as engine:
+        records = list_keys(engine)
+    for record in records:
+        print_json(_printable(record))
+    return 0
+
+
+def run_revoke_key(args: argparse.Namespace) -> int:
+    with _control() as engine:
+        if not revoke_key(engine, args.id):
+            raise UsageError(f"key {args.id} not found (see vips admin list-keys)")
+        record = key_record(engine, args.id)
+    assert record is not None
+    print_json(_printable(record))
+    print(f"vips: revoked key {args.id}", file=sys.stderr)
     return 0
 
 
