@@ -171,3 +171,15 @@ def test_good_names_pass(capsys: pytest.CaptureFixture[str], home: Path, tmp_pat
         == 0
     )
     assert json.loads(capsys.readouterr().out)["dataset"] == "A.b-c_9"
+
+
+def test_the_label_column_defaults_to_label(
+    capsys: pytest.CaptureFixture[str], home: Path, tmp_path: Path
+) -> None:
+    """DESIGN section 6: `vips data ingest NAME --kind tabular --input FILE [--label COLUMN (default label)]`."""
+    data = tmp_path / "d.csv"
+    data.write_text(GOOD)
+    capsys.readouterr()
+    assert main(["data", "ingest", "nolabel", "--kind", "tabular", "--input", str(data)]) == 0
+    stored = json.loads(capsys.readouterr().out)
+    assert stored["dataset"] == "nolabel" and "label" not in json.dumps(stored.get("schema", {}))

@@ -251,7 +251,9 @@ def _add_admin_data(commands: argparse._SubParsersAction[_Parser]) -> None:
     sub.add_argument("name", metavar="NAME")
     sub.add_argument("--kind", choices=fit.KINDS, required=True)
     sub.add_argument("--input", metavar="FILE", required=True)
-    sub.add_argument("--label", metavar="COLUMN", help="tabular: the 0/1 label column")
+    sub.add_argument(
+        "--label", metavar="COLUMN", help="tabular / regression: the label column (default label)"
+    )
     sub.add_argument("--vocab", metavar="FILE", help="bow: the public vocabulary, one word per line")
     sub.add_argument("--public", action="store_true", help="mark the dataset non-sensitive (demos, tests)")
     sub.set_defaults(handler=admin.run_ingest)

@@ -17,6 +17,7 @@ from privacy_wall.ingest import IngestError, ingest
 from privacy_wall.settings import WallSettings
 from privacy_wall.sqlengine import create_db_engine
 from service.keys import InvalidKeyRequest, create_key, key_record, list_keys, revoke_key
+from vips.commands.fit import DEFAULT_LABEL
 from vips.commands.server import migrate_all
 from vips.errors import UsageError
 from vips.output import print_json
@@ -101,7 +102,7 @@ def run_ingest(args: argparse.Namespace) -> int:
             name=args.name,
             kind=args.kind,
             path=Path(args.input),
-            label=args.label,
+            label=_label(args),
             vocab=None if args.vocab is None else Path(args.vocab),
             public=args.public,
         )
@@ -120,3 +121,10 @@ def run_ingest(args: argparse.Namespace) -> int:
         }
     )
     return 0
+
+
+def _label(args: argparse.Namespace) -> str | None:
+    """The label column: as given, else `label` for the kinds that have one (DESIGN section 6)."""
+    if args.label is not None:
+        return str(args.label)
+    return DEFAULT_LABEL if args.kind in ("tabular", "regression") else None
