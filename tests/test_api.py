@@ -735,7 +735,8 @@ def test_embedded_broker_readiness_checks_its_folders(tmp_path: Path) -> None:
     settings = ServiceSettings(home=tmp_path, control_database_url=url)
     with TestClient(create_app(settings)) as client:
         r = client.get("/readyz")  # no embedded worker has reported yet
-        assert r.status_code == 503 and r.json()["checks"]["worker"] == "no live worker (no worker has started)"
+        assert r.status_code == 503
+        assert r.json()["checks"]["worker"] == "no live worker (no worker has started)"
         settings.worker_alive_path().touch()  # what a live worker does every WORKER_ALIVE_SECONDS
         assert client.get("/readyz").status_code == 200
         (tmp_path / "broker" / "processed").rmdir()
