@@ -12,7 +12,7 @@ import math
 import os
 import sys
 from collections.abc import Callable
-from typing import NoReturn
+from typing import NoReturn, get_args
 
 from privacy_wall.accounting import ACCOUNTANTS, CalibrationError
 from privacy_wall.formats import FormatError
@@ -20,9 +20,12 @@ from privacy_wall.gate import PrivacyError
 from privacy_wall.ledger import BudgetExceeded
 from privacy_wall.names import NAME_RULE, is_dataset_name
 from privacy_wall.store import BoundViolation
+from service.schemas import JobStatus
 from vips.commands import admin, fit, predict, privacy, remote, server
 from vips.errors import CliError, UsageError
 from worker.posterior import PosteriorError
+
+JOB_STATUSES: tuple[str, ...] = get_args(JobStatus)
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -42,6 +45,18 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
     return value
+
+
+def _at_most(limit: int) -> Callable[[str], int]:
+    """A whole number in 1..limit (the server's bound), checked before any request."""
+
+    def parse(text: str) -> int:
+        value = _positive_int(text)
+        if value > limit:
+            raise argparse.ArgumentTypeError(f"must be <= {limit}, got {value}")
+        return value
+
+    return parse
 
 
 def _number(text: str) -> float:
@@ -272,12 +287,35 @@ def _add_client(commands: argparse._SubParsersAction[_Parser]) -> None:
     sub = verbs.add_parser("show", help="a dataset with its budget and spend")
     sub.add_argument("name", metavar="NAME")
     sub.set_defaults(handler=remote.run_budget_show)
+    parser = commands.add_parser(
+        "jobs", help="the jobs this key may read, newest first (one JSON line per job)"
+    )
+    parser.add_argument("--dataset", metavar="NAME", help="only this dataset's jobs")
+    parser.add_argument("--status", choices=JOB_STATUSES, help="only jobs in this state")
+    parser.add_argument("--limit", type=_at_most(1000), metavar="N", help="at most N jobs (default 100)")
+    parser.set_defaults(handler=remote.run_jobs)
     parser = commands.add_parser("job", help="a job's status, progress and epsilon spent (one JSON line)")
     parser.add_argument("job", metavar="JOB")
     parser.set_defaults(handler=remote.run_job_show)
     parser = commands.add_parser("cancel", help="cancel a job; its unspent budget is refunded")
     parser.add_argument("job", metavar="JOB")
     parser.set_defaults(handler=remote.run_cancel)
+
+    parser = commands.add_parser(
+        "ledger",
+        help="a dataset's ledger (custodian): per job, iterations charged and epsilon spent; --entries: "
+        "the charges",
+        description="Per job on the dataset: its status, iterations charged and epsilon spent (one JSON "
+        "line). With --entries, the charged releases one page at a time (follow next_cursor with "
+        "--cursor) or all of them (--all).",
+    )
+    parser.add_argument("name", metavar="DATASET")
+    parser.add_argument("--entries", action="store_true", help="the charge entries instead of the summary")
+    parser.add_argument("--limit", type=_at_most(1000), metavar="N", help="--entries: entries per page")
+    pages = parser.add_mutually_exclusive_group()
+    pages.add_argument("--cursor", metavar="C", help="--entries: the next_cursor of the previous page")
+    pages.add_argument("--all", action="store_true", help="--entries: follow every page")
+    parser.set_defaults(handler=remote.run_ledger)
 
     parser = commands.add_parser("posterior", help="download a finished job's posterior")
     parser.add_argument("job", metavar="JOB")

@@ -1,5 +1,5 @@
-"""Client verbs over HTTP (VIPS_URL, VIPS_API_KEY): `vips budget`, `vips fit`, `vips job`, `vips cancel`,
-`vips posterior`."""
+"""Client verbs over HTTP (VIPS_URL, VIPS_API_KEY): `vips budget`, `vips fit`, `vips jobs`, `vips job`,
+`vips cancel`, `vips posterior`, `vips ledger`."""
 
 from __future__ import annotations
 
@@ -43,6 +43,33 @@ def run_budget_show(args: argparse.Namespace) -> int:
     with client() as api:
         print_json(api.dataset(args.name))
     return 0
+
+
+def run_jobs(args: argparse.Namespace) -> int:
+    """One JSON line per job this key may read, newest first."""
+    with client() as api:
+        for job in api.jobs(dataset=args.dataset, status=args.status, limit=args.limit):
+            print_json(job)
+    return 0
+
+
+def run_ledger(args: argparse.Namespace) -> int:
+    """The per-job summary (one JSON line), or with --entries one page of charges (--cursor: the
+    next_cursor of the previous page) or every page (--all: one document, no next_cursor)."""
+    if not args.entries and (args.limit is not None or args.cursor is not None or args.all):
+        raise UsageError("--limit, --cursor and --all page the charge entries: add --entries")
+    with client() as api:
+        if not args.entries:
+            print_json(api.ledger_jobs(args.name))
+        elif args.all:
+            print_json(api.ledger(args.name, page_size=args.limit or LEDGER_PAGE))
+        else:
+            print_json(api.ledger_page(args.name, limit=args.limit, cursor=args.cursor))
+    return 0
+
+
+#: Entries per page when `vips ledger --entries --all` follows the pages (the server's maximum).
+LEDGER_PAGE = 1000
 
 
 def run_posterior(args: argparse.Namespace) -> int:

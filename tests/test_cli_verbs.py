@@ -1,0 +1,123 @@
+"""The client verbs for what the API does (issue 13.2): `vips jobs`, `vips ledger`, `vips fit --dry-run`,
+the 409 line, `vips --version`, job ids by unique prefix. Each drives `main([...])` in process against
+the app (TestClient over a migrated SQLite database, as tests/test_cli_submission.py does)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from service.client import VipsClient
+from tests.dbservers import fresh_database
+from tests.test_api import BATCH, Api, charge, make_api
+from vips.cli import main
+
+FIT = ["fit", "--dataset", "priv", "--model", "blr", "--iterations", "5", "--batch-size", str(BATCH)]
+
+
+@pytest.fixture
+def api(tmp_path: Path) -> Iterator[Api]:
+    with fresh_database("sqlite", tmp_path) as url:
+        yield from make_api(url, tmp_path)
+
+
+def use(api: Api, monkeypatch: pytest.MonkeyPatch, who: str = "analyst") -> None:
+    """Point the CLI's VipsClient at the app with the key `who` (the CLI's close() leaves it open)."""
+    client = api.client
+    monkeypatch.setattr(client, "close", lambda: None)
+    key = api.keys[who]
+    monkeypatch.setattr(
+        VipsClient, "from_env", classmethod(lambda cls, env=None: cls("http://testserver", key, http=client))
+    )
+
+
+def lines(out: str) -> list[dict[str, object]]:
+    return [json.loads(line) for line in out.splitlines()]
+
+
+def submitted(api: Api, capsys: pytest.CaptureFixture[str], *extra: str) -> str:
+    assert main([*FIT, "--sigma", "2", *extra]) == 0
+    return capsys.readouterr().out.strip()
+
+
+# ---- vips jobs -----------------------------------------------------------------------------------------
+
+
+def test_jobs_prints_one_line_per_visible_job_with_filters(
+    api: Api, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    use(api, monkeypatch)
+    first, second, third = (submitted(api, capsys) for _ in range(3))
+    assert main(["cancel", first]) == 0
+    capsys.readouterr()
+    assert main(["jobs"]) == 0
+    assert {job["id"] for job in lines(capsys.readouterr().out)} == {first, second, third}
+    assert main(["jobs", "--status", "cancelled"]) == 0
+    assert [job["id"] for job in lines(capsys.readouterr().out)] == [first]
+    assert main(["jobs", "--limit", "2"]) == 0
+    assert len(lines(capsys.readouterr().out)) == 2
+    assert main(["jobs", "--dataset", "other"]) == 0
+    assert capsys.readouterr().out == ""
+    use(api, monkeypatch, "analyst2")  # another analyst sees none of them
+    assert main(["jobs"]) == 0
+    assert capsys.readouterr().out == ""
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["jobs", "--status", "done"], "invalid choice"),
+        (["jobs", "--limit", "1001"], "must be <= 1000"),
+        (["jobs", "--dataset", "no such"], "--dataset"),
+    ],
+)
+def test_jobs_refuses_bad_arguments_before_any_request(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("vips: error:") and message in err
+
+
+# ---- vips ledger ---------------------------------------------------------------------------------------
+
+
+def test_ledger_summary_and_entries_pages(
+    api: Api, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    use(api, monkeypatch)
+    job_id = submitted(api, capsys)
+    for iteration in (1, 2, 3):
+        charge(api.engine, job_id, iteration)
+    use(api, monkeypatch, "cust")
+    assert main(["ledger", "priv"]) == 0
+    summary = lines(capsys.readouterr().out)
+    assert len(summary) == 1 and summary[0]["dataset"] == "priv"
+    jobs = summary[0]["jobs"]
+    assert isinstance(jobs, list) and [(j["job_id"], j["iterations_charged"]) for j in jobs] == [(job_id, 3)]
+
+    assert main(["ledger", "priv", "--entries", "--limit", "2"]) == 0
+    page = lines(capsys.readouterr().out)[0]
+    assert [e["iteration"] for e in page["entries"]] == [1, 2] and page["next_cursor"]  # type: ignore[union-attr]
+    assert main(["ledger", "priv", "--entries", "--limit", "2", "--cursor", str(page["next_cursor"])]) == 0
+    rest = lines(capsys.readouterr().out)[0]
+    assert [e["iteration"] for e in rest["entries"]] == [3] and rest["next_cursor"] is None  # type: ignore[union-attr]
+    assert main(["ledger", "priv", "--entries", "--all", "--limit", "1"]) == 0
+    whole = lines(capsys.readouterr().out)[0]
+    assert [e["iteration"] for e in whole["entries"]] == [1, 2, 3]  # type: ignore[union-attr]
+    assert "next_cursor" not in whole
+
+
+def test_ledger_usage_and_role_errors(
+    api: Api, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["ledger", "priv", "--all"]) == 2
+    assert "add --entries" in capsys.readouterr().err
+    assert main(["ledger", "priv", "--entries", "--all", "--cursor", "3"]) == 2
+    assert "not allowed with" in capsys.readouterr().err
+    use(api, monkeypatch, "analyst")  # the ledger is the custodian's
+    assert main(["ledger", "priv"]) == 1
+    assert capsys.readouterr().err.startswith("vips: error: 403")
