@@ -27,12 +27,15 @@ from privacy_wall.accounting import (
     ACCOUNTANTS,
     ORDERS,
     Accountant,
+    CalibrationError,
     PrivacyCost,
     SubsampledGaussianEvent,
+    calibrate_sigma,
     configured_accountant,
     event_from_dict,
     event_to_dict,
 )
+from privacy_wall.accounting import epsilon as schedule_epsilon
 from privacy_wall.control_schema import accountant_changes, budgets, charges, reservations
 from privacy_wall.ledger import BudgetExceeded, Charge, DuplicateCharge
 from privacy_wall.sqlengine import Bind, reading, run_writes, transaction
@@ -67,6 +70,7 @@ class Quote:
     job_epsilon: float  # the job on its own
     epsilon_after: float  # spent + reserved + this job
     admissible: bool
+    largest_epsilon: float | None  # the largest job epsilon of this schedule that would fit (see below)
 
 
 def _now() -> datetime:
@@ -262,12 +266,58 @@ def quote(engine: Engine, dataset: str, event: SubsampledGaussianEvent, iteratio
     """The cost of a job of `iterations` releases of `event`, and what would remain; reserves nothing."""
     job_curve = configured_accountant().cost(event).scaled(iterations)
     with reading(engine) as conn:
-        row = conn.execute(select(budgets).where(budgets.c.dataset == dataset)).one_or_none()
-        if row is None:
-            raise UnknownDataset(f"dataset {dataset!r} has no budget")
+        row = _budget_row(conn, dataset)
         status, after = _check(row, conn, job_curve)
+        base = _committed_curve(conn, row) + _reserved_curve(conn, row)
     admissible = status.epsilon_budget is None or after <= status.epsilon_budget  # NaN: not admissible
-    return Quote(status, job_curve.epsilon(status.delta), after, admissible)
+    largest = _largest_epsilon(base, status, event.sample_size, event.population, iterations)
+    return Quote(status, job_curve.epsilon(status.delta), after, admissible, largest)
+
+
+def _budget_row(conn: Connection, dataset: str) -> Any:
+    row = conn.execute(select(budgets).where(budgets.c.dataset == dataset)).one_or_none()
+    if row is None:
+        raise UnknownDataset(f"dataset {dataset!r} has no budget")
+    return row
+
+
+#: Relative tolerance on sigma when pricing the headroom (tens of milliseconds with the default accountant).
+_HEADROOM_TOLERANCE = 1e-6
+
+
+def _largest_epsilon(
+    base: PrivacyCost, status: BudgetStatus, sample_size: int, population: int, iterations: int
+) -> float | None:
+    if status.epsilon_budget is None:
+        return None
+    try:
+        sigma = calibrate_sigma(
+            status.epsilon_budget,
+            sample_size,
+            population,
+            iterations,
+            status.delta,
+            spent=base,
+            rel_tol=_HEADROOM_TOLERANCE,
+        )
+    except CalibrationError:  # nothing is left, or no sigma the calibration tries fits
+        return None
+    value = schedule_epsilon(sigma, sample_size, population, iterations, status.delta, base.accountant)
+    return value if math.isfinite(value) else None
+
+
+def largest_epsilon(
+    engine: Engine, dataset: str, sample_size: int, population: int, iterations: int
+) -> float | None:
+    """The budget's remaining headroom priced exactly for one schedule (S of N records, T iterations):
+    the job epsilon (on its own, at the dataset's delta) of the smallest noise multiplier whose job,
+    composed with everything spent and reserved now, stays within the cap. A job asking for this epsilon
+    is admitted (as long as nothing else is reserved first); None without a cap or when no job fits."""
+    with reading(engine) as conn:
+        row = _budget_row(conn, dataset)
+        status = _status(conn, row)
+        base = _committed_curve(conn, row) + _reserved_curve(conn, row)
+    return _largest_epsilon(base, status, sample_size, population, iterations)
 
 
 def reserve(

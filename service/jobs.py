@@ -278,16 +278,31 @@ def quote_job(engine: Engine, spec: JobCreate, plan: Plan) -> JobQuote:
         epsilon_budget=quote.status.epsilon_budget,
         epsilon_remaining=quote.status.epsilon_remaining,
         admissible=quote.admissible,
+        largest_epsilon=quote.largest_epsilon,
     )
 
 
-def _refusal(exc: BudgetExceeded) -> BudgetRefusal:
+def _refusal(engine: Engine, exc: BudgetExceeded, plan: Plan, iterations: int) -> BudgetRefusal:
+    """The 409 body: what is spent or reserved, what is left, and the largest epsilon that would fit."""
+    remaining = max(exc.budget - exc.spent, 0.0)
+    try:
+        largest = ledger_db.largest_epsilon(
+            engine, plan.dataset, plan.batch_size, plan.population, iterations
+        )
+    except ledger_db.UnknownDataset:
+        largest = None
+    fits = (
+        f"; a job of this schedule could have at most epsilon {largest:.4g} (submit it as epsilon)"
+        if largest is not None
+        else "; no job of this schedule fits"
+    )
     return BudgetRefusal(
-        detail=str(exc),
+        detail=f"{exc}; epsilon remaining {remaining:.4g}{fits}",
         epsilon_spent_or_reserved=exc.spent,
         epsilon_requested_total=finite(exc.requested),
         epsilon_budget=exc.budget,
-        epsilon_remaining=max(exc.budget - exc.spent, 0.0),
+        epsilon_remaining=remaining,
+        largest_epsilon=largest,
     )
 
 
@@ -337,7 +352,7 @@ def submit_job(
     try:
         ledger_db.reserve(engine, plan.dataset, job_id, plan.event, spec.iterations)
     except BudgetExceeded as exc:
-        raise BudgetRefused(_refusal(exc)) from None
+        raise BudgetRefused(_refusal(engine, exc, plan, spec.iterations)) from None
     except ledger_db.UnknownDataset:
         raise Conflict(f"the custodian has not set a budget for dataset {plan.dataset}") from None
     try:

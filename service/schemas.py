@@ -183,6 +183,14 @@ class JobPublic(BaseModel):
     finished_at: datetime | None
 
 
+LARGEST_EPSILON = (
+    "the largest epsilon a job of this schedule (batch size, population, iterations) could still have: "
+    "the job's own epsilon at the dataset's delta with the smallest noise multiplier whose cost, composed "
+    "with what is spent and reserved now, stays within the cap (submit it as `epsilon`); null without a "
+    "cap or when no such job fits"
+)
+
+
 class JobQuote(BaseModel):
     """A dry run: what the job would cost and what would remain; nothing is reserved."""
 
@@ -200,6 +208,7 @@ class JobQuote(BaseModel):
     epsilon_budget: float | None
     epsilon_remaining: float | None = Field(description="budget minus reserved now; null without a cap")
     admissible: bool
+    largest_epsilon: float | None = Field(default=None, description=LARGEST_EPSILON)
 
 
 class BudgetRefusal(BaseModel):
@@ -210,6 +219,7 @@ class BudgetRefusal(BaseModel):
     epsilon_requested_total: float | None
     epsilon_budget: float
     epsilon_remaining: float
+    largest_epsilon: float | None = Field(default=None, description=LARGEST_EPSILON)
 
 
 class ReleasePublic(BaseModel):

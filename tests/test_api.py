@@ -320,6 +320,25 @@ def test_over_budget_is_409_with_the_numbers_and_reserves_nothing(api: Api) -> N
     assert api.queue.sent == []
 
 
+def test_quote_and_refusal_carry_the_largest_epsilon_that_fits(api: Api) -> None:
+    """largest_epsilon: the job epsilon of the smallest sigma whose cost, composed with what is spent
+    and reserved, stays within the cap; a job asking for it is admitted, 1% more is refused."""
+    api.submit()
+    quote = api.submit(dry_run=True).json()
+    largest = quote["largest_epsilon"]
+    assert epsilon(SIGMA, BATCH, N, 5, DELTA) < largest < PRIVATE_BUDGET
+    refused = api.submit(sigma=None, epsilon=largest * 1.01)
+    assert refused.status_code == 409, refused.text
+    body = refused.json()
+    assert body["largest_epsilon"] == pytest.approx(largest)
+    assert f"epsilon remaining {body['epsilon_remaining']:.4g}" in body["detail"]
+    assert f"at most epsilon {largest:.4g}" in body["detail"]
+    admitted = api.submit(sigma=None, epsilon=largest)
+    assert admitted.status_code == 202, admitted.text
+    assert reserved(api.engine) <= PRIVATE_BUDGET
+    assert api.submit(dataset="pub", sigma=1.0, dry_run=True).json()["largest_epsilon"] is None  # no cap
+
+
 def test_budget_admits_jobs_until_it_is_spent(api: Api) -> None:
     expected = 0  # RDP composes sub-additively: k jobs of T iterations cost what one job of k T costs
     while epsilon(SIGMA, BATCH, N, 5 * (expected + 1), DELTA) <= PRIVATE_BUDGET:

@@ -12,7 +12,7 @@ import pytest
 
 from service.client import VipsClient
 from tests.dbservers import fresh_database
-from tests.test_api import BATCH, Api, charge, make_api
+from tests.test_api import BATCH, PRIVATE_BUDGET, Api, charge, make_api
 from vips.cli import main
 
 FIT = ["fit", "--dataset", "priv", "--model", "blr", "--iterations", "5", "--batch-size", str(BATCH)]
@@ -121,3 +121,57 @@ def test_ledger_usage_and_role_errors(
     use(api, monkeypatch, "analyst")  # the ledger is the custodian's
     assert main(["ledger", "priv"]) == 1
     assert capsys.readouterr().err.startswith("vips: error: 403")
+
+
+# ---- vips fit --dry-run and the 409 line -----------------------------------------------------------
+
+
+def test_dry_run_quotes_the_largest_epsilon_that_fits_and_reserves_nothing(
+    api: Api, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    use(api, monkeypatch)
+    submitted(api, capsys)  # something is reserved already
+    assert main([*FIT, "--epsilon", "0.5", "--dry-run"]) == 0
+    quote = lines(capsys.readouterr().out)[0]
+    assert quote["admissible"] is True and quote["epsilon_budget"] == PRIVATE_BUDGET
+    assert set(quote) >= {"epsilon_job", "epsilon_spent", "epsilon_reserved", "epsilon_remaining"}
+    largest = quote["largest_epsilon"]
+    assert isinstance(largest, float) and 0.5 < largest < PRIVATE_BUDGET
+    assert len(api.queue.sent) == 1  # the dry run queued nothing
+
+    # Slightly more than the largest epsilon is refused, with what is left and what would fit.
+    assert main([*FIT, "--epsilon", f"{largest * 1.01!r}"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("vips: error: 409: dataset priv:")
+    assert f"epsilon remaining {quote['epsilon_remaining']:.4g}" in err
+    assert f"could have at most epsilon {largest:.4g}" in err
+    # Exactly the largest epsilon is admitted, and then (almost) nothing is left.
+    assert main([*FIT, "--epsilon", repr(largest)]) == 0
+    assert len(api.queue.sent) == 2
+    capsys.readouterr()
+    assert main([*FIT, "--epsilon", "0.5", "--dry-run"]) == 0
+    after = lines(capsys.readouterr().out)[0]
+    assert after["admissible"] is False and after["epsilon_remaining"] < 0.01  # type: ignore[operator]
+
+
+def test_dry_run_without_a_cap_has_no_largest_epsilon(
+    api: Api, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    use(api, monkeypatch)
+    pub = ["fit", "--dataset", "pub", "--model", "blr", "--iterations", "3", "--sigma", "0", "--dry-run"]
+    assert main(pub) == 0
+    quote = lines(capsys.readouterr().out)[0]
+    assert quote["largest_epsilon"] is None and quote["epsilon_budget"] is None
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--wait"], "--wait is for a submission"),
+        (["-o", "p.json"], "-o is for a submission"),
+        (["--local", "--kind", "tabular", "--input", "x.csv"], "--dry-run quotes a server job"),
+    ],
+)
+def test_dry_run_usage_errors(extra: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*FIT, "--sigma", "2", "--dry-run", *extra]) == 2
+    assert message in capsys.readouterr().err

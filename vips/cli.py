@@ -145,6 +145,12 @@ def _add_fit(commands: argparse._SubParsersAction[_Parser]) -> None:
         metavar="KEY",
         help="server: resend a submission (e.g. after Ctrl-C) without creating a second job",
     )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="server: print the quote (the job's epsilon, the budget's spent, reserved and remaining "
+        "epsilon, admissible, largest_epsilon: the most this schedule could still have) and submit nothing",
+    )
     parser.add_argument("--kind", choices=fit.KINDS, help="--local: the input's kind")
     parser.add_argument("--input", metavar="FILE", help="--local: the input file")
     parser.add_argument("--label", metavar="COLUMN", help=f"label column (default {fit.DEFAULT_LABEL})")

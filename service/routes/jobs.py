@@ -24,6 +24,7 @@ from service.jobs import (
     load_dataset,
     plan_job,
     previous_submission,
+    pricing_slot,
     quote_job,
     submit_job,
     to_public,
@@ -84,7 +85,8 @@ def submit(
     plan = plan_job(engine, spec, dataset, settings)
     if spec.dry_run:
         response.status_code = status.HTTP_200_OK
-        return quote_job(engine, spec, plan)
+        with pricing_slot(settings):  # the headroom is priced by calibration (tens of milliseconds)
+            return quote_job(engine, spec, plan)
     job = submit_job(engine, queue, principal, spec, plan, idempotency_key)
     return to_public(engine, [job])[0]
 

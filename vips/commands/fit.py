@@ -74,6 +74,8 @@ def parse_options(pairs: list[str], model: str, algorithm: str = "vips") -> dict
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.local and args.dry_run:
+        raise UsageError("--dry-run quotes a server job; without a server, vips privacy epsilon|sigma quote")
     if not args.local:
         return remote.run_fit_remote(args, parse_options(args.option or [], args.model, args.algorithm))
     return _run_local(args)

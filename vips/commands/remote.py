@@ -120,6 +120,8 @@ def run_fit_remote(args: argparse.Namespace, options: dict[str, float]) -> int:
         raise UsageError("give exactly one of --sigma and --epsilon")
     if args.timeout is not None and not args.wait:
         raise UsageError("--timeout is for --wait")
+    if args.dry_run:
+        return _quote(args, options)
     key = args.idempotency_key or uuid.uuid4().hex
     with client() as api:
         try:
@@ -168,6 +170,28 @@ def run_fit_remote(args: argparse.Namespace, options: dict[str, float]) -> int:
             return 1
         if args.output is not None:
             _save(api.posterior(job["id"]), Path(args.output))
+    return 0
+
+
+def _quote(args: argparse.Namespace, options: dict[str, float]) -> int:
+    """`fit --dry-run`: the quote as one JSON line; nothing is reserved or queued."""
+    submission = ((args.wait, "--wait"), (args.output, "-o"), (args.idempotency_key, "--idempotency-key"))
+    for given, flag in submission:
+        if given:
+            raise UsageError(f"{flag} is for a submission, not --dry-run")
+    with client() as api:
+        quote = api.submit_job(
+            dataset=args.dataset,
+            model=args.model,
+            algorithm=args.algorithm,
+            iterations=args.iterations,
+            batch_size=args.batch_size,
+            sigma=args.sigma,
+            epsilon=args.epsilon,
+            options=options,
+            dry_run=True,
+        )
+    print_json(quote)
     return 0
 
 
