@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -175,3 +176,11 @@ def test_dry_run_without_a_cap_has_no_largest_epsilon(
 def test_dry_run_usage_errors(extra: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main([*FIT, "--sigma", "2", "--dry-run", *extra]) == 2
     assert message in capsys.readouterr().err
+
+
+# ---- vips --version -------------------------------------------------------------------------------
+
+
+def test_version_prints_the_package_version(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"vips {metadata.version('vips-service')}"

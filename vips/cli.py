@@ -12,6 +12,7 @@ import math
 import os
 import sys
 from collections.abc import Callable
+from importlib import metadata
 from typing import NoReturn, get_args
 
 from privacy_wall.accounting import ACCOUNTANTS, CalibrationError
@@ -329,8 +330,17 @@ def _add_client(commands: argparse._SubParsersAction[_Parser]) -> None:
     parser.set_defaults(handler=remote.run_posterior)
 
 
+def package_version() -> str:
+    """The installed version of the vips-service distribution ("unknown" when run from a bare tree)."""
+    try:
+        return metadata.version("vips-service")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
 def build_parser() -> _Parser:
     parser = _Parser(prog="vips", description="Variational Bayes in private settings.")
+    parser.add_argument("--version", action="version", version=f"vips {package_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_server(commands)
     _add_admin_data(commands)
