@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, overload
 
-from sqlalchemy import Engine, Row, func, insert, select, update
+from sqlalchemy import Engine, Row, Select, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from privacy_wall import ledger_db
@@ -427,13 +427,60 @@ def get_job(engine: Engine, job_id: str) -> Row[Any] | None:
         return conn.execute(select(jobs).where(jobs.c.id == job_id)).one_or_none()
 
 
+#: The shortest job id prefix resolved to a job (`vips job 1f3a9c0e`).
+MIN_ID_PREFIX = 8
+
+
 def visible_job(engine: Engine, principal: Principal, job_id: str) -> Row[Any]:
-    """The job if this key may read it; otherwise 404, as if it did not exist."""
-    job = get_job(engine, job_id)
-    dataset = load_dataset(engine, job.dataset) if job is not None and principal.role == "custodian" else None
-    if job is None or not sees_job(principal, job, dataset):
-        raise NotFound(f"job {job_id} not found")
+    """The job if this key may read it, by its id or by a prefix of at least MIN_ID_PREFIX characters
+    that starts exactly one job this key may read (409 naming them if several); otherwise 404, as if it
+    did not exist."""
+    job = _readable(engine, principal, get_job(engine, job_id))
+    if job is None and len(job_id) >= MIN_ID_PREFIX:
+        job = _by_prefix(engine, principal, job_id)
+    if job is None:
+        short = len(job_id) < MIN_ID_PREFIX
+        hint = f" (a shortened id needs at least {MIN_ID_PREFIX} characters)" if short else ""
+        raise NotFound(f"job {job_id} not found{hint}")
     return job
+
+
+def _readable(engine: Engine, principal: Principal, job: Row[Any] | None) -> Row[Any] | None:
+    dataset = load_dataset(engine, job.dataset) if job is not None and principal.role == "custodian" else None
+    return job if job is not None and sees_job(principal, job, dataset) else None
+
+
+#: How many candidate ids an ambiguous prefix's 409 names.
+_AMBIGUOUS_SHOWN = 3
+
+
+def _by_prefix(engine: Engine, principal: Principal, prefix: str) -> Row[Any] | None:
+    query = _visible_to(principal, select(jobs.c.id))
+    if query is None:
+        return None
+    query = query.where(jobs.c.id.startswith(prefix, autoescape=True)).order_by(jobs.c.id)
+    with reading(engine) as conn:
+        ids = list(conn.execute(query.limit(_AMBIGUOUS_SHOWN + 1)).scalars())
+    if len(ids) > 1:
+        shown = ", ".join(ids[:_AMBIGUOUS_SHOWN]) + (", ..." if len(ids) > _AMBIGUOUS_SHOWN else "")
+        raise Conflict(f"job id prefix {prefix} is ambiguous: it starts {shown}; give more characters")
+    return _readable(engine, principal, get_job(engine, ids[0])) if ids else None
+
+
+def _visible_to(principal: Principal, query: Select[Any]) -> Select[Any] | None:
+    """`query` over jobs restricted to the jobs this key may read (as auth.sees_job); None: none."""
+    if principal.role == "analyst":
+        return query.where(jobs.c.owner == principal.key_id)
+    if principal.role == "client" and principal.dataset is not None:
+        return query.where(jobs.c.dataset == principal.dataset)
+    if principal.role == "custodian":  # the jobs on the datasets it owns (auth.owns_dataset)
+        owned = select(datasets.c.name).where(
+            (datasets.c.owner == principal.key_id) | (datasets.c.name == principal.dataset)
+        )
+        return query.where(jobs.c.dataset.in_(owned))
+    if principal.role in ("admin", "client"):
+        return query
+    return None
 
 
 def list_jobs(
@@ -446,18 +493,10 @@ def list_jobs(
     offset: int = 0,
 ) -> list[Row[Any]]:
     """The jobs this key may read, newest first."""
-    query = select(jobs).order_by(jobs.c.created_at.desc(), jobs.c.id).limit(limit).offset(offset)
-    if principal.role == "analyst":
-        query = query.where(jobs.c.owner == principal.key_id)
-    elif principal.role == "client" and principal.dataset is not None:
-        query = query.where(jobs.c.dataset == principal.dataset)
-    elif principal.role == "custodian":  # the jobs on the datasets it owns (auth.owns_dataset)
-        owned = select(datasets.c.name).where(
-            (datasets.c.owner == principal.key_id) | (datasets.c.name == principal.dataset)
-        )
-        query = query.where(jobs.c.dataset.in_(owned))
-    elif principal.role not in ("admin", "client"):
+    visible = _visible_to(principal, select(jobs))
+    if visible is None:
         return []
+    query = visible.order_by(jobs.c.created_at.desc(), jobs.c.id).limit(limit).offset(offset)
     if dataset is not None:
         query = query.where(jobs.c.dataset == dataset)
     if status is not None:

@@ -5,12 +5,15 @@ the app (TestClient over a migrated SQLite database, as tests/test_cli_submissio
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
+import service.jobs
 from service.client import VipsClient
 from tests.dbservers import fresh_database
 from tests.test_api import BATCH, PRIVATE_BUDGET, Api, charge, make_api
@@ -184,3 +187,43 @@ def test_dry_run_usage_errors(extra: list[str], message: str, capsys: pytest.Cap
 def test_version_prints_the_package_version(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--version"]) == 0
     assert capsys.readouterr().out.strip() == f"vips {metadata.version('vips-service')}"
+
+
+# ---- job ids by unique prefix ----------------------------------------------------------------------
+
+
+def test_job_ids_resolve_by_a_unique_prefix_of_eight_or_more_characters(
+    api: Api, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ids = iter(uuid.UUID(h) for h in ("abcdef12" + "0" * 24, "abcdef12" + "1" * 24, "abcdef13" + "0" * 24))
+    monkeypatch.setattr(service.jobs, "uuid", SimpleNamespace(uuid4=lambda: next(ids)))
+    use(api, monkeypatch)
+    first, second, third = (submitted(api, capsys) for _ in range(3))
+    assert third.startswith("abcdef13")
+
+    assert main(["job", "abcdef13"]) == 0  # unique
+    assert lines(capsys.readouterr().out)[0]["id"] == third
+    assert main(["job", "abcdef120"]) == 0
+    assert lines(capsys.readouterr().out)[0]["id"] == first
+    assert main(["cancel", "abcdef13"]) == 0
+    assert lines(capsys.readouterr().out)[0]["status"] == "cancelled"
+    releases = api.call("GET", "/v1/jobs/abcdef13/releases", "analyst")
+    assert releases.status_code == 200 and releases.json() == []
+
+    assert main(["job", "abcdef12"]) == 1  # ambiguous: a 409 naming the candidates
+    err = capsys.readouterr().err
+    assert err.startswith("vips: error: 409:") and "ambiguous" in err and first in err and second in err
+    assert main(["job", "abcdef1"]) == 1  # too short
+    assert "404" in (err := capsys.readouterr().err) and "at least 8 characters" in err
+    assert main(["job", "abcdef1_"]) == 1  # `_` is a character here, not a LIKE wildcard
+    assert "404" in capsys.readouterr().err
+    use(api, monkeypatch, "analyst2")  # a prefix resolves only among the jobs the key may read
+    assert main(["job", "abcdef13"]) == 1
+    assert "404" in capsys.readouterr().err
+    use(api, monkeypatch, "cust2")  # the custodian of another dataset
+    assert main(["job", "abcdef13"]) == 1
+    assert "404" in capsys.readouterr().err
+    for who in ("admin", "cust"):  # the admin, and the custodian of priv, see every job of priv
+        use(api, monkeypatch, who)
+        assert main(["job", "abcdef13"]) == 0
+        assert lines(capsys.readouterr().out)[0]["id"] == third

@@ -106,9 +106,16 @@ def jobs(
     return to_public(engine, rows)
 
 
-@router.get("/{job_id}", response_model=JobPublic, responses={404: {"model": Message}})
+@router.get(
+    "/{job_id}",
+    response_model=JobPublic,
+    responses={404: {"model": Message}, 409: {"model": Message, "description": "an ambiguous id prefix"}},
+)
 def job(job_id: JobIdPath, engine: EngineDep, principal: JobReaderKey) -> JobPublic:
-    """A job's status, progress and privacy: epsilon_spent covers the iterations charged so far."""
+    """A job's status, progress and privacy: epsilon_spent covers the iterations charged so far.
+
+    Every `{job_id}` of these routes may be shortened to a prefix of 8 or more characters that starts
+    exactly one job this key may read (409 when it starts several)."""
     return to_public(engine, [visible_job(engine, principal, job_id)])[0]
 
 
@@ -125,7 +132,7 @@ def cancel(job_id: JobIdPath, engine: EngineDep, principal: JobOwnerKey) -> JobP
     if not controls_job(principal, row):
         raise NotFound(f"job {job_id} not found")
     cancel_job(engine, row)
-    return to_public(engine, [visible_job(engine, principal, job_id)])[0]
+    return to_public(engine, [visible_job(engine, principal, row.id)])[0]
 
 
 @router.get("/{job_id}/releases", response_model=list[ReleasePublic], responses={404: {"model": Message}})
@@ -142,4 +149,4 @@ def releases(
     dataset = load_dataset(engine, row.dataset) if principal.role == "custodian" else None
     if not reads_releases(principal, row, dataset):
         raise NotFound(f"job {job_id} not found")
-    return job_releases(engine, job_id, after=after, limit=limit)
+    return job_releases(engine, row.id, after=after, limit=limit)
