@@ -19,7 +19,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, overload
+from typing import Any
 
 from sqlalchemy import Engine, Row, Select, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
@@ -44,6 +44,7 @@ from service.options import MODEL_KINDS, algorithm_problem, option_problem, sche
 from service.queue import JobQueue
 from service.schemas import BudgetRefusal, JobCreate, JobPublic, JobQuote, ReleasePublic
 from service.settings import ServiceSettings
+from service.timestamps import aware
 
 log = logging.getLogger(__name__)
 
@@ -144,19 +145,6 @@ def option_errors(model: str, algorithm: str, options: dict[str, float]) -> list
 
 def _now() -> datetime:
     return datetime.now(UTC)
-
-
-@overload
-def aware(moment: datetime) -> datetime: ...
-@overload
-def aware(moment: None) -> None: ...
-@overload
-def aware(moment: datetime | None) -> datetime | None: ...
-def aware(moment: datetime | None) -> datetime | None:
-    """SQLite returns naive datetimes; every timestamp of the control database is written in UTC."""
-    if moment is None or moment.tzinfo is not None:
-        return moment
-    return moment.replace(tzinfo=UTC)
 
 
 def finite(value: float | None) -> float | None:

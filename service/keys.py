@@ -21,6 +21,7 @@ from sqlalchemy import Engine, insert, select, update
 
 from privacy_wall.sqlengine import reading
 from service.models import api_keys
+from service.timestamps import aware
 
 Role = Literal["admin", "custodian", "analyst", "client"]
 ROLES: tuple[Role, ...] = get_args(Role)
@@ -69,15 +70,8 @@ def split_key(key: str) -> str | None:
     return key_id
 
 
-def _aware(moment: datetime | None) -> datetime | None:
-    """SQLite returns naive datetimes; the control database's timestamps are written in UTC."""
-    if moment is None or moment.tzinfo is not None:
-        return moment
-    return moment.replace(tzinfo=UTC)
-
-
 def expired(expires_at: datetime | None, now: datetime | None = None) -> bool:
-    moment = _aware(expires_at)
+    moment = aware(expires_at)
     return moment is not None and moment <= (now or datetime.now(UTC))
 
 
@@ -170,8 +164,8 @@ def _key_record(row: Any, now: datetime) -> dict[str, Any]:
         "role": row.role,
         "dataset": row.dataset,
         "all_datasets": row.dataset is None and row.role in ALL_DATASETS_ROLES,
-        "created_at": _aware(row.created_at),
-        "expires_at": _aware(row.expires_at),
+        "created_at": aware(row.created_at),
+        "expires_at": aware(row.expires_at),
         "expired": expired(row.expires_at, now),
         "revoked": bool(row.revoked),
     }

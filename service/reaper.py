@@ -22,21 +22,15 @@ from sqlalchemy import Engine, or_, select, update
 from privacy_wall import ledger_db
 from privacy_wall.control_schema import reservations
 from service.models import jobs
+from service.timestamps import aware
 
 TERMINAL = ("succeeded", "failed", "cancelled")
 
 log = logging.getLogger(__name__)
 
 
-def _aware(moment: datetime | None) -> datetime | None:
-    """SQLite returns naive datetimes: every timestamp of the control database is written in UTC."""
-    if moment is None or moment.tzinfo is not None:
-        return moment
-    return moment.replace(tzinfo=UTC)
-
-
 def heartbeat_is_fresh(job: Any, timeout_seconds: float) -> bool:
-    beat = _aware(job.heartbeat_at)
+    beat = aware(job.heartbeat_at)
     return beat is not None and beat > datetime.now(UTC) - timedelta(seconds=timeout_seconds)
 
 
@@ -68,7 +62,7 @@ def reap(control: Engine, heartbeat_timeout: float, queued_timeout: float | None
         if row.status == "running" and not heartbeat_is_fresh(row, heartbeat_timeout):
             doomed.append((row.id, "running", lost_worker_message(heartbeat_timeout)))
         elif row.status == "queued" and queued_timeout is not None:
-            created = _aware(row.created_at)
+            created = aware(row.created_at)
             if created is not None and created < now - timedelta(seconds=queued_timeout):
                 doomed.append((row.id, "queued", unstarted_message(queued_timeout)))
     reaped = []

@@ -4,7 +4,7 @@ cancel, the reaper. The Celery layer is exercised end to end in the service test
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -107,17 +107,27 @@ def stored_iterations(control: Engine, job_id: str) -> list[int]:
         return sorted(int(r[0]) for r in rows)
 
 
-def crash_on_gate_call(monkeypatch: pytest.MonkeyPatch, call: int) -> None:
+def on_gate_call(monkeypatch: pytest.MonkeyPatch, call: int, action: Callable[[], None]) -> dict[str, int]:
+    """Run `action` when the gate's release is called for the `call`-th time (before it releases);
+    returns the call counter."""
     real = Gate.release
     calls = {"n": 0}
 
     def release(self: Gate, *args: Any, **kwargs: Any) -> Any:
         calls["n"] += 1
         if calls["n"] == call:
-            raise Crash
+            action()
         return real(self, *args, **kwargs)
 
     monkeypatch.setattr(Gate, "release", release)
+    return calls
+
+
+def crash_on_gate_call(monkeypatch: pytest.MonkeyPatch, call: int) -> None:
+    def crash() -> None:
+        raise Crash
+
+    on_gate_call(monkeypatch, call, crash)
 
 
 def test_job_runs_stores_every_release_and_charges_each_once(engines: tuple[Engine, Engine]) -> None:

@@ -17,7 +17,6 @@ from sqlalchemy.exc import OperationalError
 
 from privacy_wall import ledger_db
 from privacy_wall.control_schema import charges, reservations
-from privacy_wall.gate import Gate
 from privacy_wall.sqlengine import create_db_engine
 from service.app import create_app
 from service.models import jobs, releases
@@ -27,7 +26,7 @@ from service.settings import ServiceSettings
 from tests import test_jobs
 from tests.dbservers import fresh_database
 from tests.test_api import Api, populate
-from tests.test_jobs import job_row, submit
+from tests.test_jobs import job_row, on_gate_call, submit
 from vips.migrate import upgrade
 from worker import jobs as job_runner
 from worker.tasks import retry_delay
@@ -143,16 +142,11 @@ def test_a_database_lost_mid_job_resumes_without_paying_twice(
 ) -> None:
     control, sensitive = engines
     job_id = submit(control)
-    real = Gate.release
-    calls = {"n": 0}
 
-    def release(self: Gate, *args: Any, **kwargs: Any) -> Any:
-        calls["n"] += 1
-        if calls["n"] == 4:
-            raise OperationalError("SELECT", {}, ConnectionError("server closed the connection"))
-        return real(self, *args, **kwargs)
+    def lose_database() -> None:
+        raise OperationalError("SELECT", {}, ConnectionError("server closed the connection"))
 
-    monkeypatch.setattr(Gate, "release", release)
+    on_gate_call(monkeypatch, 4, lose_database)
     with pytest.raises(job_runner.DatabaseUnavailable) as caught:
         job_runner.execute_job(job_id, control, sensitive, heartbeat_timeout=60)
     assert caught.value.started is True
@@ -255,17 +249,12 @@ def test_a_job_the_reaper_ended_stops_charging(
     """A worker cut off long enough to be reaped must not go on charging (nor overwrite the status)."""
     control, sensitive = engines
     job_id = submit(control)
-    real = Gate.release
-    calls = {"n": 0}
 
-    def release(self: Gate, *args: Any, **kwargs: Any) -> Any:
-        calls["n"] += 1
-        if calls["n"] == 3:  # the reaper fails the job while iteration 3 is computed
-            with control.begin() as conn:
-                conn.execute(update(jobs).where(jobs.c.id == job_id).values(status="failed", error="reaped"))
-        return real(self, *args, **kwargs)
+    def reap_it() -> None:  # the reaper fails the job while iteration 3 is computed
+        with control.begin() as conn:
+            conn.execute(update(jobs).where(jobs.c.id == job_id).values(status="failed", error="reaped"))
 
-    monkeypatch.setattr(Gate, "release", release)
+    calls = on_gate_call(monkeypatch, 3, reap_it)
     assert job_runner.execute_job(job_id, control, sensitive) == "failed"
     assert calls["n"] == 3 and job_row(control, job_id).error == "reaped"
     assert count(control, charges, job_id) == count(control, releases, job_id) == 3

@@ -13,7 +13,7 @@ from privacy_wall import ledger_db
 from privacy_wall.sqlengine import reading
 from service.auth import AUTH_RESPONSES, CustodianKey
 from service.deps import EngineDep
-from service.jobs import Conflict, SpecError, aware, budget_or_none, epsilon_spent, finite
+from service.jobs import Conflict, SpecError, budget_or_none, epsilon_spent, finite
 from service.models import jobs
 from service.params import DatasetNamePath
 from service.routes.datasets import budget_public, visible_dataset
@@ -26,6 +26,7 @@ from service.schemas import (
     LedgerPublic,
     Message,
 )
+from service.timestamps import aware
 
 router = APIRouter(prefix="/datasets", tags=["budgets"], responses=AUTH_RESPONSES)
 

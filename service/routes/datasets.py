@@ -12,10 +12,11 @@ from privacy_wall.control_schema import datasets
 from privacy_wall.sqlengine import reading
 from service.auth import AUTH_RESPONSES, CurrentKey, owns_dataset, sees_dataset
 from service.deps import EngineDep
-from service.jobs import NotFound, aware, budget_or_none, load_dataset
+from service.jobs import NotFound, budget_or_none, load_dataset
 from service.keys import Principal
 from service.params import DatasetNamePath
 from service.schemas import BudgetPublic, DatasetDetail, DatasetPublic, Message
+from service.timestamps import aware
 
 router = APIRouter(prefix="/datasets", tags=["datasets"], responses=AUTH_RESPONSES)
 
