@@ -4,8 +4,10 @@ unreachable for the processes behind it) and a private Redis that can be restart
 from __future__ import annotations
 
 import contextlib
+import random
 import shutil
 import socket
+import struct
 import subprocess
 import threading
 import time
@@ -13,64 +15,65 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e import free_port
-
 
 class TcpProxy:
-    """Forwards 127.0.0.1:port to target; `cut()` drops every connection and refuses new ones until
-    `restore()` (what a database on the other side of a lost network looks like)."""
+    """Forwards 127.0.0.1:port to target; `cut()` resets every connection, and every new one, until
+    `restore()` (what a database on the other side of a lost network looks like). The listening port stays
+    bound for the proxy's life: released during a cut, the kernel could hand it to another socket as an
+    outgoing connection's source port, and `restore()` could not bind it again."""
 
     def __init__(self, target_port: int, target_host: str = "127.0.0.1") -> None:
-        self.port = free_port()
         self._target = (target_host, target_port)
         self._lock = threading.Lock()
         self._open: list[socket.socket] = []
-        self._listener: socket.socket | None = None
-        self.restore()
+        self._cut = False
+        self._listener = socket.socket()
+        self._listener.bind(("127.0.0.1", 0))
+        self._listener.listen(64)
+        self.port = int(self._listener.getsockname()[1])
+        threading.Thread(target=self._accept, daemon=True).start()
 
     def restore(self) -> None:
         with self._lock:
-            if self._listener is not None:
-                return
-            listener = socket.socket()
-            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            listener.bind(("127.0.0.1", self.port))
-            listener.listen(64)
-            self._listener = listener
-        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+            self._cut = False
 
     def cut(self) -> None:
         with self._lock:
-            listener, self._listener = self._listener, None
+            self._cut = True
             sockets, self._open = self._open, []
-        if listener is not None:
-            listener.close()
         for sock in sockets:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-            sock.close()
+            _reset(sock)
 
     def close(self) -> None:
         self.cut()
+        self._listener.close()
 
-    def _accept(self, listener: socket.socket) -> None:
+    def _accept(self) -> None:
         while True:
             try:
-                client, _ = listener.accept()
+                client, _ = self._listener.accept()
             except OSError:
-                return  # cut
+                return  # closed
+            with self._lock:
+                refused = self._cut
+            if refused:
+                _reset(client)
+                continue
             try:
                 upstream = socket.create_connection(self._target, timeout=5)
             except OSError:
-                client.close()
+                _reset(client)
                 continue
             upstream.settimeout(None)
             with self._lock:
-                if self._listener is not listener:  # cut meanwhile
-                    client.close()
-                    upstream.close()
-                    return
-                self._open += [client, upstream]
+                if self._cut:  # cut meanwhile
+                    refused = True
+                else:
+                    self._open += [client, upstream]
+            if refused:
+                _reset(client)
+                _reset(upstream)
+                continue
             for a, b in ((client, upstream), (upstream, client)):
                 threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
 
@@ -87,6 +90,31 @@ class TcpProxy:
                     sock.shutdown(socket.SHUT_RDWR)
 
 
+def stable_port() -> int:
+    """A free port below the kernel's ephemeral range, for a server that must bind it again after a
+    restart: no outgoing connection can be given it as a source port in between (free_port()'s could)."""
+    low = 32768
+    with contextlib.suppress(OSError, ValueError):
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randrange(10_000, low)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port below the ephemeral range")
+
+
+def _reset(sock: socket.socket) -> None:
+    """Close with a TCP reset (linger 0), as a peer that vanished does, not an orderly FIN."""
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    sock.close()
+
+
 class PrivateRedis:
     """A redis-server of this test's own on a free port, kept in memory only (no RDB, no AOF)."""
 
@@ -97,7 +125,7 @@ class PrivateRedis:
         self._binary = binary
         self._folder = folder
         folder.mkdir(parents=True, exist_ok=True)
-        self.port = free_port()
+        self.port = stable_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self._process: subprocess.Popen[bytes] | None = None
         self.start()

@@ -26,8 +26,8 @@ from privacy_wall.sqlengine import create_db_engine
 from service.client import VipsClient
 from service.models import jobs, releases
 from tests.dbservers import fresh_database
-from tests.e2e import Service, _clean_env, _stop, _wait_ready, free_port, start_vips, synthetic_csv
-from tests.faults import PrivateRedis, TcpProxy
+from tests.e2e import Service, _clean_env, _stop, _wait_ready, start_vips, synthetic_csv
+from tests.faults import PrivateRedis, TcpProxy, stable_port
 
 DELTA = 1e-5
 HEARTBEAT, QUEUED, REAPER = 3.0, 6.0, 0.5
@@ -132,7 +132,7 @@ def faulty_service(tmp_path: Path) -> Iterator[Faulty]:
             check=True,
             capture_output=True,
         )
-        port = free_port()
+        port = stable_port()  # the API is restarted on it
         service = Service(f"http://127.0.0.1:{port}", wall_env, worker_env)
         engine = create_db_engine(control)
         stack.callback(engine.dispose)
