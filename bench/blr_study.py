@@ -67,11 +67,14 @@ class Variant:
     schedule: str = "1/t"  # "1/t" | "burn <k>" | "linear" | "quadratic" | "kappa 0.7"
     iterations: int = BASE_T
     ratio: float = 1.0  # r: weight of s2 relative to s1 (simulated releases unless 1)
+    aware: bool = False  # the noise-aware M-step (worker.models.blr, the default since issue 12)
 
     def label(self) -> str:
         parts = [f"s2 {self.s2}", f"rho {self.schedule}", f"T {self.iterations}"]
         if self.ratio != 1.0:
             parts.append(f"r {self.ratio:g}")
+        if self.aware:
+            parts.append("noise-aware")
         return ", ".join(parts)
 
 
@@ -101,6 +104,13 @@ DIRECTIONS: dict[str, list[Variant]] = {
         Variant(ratio=math.sqrt(2)),
         Variant(ratio=2.0),
         Variant(ratio=4.0),
+    ],
+    "e: noise-aware M-step (second pass)": [
+        BASELINE,
+        Variant(s2="ridge 0.1"),
+        Variant(aware=True),
+        Variant(aware=True, s2="ridge 0.05"),
+        Variant(aware=True, s2="ridge 0.1"),
     ],
 }
 
@@ -196,7 +206,7 @@ def fit(train: TabularData, epsilon: float, variant: Variant) -> BlrState:
     the variant's rho_t and s2 treatment between release and M-step."""
     population, dimension = train.features.shape
     sigma = sigma_for(epsilon, population, variant.iterations)
-    model = BayesianLogisticRegression()
+    model = BayesianLogisticRegression(noise_aware=variant.aware)
     query = LogisticRegressionQuery()
     state = model.initial_state(dimension)
     if variant.ratio == 1.0:
@@ -217,7 +227,7 @@ def fit(train: TabularData, epsilon: float, variant: Variant) -> BlrState:
             "s1": statistics["s1"],
             "s2": treat_s2(statistics["s2"], noise_std["s2"], variant.s2),
         }
-        state = model.m_step(state, statistics, population, rho(variant.schedule, t))
+        state = model.m_step(state, statistics, population, rho(variant.schedule, t), noise_std)
     return state
 
 
@@ -267,11 +277,20 @@ def combine(choices: dict[str, Variant]) -> Variant:
     return replace(BASELINE, s2=a.s2, schedule=b.schedule, iterations=c.iterations)
 
 
-def run(quick: bool, cv_repeats: int, test_repeats: int) -> str:
+def run(
+    quick: bool,
+    cv_repeats: int,
+    test_repeats: int,
+    epsilons: Sequence[float] = EPSILONS,
+    only: Sequence[str] = (),
+) -> str:
     data, test = load_adult("train"), load_adult("test")
     splits = folds(data, 3)
-    epsilons = (0.8,) if quick else EPSILONS
-    directions = {name: variants[:2] for name, variants in DIRECTIONS.items()} if quick else DIRECTIONS
+    epsilons = (0.8,) if quick else epsilons
+    selected = {
+        name: variants for name, variants in DIRECTIONS.items() if not only or name.split(":")[0] in only
+    }
+    directions = {name: variants[:2] for name, variants in selected.items()} if quick else selected
     cv_lines = ["| direction | variant | " + " | ".join(f"eps {e:g}" for e in epsilons) + " |"]
     cv_lines.append("|---|---|" + "---|" * len(epsilons))
     choices: dict[float, dict[str, Variant]] = {e: {} for e in epsilons}
@@ -302,7 +321,7 @@ def run(quick: bool, cv_repeats: int, test_repeats: int) -> str:
         runs: dict[Variant, Scores] = {}
         finals: list[tuple[str, Variant]] = [("today", BASELINE)]
         finals += list(choices[epsilon].items())
-        if not quick:
+        if not quick and not only:
             finals.append(("a + b + c combined", combine(choices[epsilon])))
         for direction, variant in finals:
             if variant not in runs:
@@ -337,18 +356,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="eps 0.8, two variants per direction")
     parser.add_argument("--cv-repeats", type=int, default=4, help="fits per fold and variant (4)")
     parser.add_argument("--test-repeats", type=int, default=10, help="test fits per final choice (10)")
+    parser.add_argument("--epsilons", default=",".join(f"{e:g}" for e in EPSILONS))
+    parser.add_argument("--directions", default="", help="letters to run, e.g. 'e' (default: all)")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "out")
     args = parser.parse_args(argv)
     if abs(split_sensitivity(1.0) - JOINT_SENSITIVITY) > 1e-6:
         raise AssertionError("the r = 1 split must reproduce the wall's J = 5/4")
     start = time.perf_counter()
-    text = run(args.quick, args.cv_repeats, args.test_repeats)
+    only = [letter for letter in args.directions.split(",") if letter]
+    epsilons = [float(e) for e in args.epsilons.split(",")]
+    text = run(args.quick, args.cv_repeats, args.test_repeats, epsilons, only)
     elapsed = time.perf_counter() - start
     command = "python -m bench.blr_study" + (" --quick" if args.quick else "")
+    if only:
+        command += f" --directions {args.directions} --epsilons {args.epsilons}"
     text = f"Produced by `{command}` in {elapsed:.0f} s.\n\n{text}"
     print(text)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / ("blr_study_quick.md" if args.quick else "blr_study.md")).write_text(text, encoding="utf-8")
+    stem = "blr_study_quick" if args.quick else "blr_study"
+    if only:
+        stem += "_" + "".join(only)
+    (args.out / f"{stem}.md").write_text(text, encoding="utf-8")
     return 0
 
 

@@ -35,6 +35,7 @@ from sklearn.linear_model import Ridge
 from bench.adult_blr import Row, diffprivlib_row, log, markdown, sklearn_row, test_auc
 from worker.datasets.adult import TabularData, load_adult
 from worker.datasets.regression import RegressionSplit, load_regression
+from worker.datasets.telco import load_telco
 from worker.estimator import (
     DPSEPLinearRegression,
     DPSEPLogisticRegression,
@@ -45,6 +46,9 @@ from worker.estimator import (
 )
 
 EPSILONS: tuple[float, ...] = (0.1, 0.3, 0.8, 2.0)
+SECTIONS: tuple[str, ...] = ("adult", "telco", "fig6", "regression")
+#: The second tabular dataset (never used to choose a method or default): VIPS both ways and DPVI.
+TELCO_METHODS: tuple[str, ...] = ("VIPS-BLR", "VIPS-BLR (paper's M-step)", "DPVI", "DPVI (defaults)")
 DELTA = 1e-5
 FIG6_RATE, FIG6_ITERATIONS, FIG6_DELTA = 0.004, 100, 1e-3
 FIG6_SIGMAS: tuple[float, ...] = (0.0, 1.0, 6.0, 12.0)
@@ -62,6 +66,12 @@ def adult_makers(population: int) -> dict[str, tuple[str, Make]]:
                 epsilon=eps, sigma=sigma, delta=DELTA, iterations=10, random_state=seed
             ),
         ),
+        "VIPS-BLR (paper's M-step)": (
+            "batch S = N, T = 10, rho = 1/t, noise_aware 0",
+            lambda eps, sigma, seed: VIPSLogisticRegression(
+                epsilon=eps, sigma=sigma, delta=DELTA, iterations=10, random_state=seed, noise_aware=False
+            ),
+        ),
         "DPVI": (
             "S = 1000, T = 300, AdaGrad 0.5, clip 1",
             lambda eps, sigma, seed: DPVILogisticRegression(
@@ -72,6 +82,17 @@ def adult_makers(population: int) -> dict[str, tuple[str, Make]]:
                 iterations=300,
                 learning_rate=0.5,
                 clip=1.0,
+                random_state=seed,
+            ),
+        ),
+        "DPVI (defaults)": (
+            "S = N/50, T = 1000, its default options",
+            lambda eps, sigma, seed: DPVILogisticRegression(
+                epsilon=eps,
+                sigma=sigma,
+                delta=DELTA,
+                batch_size=population // 50,
+                iterations=1000,
                 random_state=seed,
             ),
         ),
@@ -108,7 +129,15 @@ def estimator_row(
     return row
 
 
-def adult_section(train: TabularData, test: TabularData, seeds: int, epsilons: Sequence[float]) -> list[Row]:
+def adult_section(
+    train: TabularData,
+    test: TabularData,
+    seeds: int,
+    epsilons: Sequence[float],
+    section: str = "adult",
+    methods: Sequence[str] | None = None,
+) -> list[Row]:
+    """Each method's test AUC at each epsilon (and non-private) on one tabular dataset."""
     rows: list[Row] = []
 
     def add(row: Row) -> None:
@@ -118,21 +147,26 @@ def adult_section(train: TabularData, test: TabularData, seeds: int, epsilons: S
             f"AUC {row.mean:.4f} +- {row.std:.4f}"
         )
 
-    add(sklearn_row(train, test))
-    makers = adult_makers(train.features.shape[0])
+    private_free = "non-private" if section == "adult" else f"{section} non-private"
+    reference = sklearn_row(train, test)
+    reference.section = private_free
+    add(reference)
+    makers = {
+        name: maker
+        for name, maker in adult_makers(train.features.shape[0]).items()
+        if methods is None or name in methods
+    }
     for method, (setting, make) in makers.items():
-        add(
-            estimator_row("non-private", method, setting, train, test, [make(None, 0.0, s) for s in range(3)])
-        )
+        add(estimator_row(private_free, method, setting, train, test, [make(None, 0.0, s) for s in range(3)]))
     for epsilon in epsilons:
         for method, (setting, make) in makers.items():
             row = estimator_row(
-                "adult", method, setting, train, test, [make(epsilon, None, None) for _ in range(seeds)]
+                section, method, setting, train, test, [make(epsilon, None, None) for _ in range(seeds)]
             )
             row.target = epsilon
             add(row)
         dp = diffprivlib_row(train, test, epsilon, seeds)
-        dp.section = "adult"
+        dp.section = section
         add(dp)
     return rows
 
@@ -322,28 +356,47 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--seeds", type=int, default=None, help="repeats per private setting (10; 3 with --quick)"
     )
+    parser.add_argument(
+        "--sections", default=",".join(SECTIONS), help=f"comma-separated subset of {', '.join(SECTIONS)}"
+    )
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "out")
     args = parser.parse_args(argv)
     seeds = args.seeds if args.seeds is not None else (3 if args.quick else 10)
     epsilons = (0.3, 2.0) if args.quick else EPSILONS
+    sections = set(args.sections.split(","))
+    if unknown := sections - set(SECTIONS):
+        parser.error(f"unknown section(s) {', '.join(sorted(unknown))}; expected {', '.join(SECTIONS)}")
     start = time.perf_counter()
     train, test = load_adult("train"), load_adult("test")
-    adult = adult_section(train, test, seeds, epsilons)
-    fig6 = fig6_section(train, test, seeds)
-    split = load_regression("auto")
-    regression = regression_section(split, seeds, epsilons)
-    elapsed = time.perf_counter() - start
-    text = (
-        f"Produced by `python -m bench.compare_algorithms{' --quick' if args.quick else ''}` "
-        f"in {elapsed:.0f} s.\n\n"
-        f"{markdown(adult)}\n{markdown(fig6)}\n{regression_markdown(regression, split)}"
+    adult = adult_section(train, test, seeds, epsilons) if "adult" in sections else []
+    telco = (
+        adult_section(
+            load_telco("train"), load_telco("test"), seeds, epsilons, section="telco", methods=TELCO_METHODS
+        )
+        if "telco" in sections
+        else []
     )
+    fig6 = fig6_section(train, test, seeds) if "fig6" in sections else []
+    split = load_regression("auto")
+    regression = regression_section(split, seeds, epsilons) if "regression" in sections else []
+    elapsed = time.perf_counter() - start
+    flags = (" --quick" if args.quick else "") + (
+        f" --sections {args.sections}" if sections != set(SECTIONS) else ""
+    )
+    parts = [markdown(rows) for rows in (adult, telco, fig6) if rows]
+    if regression:
+        parts.append(regression_markdown(regression, split))
+    text = f"Produced by `python -m bench.compare_algorithms{flags}` in {elapsed:.0f} s.\n\n"
+    text += "\n".join(parts)
     print(text)
     args.out.mkdir(parents=True, exist_ok=True)
-    stem = "compare_algorithms_quick" if args.quick else "compare_algorithms"
+    stem = "compare_algorithms" + ("_quick" if args.quick else "")
+    if sections != set(SECTIONS):
+        stem += "_" + "_".join(name for name in SECTIONS if name in sections)
     (args.out / f"{stem}.md").write_text(text, encoding="utf-8")
-    plot(adult, fig6, regression, args.out / f"{stem}.png")
-    log(f"wrote {args.out / (stem + '.md')} and {args.out / (stem + '.png')}")
+    if adult and fig6 and regression:
+        plot(adult, fig6, regression, args.out / f"{stem}.png")
+    log(f"wrote {args.out / stem}.md" + (" and the .png beside it" if adult and fig6 and regression else ""))
     return 0
 
 

@@ -33,7 +33,8 @@ COMMON_OPTIONS: dict[str, OptionSpec] = {"tau0": _NON_NEGATIVE, "kappa": _UNIT_I
 #: Options of each model (DESIGN section 6). The upper bounds keep one job's memory reasonable: LDA holds
 #: K x V topic parameters and resamples S x N_w tokens; the SBN holds J (K+1) x (K+1) covariances.
 MODEL_OPTIONS: dict[str, dict[str, OptionSpec]] = {
-    "blr": {"a0": _POSITIVE, "b0": _POSITIVE},
+    # noise_aware 1 (default): the M-step that accounts for s1's noise; 0: the paper's Eq. 53-55.
+    "blr": {"a0": _POSITIVE, "b0": _POSITIVE, "noise_aware": _whole(0, 1)},
     "linreg": {"prior_precision": _POSITIVE, "a0": _POSITIVE, "b0": _POSITIVE},
     "lda": {
         "topics": _whole(1, 1000),

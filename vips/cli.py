@@ -168,8 +168,8 @@ def _add_fit(commands: argparse._SubParsersAction[_Parser]) -> None:
         "--option",
         action="append",
         metavar="KEY=VALUE",
-        help="model option: tau0, kappa for all models; a0, b0 for blr; topics, alpha, eta, doc_length, "
-        "clip for lda; hidden for sbn (repeatable)",
+        help="model option: tau0, kappa for all models; a0, b0, noise_aware (1|0) for blr; topics, alpha, "
+        "eta, doc_length, clip for lda; hidden for sbn (repeatable)",
     )
     parser.add_argument("-o", "--output", metavar="posterior.json", help="write the posterior here")
     parser.set_defaults(handler=fit.run)

@@ -90,7 +90,7 @@ def run_vips(
             sigma=settings.sigma,
             batch_size=settings.batch_size,
         )
-        state = model.m_step(state, release.statistics, population, rho)
+        state = model.m_step(state, release.statistics, population, rho, release.noise_std)
         releases.append(release)
         if on_iteration is not None:
             on_iteration(t, release, state)

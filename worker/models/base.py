@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Protocol, TypeVar
 
 import numpy as np
@@ -25,8 +26,18 @@ class VipsModel(Protocol[State]):
         """Expected natural parameters the wall's E-step needs."""
         ...
 
-    def m_step(self, state: State, statistics: dict[str, Array], population: int, rho: float) -> State:
-        """nu_hat = nu + N s; nu_t = (1 - rho) nu_{t-1} + rho nu_hat; then the dependent factors."""
+    def m_step(
+        self,
+        state: State,
+        statistics: dict[str, Array],
+        population: int,
+        rho: float,
+        noise_std: Mapping[str, float] | None = None,
+    ) -> State:
+        """nu_hat = nu + N s; nu_t = (1 - rho) nu_{t-1} + rho nu_hat; then the dependent factors.
+
+        noise_std: the std of the Gaussian noise on each released block's mean (public, from the release);
+        a model may use it in post-processing (BLR's noise-aware step) or ignore it."""
         ...
 
     def posterior(self, state: State) -> dict[str, Any]:

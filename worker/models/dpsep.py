@@ -40,6 +40,7 @@ Two likelihoods:
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -132,7 +133,12 @@ class _DpSepModel:
         return {"cavity_mean": state.cavity_mean.copy(), "cavity_covariance": state.cavity_covariance.copy()}
 
     def m_step(
-        self, state: DpSepState, statistics: dict[str, Array], population: int, rho: float
+        self,
+        state: DpSepState,
+        statistics: dict[str, Array],
+        population: int,
+        rho: float,
+        noise_std: Mapping[str, float] | None = None,
     ) -> DpSepState:
         """theta_f <- (1 - gamma) theta_f + gamma r with gamma = damping * rho; PSD projection; clip to C."""
         released_eta = np.asarray(statistics["precision_times_mean"], dtype=np.float64)

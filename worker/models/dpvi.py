@@ -38,6 +38,7 @@ approximation of worker.models.blr.predict_proba, exactly as for VIPS-BLR.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -149,7 +150,12 @@ class DpviLogisticRegression:
         return grad_mean, grad_log_std
 
     def m_step(
-        self, state: DpviState, statistics: dict[str, Array], population: int, rho: float
+        self,
+        state: DpviState,
+        statistics: dict[str, Array],
+        population: int,
+        rho: float,
+        noise_std: Mapping[str, float] | None = None,
     ) -> DpviState:
         """One AdaGrad ascent step on the ELBO; rho is ignored (AdaGrad sets its own step sizes)."""
         released = np.asarray(statistics[BLOCK], dtype=np.float64)

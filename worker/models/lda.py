@@ -12,6 +12,7 @@ proportions of new documents (the E-step with a fixed number of iterations) and 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,7 +95,14 @@ class LatentDirichletAllocation:
     def public_params(self, state: LdaState) -> dict[str, Array]:
         return {"expected_log_beta": expected_log_beta(state.lam)}
 
-    def m_step(self, state: LdaState, statistics: dict[str, Array], population: int, rho: float) -> LdaState:
+    def m_step(
+        self,
+        state: LdaState,
+        statistics: dict[str, Array],
+        population: int,
+        rho: float,
+        noise_std: Mapping[str, float] | None = None,
+    ) -> LdaState:
         s = np.asarray(statistics["s"], dtype=np.float64).reshape(state.lam.shape)
         lam_hat = self.topic_word_prior + population * s
         lam = (1.0 - rho) * state.lam + rho * lam_hat

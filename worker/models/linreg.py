@@ -27,6 +27,7 @@ new y at x: Student-t with mean m^T x and variance E[1/tau] (1 + x^T Lambda^-1 x
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -126,7 +127,12 @@ class BayesianLinearRegression:
         return precision, n * yx, 2.0 * self.b0 + n * yy, self.a0 + n / 2.0
 
     def m_step(
-        self, state: LinregState, statistics: dict[str, Array], population: int, rho: float
+        self,
+        state: LinregState,
+        statistics: dict[str, Array],
+        population: int,
+        rho: float,
+        noise_std: Mapping[str, float] | None = None,
     ) -> LinregState:
         precision_hat, eta_hat, c_hat, a_hat = self.natural_parameters_hat(statistics, population)
         precision = (1 - rho) * state.precision_scale + rho * precision_hat

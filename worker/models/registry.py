@@ -76,6 +76,8 @@ def model_setup(
         )
         return ModelSetup(dpsep, dpsep.query())
     if model == "blr":
+        if "noise_aware" in given:
+            given["noise_aware"] = bool(given["noise_aware"])
         return ModelSetup(BayesianLogisticRegression(**given), LogisticRegressionQuery())
     if model == "linreg":
         linreg = BayesianLinearRegression(**given)

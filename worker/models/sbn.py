@@ -24,6 +24,7 @@ Metrics: pixel accuracy (threshold 1/2) and reconstruction negative log-likeliho
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -189,7 +190,14 @@ class SigmoidBeliefNetwork:
             "second_moment": state.wc_second_moment,
         }
 
-    def m_step(self, state: SbnState, statistics: dict[str, Array], population: int, rho: float) -> SbnState:
+    def m_step(
+        self,
+        state: SbnState,
+        statistics: dict[str, Array],
+        population: int,
+        rho: float,
+        noise_std: Mapping[str, float] | None = None,
+    ) -> SbnState:
         n = float(population)
         projected = project_statistics(statistics)
         eta1_hat = n * np.concatenate([projected["s6"], projected["s3"][:, None]], axis=1)
