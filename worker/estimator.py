@@ -1,26 +1,48 @@
-"""In-process entry point for researchers: scikit-learn style estimators over the same gate and accountant.
+"""In-process entry point for researchers: scikit-learn estimators over the same gate and accountant.
 
-    model = VIPSLogisticRegression(epsilon=1.0, delta=1e-5, iterations=5).fit(X, y)
-    model.predict_proba(X_test)[:, 1], model.epsilon_, model.posterior_
+    model = VIPSLogisticRegression(epsilon=1.0, delta=1e-5, iterations=5).fit(X, y)   # y: any two labels
+    model.predict(X_test), model.predict_proba(X_test)[:, 1], model.epsilon_, model.posterior_
     lda = VIPSLatentDirichletAllocation(topics=20, sigma=1.24, batch_size=2000).fit(counts)   # CSR D x V
     sbn = VIPSSigmoidBeliefNetwork(hidden=20, epsilon=2.0, batch_size=400).fit(images)      # 0/1 rows
 
-The wall checks the bounds its sensitivities assume (it does not rescale): BLR rows of L2 norm <= 1 and
-labels in {0, 1}; LDA whole non-negative counts; SBN 0/1 values. sigma = 0 is a non-private fit (epsilon
-infinite) and is the only kind that accepts random_state: private releases always draw sampling and noise
-from the OS's CSPRNG.
+The wall checks the bounds its sensitivities assume (it does not rescale): BLR rows of L2 norm <= 1 (the
+estimator encodes the two labels as 0, 1); linear regression also targets |y| <= 1; LDA whole non-negative
+counts; SBN 0/1 values. sigma = 0 is a non-private fit (epsilon infinite) and is the only kind that accepts
+random_state: private releases always draw sampling and noise from the OS's CSPRNG.
+
+They are scikit-learn estimators (BaseEstimator and its mixins): get_params / set_params / clone,
+cross_val_score, GridSearchCV and Pipeline work. Classifiers take any two labels (strings too); the label
+set (`classes_`) is part of the dataset's public schema, not a private release, so it is read from y
+without noise; more than two classes are refused. `from_posterior(document)` turns a posterior document
+(worker.posterior; e.g. downloaded with `vips posterior`) into an estimator that predicts and scores.
+
+scikit-learn's estimator checks (sklearn.utils.estimator_checks.check_estimator) all pass at sigma = 0 with
+random_state 0 once the checks' data are mapped row by row into the wall's bounds
+(tests/test_estimator_sklearn.py). What does not apply, and why:
+- Bounds: the checks fit on unbounded real data; the wall refuses (BoundViolation, never rescales) rows of
+  norm > 1 (BLR, linreg), targets |y| > 1, counts that are not whole numbers (LDA) and values other than 0/1
+  (SBN), so without that mapping every check that fits fails with a clear refusal.
+- Seeding: the checks set random_state = 0, which private fits (sigma > 0) refuse by design.
+- Reproducibility: unseeded, private fits differ from run to run, so check_fit_idempotent,
+  check_pipeline_consistency, check_transformer_general, check_transformer_data_not_an_array,
+  check_supervised_y_2d and check_regressors_int (which compare two fits) do not hold for them, nor
+  check_regressors_train's accuracy threshold at the checks' small sizes (measured at epsilon 1).
 """
 
 from __future__ import annotations
 
 import math
 import uuid
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Self
 
 import numpy as np
 import scipy.sparse as sp
 from numpy.typing import ArrayLike
+from sklearn.base import BaseEstimator, ClassifierMixin, DensityMixin, RegressorMixin, TransformerMixin
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import check_is_fitted, check_non_negative, validate_data
 
 from privacy_wall.accounting import SubsampledGaussianEvent, calibrate_sigma, epsilon, get_accountant
 from privacy_wall.gate import Gate, PrivacyError
@@ -33,6 +55,7 @@ from worker.models.linreg import predict as linreg_predict
 from worker.models.registry import model_setup
 from worker.models.sbn import reconstruct_proba, reconstruction_metrics
 from worker.posterior import (
+    PosteriorError,
     Privacy,
     blr_parameters,
     build_posterior,
@@ -44,9 +67,13 @@ from worker.runner import LoopSettings, run_vips
 
 Sampling = Literal["uniform", "passes"]
 
+Progress = Callable[[int, int, float], None]
+"""fit's progress hook: called after each iteration with (iterations done, iterations total, epsilon
+spent so far by this fit as the estimator's accountant prices it; math.inf for a sigma = 0 fit)."""
 
-@dataclass(kw_only=True, eq=False)
-class VipsEstimator:
+
+@dataclass(kw_only=True, eq=False, repr=False)
+class VipsEstimator(BaseEstimator):  # type: ignore[misc]
     """What every estimator shares: the privacy schedule, the loop over the gate, the posterior.
 
     Give either epsilon (sigma is calibrated for it at delta) or sigma. batch_size None means S = N.
@@ -90,9 +117,11 @@ class VipsEstimator:
             self.epsilon, batch_size, population, self.iterations, self.delta, accountant=self.accountant
         )
 
-    def _fit_store(self, make_store: Any, population: int, dataset: str) -> dict[str, Any]:
-        """Run the loop on the store `make_store(public)` builds; set the fitted attributes and return
-        the posterior document."""
+    def _fit_store(
+        self, make_store: Any, population: int, dataset: str, progress: Progress | None = None
+    ) -> dict[str, Any]:
+        """Run the loop on the store `make_store(public)` builds, calling `progress` after each iteration;
+        set the fitted attributes and return the posterior document."""
         batch_size = population if self.batch_size is None else int(self.batch_size)
         sigma = self._resolve_sigma(batch_size, max(population, 1))
         settings = LoopSettings(self.iterations, batch_size, sigma, self.tau0, self.kappa)
@@ -112,6 +141,11 @@ class VipsEstimator:
         ledger = InMemoryLedger(delta=self.delta, epsilon_budget=self.epsilon, accountant=accountant)
         gate = Gate(store, ledger, seed=self.random_state, passes=passes)
         job_id = uuid.uuid4().hex
+
+        def report(t: int, _release: object, _state: object) -> None:
+            if progress is not None:
+                progress(t, self.iterations, ledger.epsilon_spent() if sigma > 0 else math.inf)
+
         ledger.reserve(job_id, SubsampledGaussianEvent(sigma, batch_size, population), self.iterations)
         try:
             result = run_vips(
@@ -122,20 +156,18 @@ class VipsEstimator:
                 job_id=job_id,
                 dimension=store.info.dimension,
                 population=population,
+                on_iteration=None if progress is None else report,
             )
         finally:
             ledger.refund(job_id)
         self.state_ = result.state
-        self.sigma_ = sigma
-        self.epsilon_ = ledger.epsilon_spent() if sigma > 0 else math.inf
-        self.delta_ = self.delta
-        self.posterior_: dict[str, Any] = build_posterior(
+        document = build_posterior(
             model=self.model_name,
             algorithm=self.algorithm,
             dataset=dataset,
             job_id=job_id,
             privacy=Privacy(
-                epsilon=self.epsilon_,
+                epsilon=ledger.epsilon_spent() if sigma > 0 else math.inf,
                 delta=self.delta,
                 sigma=sigma,
                 iterations=self.iterations,
@@ -146,46 +178,153 @@ class VipsEstimator:
             ),
             parameters=setup.model.posterior(result.state),
         )
-        return self.posterior_
+        self._set_posterior(document)
+        return document
+
+    def _set_posterior(self, document: dict[str, Any]) -> None:
+        """Set posterior_, the privacy attributes and the model's fitted attributes from a document."""
+        privacy = document.get("privacy")
+        if not isinstance(privacy, Mapping):
+            raise PosteriorError("a posterior needs a 'privacy' object")
+        try:
+            self.sigma_ = float(privacy["sigma"])
+            self.epsilon_ = float(privacy["epsilon"]) if self.sigma_ > 0 else math.inf
+            self.delta_ = float(privacy["delta"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise PosteriorError("a posterior's 'privacy' needs numeric sigma, epsilon and delta") from exc
+        self.posterior_: dict[str, Any] = document
+        self._set_parameters(document)
+
+    def _set_parameters(self, document: dict[str, Any]) -> None:
+        """The model's fitted attributes (coef_, components_, ...) from a validated posterior."""
+        raise NotImplementedError
+
+    @classmethod
+    def from_posterior(cls, document: Mapping[str, Any], *, classes: ArrayLike | None = None) -> Self:
+        """An estimator that predicts from a posterior document (worker.posterior's format, e.g. from
+        `vips posterior`), without refitting: its constructor arguments are the document's schedule
+        (sigma, delta, iterations, batch_size) and shape (LDA topics and alpha, SBN hidden), its fitted
+        attributes the document's parameters.
+
+        Called on VipsEstimator it picks the estimator of the document's model and algorithm; called on
+        an estimator class it refuses another model's posterior. `classes` is what a document does not
+        hold: a classifier's label set, part of the public schema (default [0, 1]).
+        """
+        model, algorithm = document.get("model"), document.get("algorithm", "vips")
+        target = _ESTIMATORS.get((str(model), str(algorithm)))
+        if target is None:
+            known = ", ".join(f"{m}/{a}" for m, a in _ESTIMATORS)
+            raise PosteriorError(f"no estimator for a {model}/{algorithm} posterior; expected one of {known}")
+        if not issubclass(target, cls):
+            raise PosteriorError(
+                f"a {model}/{algorithm} posterior makes a {target.__name__}, not a {cls.__name__}"
+            )
+        privacy = document.get("privacy")
+        if not isinstance(privacy, Mapping):
+            raise PosteriorError("a posterior needs a 'privacy' object")
+        try:
+            estimator = target(
+                sigma=float(privacy["sigma"]),
+                delta=float(privacy["delta"]),
+                iterations=int(privacy["iterations"]),
+                batch_size=int(privacy["batch_size"]),
+                **target._options_from(document),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise PosteriorError(
+                "a posterior's 'privacy' needs sigma, delta, iterations and batch_size"
+            ) from exc
+        estimator._set_classes(classes)
+        estimator._set_posterior(dict(document))
+        return estimator
+
+    @classmethod
+    def _options_from(cls, document: Mapping[str, Any]) -> dict[str, Any]:
+        """The constructor arguments a posterior document determines besides its schedule."""
+        return {}
+
+    def _set_classes(self, classes: ArrayLike | None) -> None:
+        if classes is not None:
+            raise TypeError(f"{type(self).__name__} is not a classifier: it takes no classes")
 
 
-class _LogisticRegressionFit(VipsEstimator):
-    """fit / predict_proba / predict of the logistic-regression estimators (any algorithm)."""
+class _LogisticRegressionFit(ClassifierMixin, VipsEstimator):  # type: ignore[misc]
+    """fit / predict_proba / predict / score (accuracy) of the logistic-regression estimators (any
+    algorithm). y holds any two labels: classes_ (sorted) is the public label set, classes_[1] the one
+    the model's "1" stands for."""
 
     model_name = "blr"
 
-    def fit(self, X: ArrayLike, y: ArrayLike, *, dataset: str = "local") -> Self:
-        features = np.asarray(X, dtype=np.float64)
-        labels = np.asarray(y, dtype=np.float64)
-        population = int(features.shape[0]) if features.ndim == 2 else 0
+    def fit(
+        self, X: ArrayLike, y: ArrayLike, *, dataset: str = "local", progress: Progress | None = None
+    ) -> Self:
+        features, labels = validate_data(self, X, y, dtype=np.float64)
+        check_classification_targets(labels)
+        classes = np.unique(labels)
+        if classes.shape[0] != 2:
+            count = classes.shape[0]
+            raise ValueError(
+                f"Only binary classification is supported: {type(self).__name__} needs exactly two "
+                f"classes in y, got {count} class{'' if count == 1 else 'es'}"
+            )
+        self.classes_ = classes
+        ones = (labels == classes[1]).astype(np.float64)
+        population = int(features.shape[0])
         self._fit_store(
-            lambda public: InMemoryTabularStore(dataset, features, labels, public=public), population, dataset
+            lambda public: InMemoryTabularStore(dataset, features, ones, public=public),
+            population,
+            dataset,
+            progress,
         )
-        self.coef_, self.covariance_ = blr_parameters(self.posterior_)
         return self
 
+    def _set_classes(self, classes: ArrayLike | None) -> None:
+        labels = np.asarray([0, 1] if classes is None else classes)
+        if labels.shape != (2,) or labels[0] == labels[1]:
+            raise ValueError("classes must be two distinct labels")
+        self.classes_ = np.sort(labels)
+
+    def _set_parameters(self, document: dict[str, Any]) -> None:
+        self.coef_, self.covariance_ = blr_parameters(document)
+        self.n_features_in_ = int(self.coef_.shape[0])
+
     def predict_proba(self, X: ArrayLike) -> Array:
-        """Columns P(y=0|x), P(y=1|x), as in scikit-learn."""
-        mean, covariance = blr_parameters(self.posterior_)
-        p1 = predict_proba(mean, covariance, np.asarray(X, dtype=np.float64))
+        """Columns P(y = classes_[0] | x), P(y = classes_[1] | x), as in scikit-learn."""
+        check_is_fitted(self, "posterior_")
+        features = validate_data(self, X, dtype=np.float64, reset=False)
+        p1 = predict_proba(self.coef_, self.covariance_, features)
         return np.column_stack([1 - p1, p1])
 
+    def decision_function(self, X: ArrayLike) -> Array:
+        """The log-odds of classes_[1] under the predictive distribution."""
+        p = np.clip(self.predict_proba(X)[:, 1], 1e-300, 1 - 1e-16)
+        return np.asarray(np.log(p) - np.log1p(-p))
+
     def predict(self, X: ArrayLike) -> Array:
-        return (self.predict_proba(X)[:, 1] >= 0.5).astype(np.float64)
+        """The more probable label of classes_ for each row."""
+        ones = self.predict_proba(X)[:, 1] >= 0.5
+        return np.asarray(self.classes_[ones.astype(np.intp)])
+
+    def __sklearn_tags__(self) -> Any:
+        tags = super().__sklearn_tags__()
+        tags.classifier_tags.multi_class = False
+        return tags
 
 
-@dataclass(kw_only=True, eq=False)
+@dataclass(kw_only=True, eq=False, repr=False)
 class VIPSLogisticRegression(_LogisticRegressionFit):
     """Private Bayesian logistic regression by VIPS (Park et al. 2020, Alg. 5); a0, b0: the Gamma prior
-    on the weights' precision."""
+    on the weights' precision; noise_aware: the M-step that accounts for the noise on s1 (False: the
+    paper's update; worker.models.blr)."""
 
-    option_names = ("a0", "b0")
+    option_names = ("a0", "b0", "noise_aware")
 
     a0: float = 1.0
     b0: float = 1.0
+    noise_aware: bool = True
 
 
-@dataclass(kw_only=True, eq=False)
+@dataclass(kw_only=True, eq=False, repr=False)
 class DPVILogisticRegression(_LogisticRegressionFit):
     """Private Bayesian logistic regression by DPVI (Jalko, Dikmen, Honkela 2017): a mean-field Gaussian
     fitted by AdaGrad on clipped, noised per-example ELBO gradients, charged on the same accountant.
@@ -205,7 +344,7 @@ class DPVILogisticRegression(_LogisticRegressionFit):
     prior_variance: float | None = None
 
 
-@dataclass(kw_only=True, eq=False)
+@dataclass(kw_only=True, eq=False, repr=False)
 class DPSEPLogisticRegression(_LogisticRegressionFit):
     """Private Bayesian logistic regression by DP-SEP (private stochastic expectation propagation): one
     shared Gaussian site moment-matched per datapoint behind the wall, clipped to norm `clip`, noised, and
@@ -219,32 +358,38 @@ class DPSEPLogisticRegression(_LogisticRegressionFit):
     prior_variance: float | None = None
 
 
-class _LinearRegressionFit(VipsEstimator):
-    """fit / predict of the linear-regression estimators (rows of norm <= 1, targets |y| <= 1)."""
+class _LinearRegressionFit(RegressorMixin, VipsEstimator):  # type: ignore[misc]
+    """fit / predict / score (R^2) of the linear-regression estimators (rows of norm <= 1, targets
+    |y| <= 1)."""
 
     model_name = "linreg"
 
-    def fit(self, X: ArrayLike, y: ArrayLike, *, dataset: str = "local") -> Self:
-        features = np.asarray(X, dtype=np.float64)
-        targets = np.asarray(y, dtype=np.float64)
-        population = int(features.shape[0]) if features.ndim == 2 else 0
+    def fit(
+        self, X: ArrayLike, y: ArrayLike, *, dataset: str = "local", progress: Progress | None = None
+    ) -> Self:
+        features, targets = validate_data(self, X, y, dtype=np.float64, y_numeric=True)
+        population = int(features.shape[0])
         self._fit_store(
             lambda public: InMemoryTabularStore(dataset, features, targets, public=public, kind="regression"),
             population,
             dataset,
+            progress,
         )
-        self.coef_, self.covariance_, self.noise_variance_ = linreg_parameters(self.posterior_)
         return self
+
+    def _set_parameters(self, document: dict[str, Any]) -> None:
+        self.coef_, self.covariance_, self.noise_variance_ = linreg_parameters(document)
+        self.n_features_in_ = int(self.coef_.shape[0])
 
     def predict(self, X: ArrayLike, *, return_std: bool = False) -> Array | tuple[Array, Array]:
         """The predictive mean of y (and its standard deviation, noise included, with return_std)."""
-        mean, variance = linreg_predict(
-            self.coef_, self.covariance_, self.noise_variance_, np.asarray(X, dtype=np.float64)
-        )
+        check_is_fitted(self, "posterior_")
+        features = validate_data(self, X, dtype=np.float64, reset=False)
+        mean, variance = linreg_predict(self.coef_, self.covariance_, self.noise_variance_, features)
         return (mean, np.sqrt(variance)) if return_std else mean
 
 
-@dataclass(kw_only=True, eq=False)
+@dataclass(kw_only=True, eq=False, repr=False)
 class VIPSLinearRegression(_LinearRegressionFit):
     """Private conjugate Bayesian linear regression by VIPS (Normal-Gamma: w | tau ~ N(0, (tau
     prior_precision)^-1 I), tau ~ Gamma(a0, b0))."""
@@ -256,7 +401,7 @@ class VIPSLinearRegression(_LinearRegressionFit):
     b0: float | None = None
 
 
-@dataclass(kw_only=True, eq=False)
+@dataclass(kw_only=True, eq=False, repr=False)
 class DPSEPLinearRegression(_LinearRegressionFit):
     """Private Bayesian linear regression by DP-SEP with a known noise variance (clip None bounds each
     site by the ingestion bounds, so nothing is clipped)."""
@@ -270,8 +415,8 @@ class DPSEPLinearRegression(_LinearRegressionFit):
     noise_variance: float | None = None
 
 
-@dataclass(kw_only=True, eq=False)
-class VIPSLatentDirichletAllocation(VipsEstimator):
+@dataclass(kw_only=True, eq=False, repr=False)
+class VIPSLatentDirichletAllocation(TransformerMixin, VipsEstimator):  # type: ignore[misc]
     """Private LDA by VIPS (Park et al. 2020, Alg. 3) on a documents x words count matrix (anything
     scipy.sparse.csr_array accepts).
 
@@ -288,31 +433,62 @@ class VIPSLatentDirichletAllocation(VipsEstimator):
     doc_length: int = 500
     clip: float = 0.1
 
-    def fit(self, counts: Any, *, dataset: str = "local") -> VIPSLatentDirichletAllocation:
-        matrix = sp.csr_array(counts)
+    def fit(
+        self, counts: Any, y: object = None, *, dataset: str = "local", progress: Progress | None = None
+    ) -> Self:
+        """Fit on a documents x words count matrix; y is ignored (there for Pipeline)."""
+        matrix = sp.csr_array(validate_data(self, counts, accept_sparse="csr", dtype=np.float64))
+        check_non_negative(matrix, f"{type(self).__name__}.fit")
         population = int(matrix.shape[0])
-        self._fit_store(lambda public: InMemoryBowStore(dataset, matrix, public=public), population, dataset)
-        fitted = lda_parameters(self.posterior_)
-        self.components_, self.doc_topic_prior_ = fitted.lam, fitted.alpha
+        self._fit_store(
+            lambda public: InMemoryBowStore(dataset, matrix, public=public), population, dataset, progress
+        )
         return self
+
+    @classmethod
+    def _options_from(cls, document: Mapping[str, Any]) -> dict[str, Any]:
+        fitted = lda_parameters(dict(document))
+        return {"topics": int(fitted.lam.shape[0]), "alpha": fitted.alpha}
+
+    def _set_parameters(self, document: dict[str, Any]) -> None:
+        fitted = lda_parameters(document)
+        self.components_, self.doc_topic_prior_ = fitted.lam, fitted.alpha
+        self.n_features_in_ = int(self.components_.shape[1])
+
+    def _counts(self, counts: Any) -> Any:
+        check_is_fitted(self, "posterior_")
+        return sp.csr_array(validate_data(self, counts, accept_sparse="csr", dtype=np.float64, reset=False))
 
     def transform(self, counts: Any) -> Array:
         """Topic proportions E[theta_d] of each document (rows sum to 1)."""
-        return document_topics(self.components_, sp.csr_array(counts), self.doc_topic_prior_)
+        return document_topics(self.components_, self._counts(counts), self.doc_topic_prior_)
+
+    def score(self, counts: Any, y: object = None) -> float:
+        """The approximate log-likelihood of the documents: the ELBO summed over documents (a lower bound,
+        as scikit-learn's LatentDirichletAllocation.score), -log(perplexity bound) x tokens."""
+        matrix = self._counts(counts)
+        tokens = float(matrix.sum())
+        return -math.log(perplexity_bound(self.components_, matrix, self.doc_topic_prior_)) * tokens
 
     def perplexity(self, counts: Any, *, seed: int = 0) -> dict[str, float]:
         """Held-out perplexity: document completion (half of each document's tokens fit its topic
         proportions, the other half is scored) and the paper's bound on all tokens."""
-        matrix = sp.csr_array(counts)
+        matrix = self._counts(counts)
         observed, held_out = split_documents(matrix, seed=seed)
         return {
             "perplexity": completion_perplexity(self.components_, observed, held_out, self.doc_topic_prior_),
             "perplexity_bound": perplexity_bound(self.components_, matrix, self.doc_topic_prior_),
         }
 
+    def __sklearn_tags__(self) -> Any:
+        tags = super().__sklearn_tags__()
+        tags.input_tags.positive_only = True
+        tags.input_tags.sparse = True
+        return tags
 
-@dataclass(kw_only=True, eq=False)
-class VIPSSigmoidBeliefNetwork(VipsEstimator):
+
+@dataclass(kw_only=True, eq=False, repr=False)
+class VIPSSigmoidBeliefNetwork(DensityMixin, VipsEstimator):  # type: ignore[misc]
     """Private sigmoid belief network by VIPS (Park et al. 2020, Alg. 6) on 0/1 rows."""
 
     model_name = "sbn"
@@ -320,21 +496,59 @@ class VIPSSigmoidBeliefNetwork(VipsEstimator):
 
     hidden: int = 50
 
-    def fit(self, Y: ArrayLike, *, dataset: str = "local") -> VIPSSigmoidBeliefNetwork:
-        rows = np.asarray(Y, dtype=np.float64)
-        population = int(rows.shape[0]) if rows.ndim == 2 else 0
-        self._fit_store(lambda public: InMemoryBinaryStore(dataset, rows, public=public), population, dataset)
-        fitted = sbn_parameters(self.posterior_)
-        self.W_, self.b_, self.c_ = fitted.W, fitted.b, fitted.c
+    def fit(
+        self, Y: ArrayLike, y: object = None, *, dataset: str = "local", progress: Progress | None = None
+    ) -> Self:
+        """Fit on 0/1 rows (images); y is ignored (there for Pipeline)."""
+        rows = validate_data(self, Y, dtype=np.float64)
+        check_non_negative(rows, f"{type(self).__name__}.fit")
+        population = int(rows.shape[0])
+        self._fit_store(
+            lambda public: InMemoryBinaryStore(dataset, rows, public=public), population, dataset, progress
+        )
         return self
+
+    @classmethod
+    def _options_from(cls, document: Mapping[str, Any]) -> dict[str, Any]:
+        return {"hidden": int(sbn_parameters(dict(document)).b.shape[0])}
+
+    def _set_parameters(self, document: dict[str, Any]) -> None:
+        fitted = sbn_parameters(document)
+        self.W_, self.b_, self.c_ = fitted.W, fitted.b, fitted.c
+        self.n_features_in_ = int(self.W_.shape[0])
+
+    def _rows(self, Y: ArrayLike) -> Array:
+        check_is_fitted(self, "posterior_")
+        return np.asarray(validate_data(self, Y, dtype=np.float64, reset=False))
 
     def reconstruct_proba(self, Y: ArrayLike) -> Array:
         """p(y_nj = 1 | <z_n>) for each row (n x J): the reconstruction of each image."""
-        return reconstruct_proba(np.asarray(Y, dtype=np.float64), self.W_, self.b_, self.c_)
+        return reconstruct_proba(self._rows(Y), self.W_, self.b_, self.c_)
 
-    def score(self, Y: ArrayLike) -> dict[str, float]:
+    def reconstruction_metrics(self, Y: ArrayLike) -> dict[str, float]:
         """Reconstruction pixel accuracy and negative log-likelihood (nats per row)."""
-        return reconstruction_metrics(np.asarray(Y, dtype=np.float64), self.W_, self.b_, self.c_)
+        return reconstruction_metrics(self._rows(Y), self.W_, self.b_, self.c_)
+
+    def score(self, Y: ArrayLike, y: object = None) -> float:
+        """The per-image log-likelihood of the rows' reconstructions, mean log p(y_n | <z_n>) in nats
+        (higher is better; reconstruction_metrics has it as "nll" beside the pixel accuracy)."""
+        return -self.reconstruction_metrics(Y)["nll"]
+
+    def __sklearn_tags__(self) -> Any:
+        tags = super().__sklearn_tags__()
+        tags.input_tags.positive_only = True
+        return tags
+
+
+_ESTIMATORS: dict[tuple[str, str], type[VipsEstimator]] = {
+    ("blr", "vips"): VIPSLogisticRegression,
+    ("blr", "dpvi"): DPVILogisticRegression,
+    ("blr", "dpsep"): DPSEPLogisticRegression,
+    ("linreg", "vips"): VIPSLinearRegression,
+    ("linreg", "dpsep"): DPSEPLinearRegression,
+    ("lda", "vips"): VIPSLatentDirichletAllocation,
+    ("sbn", "vips"): VIPSSigmoidBeliefNetwork,
+}
 
 
 def quoted_epsilon(
