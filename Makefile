@@ -9,7 +9,8 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e ".[dev]"
+	@# -qq: setuptools announces every editable install ("InformationOnly"); errors still show
+	$(BIN)/pip install -qq -e ".[dev]"
 	touch $(STAMP)
 
 lint: $(STAMP)
@@ -27,7 +28,7 @@ test: lint typecheck contracts
 	$(BIN)/pytest -q; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 run: $(STAMP)
-	$(BIN)/python -m vips.demo
+	$(BIN)/python -m vips.demo $(if $(KEEP),--keep)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.adult_blr

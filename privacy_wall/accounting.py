@@ -38,6 +38,7 @@ from numpy.typing import NDArray
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from scipy.optimize import brentq
 
+from privacy_wall.accountant_names import ACCOUNTANT_NAMES, DEFAULT_ACCOUNTANT
 from privacy_wall.wor_rdp import sampled_gaussian_rdp
 
 #: The fixed grid of Renyi orders on which every curve is stored (fractional near 1 for large sigma,
@@ -342,7 +343,7 @@ class PldAccountant(RdpAccountant):
 ACCOUNTANTS: dict[str, Accountant] = {
     a.name: a for a in (PldAccountant(), RdpAccountant(), PaperAccountant())
 }
-DEFAULT_ACCOUNTANT = "pld"
+assert tuple(ACCOUNTANTS) == ACCOUNTANT_NAMES
 
 
 class AccountingSettings(BaseSettings):

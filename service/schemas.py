@@ -8,12 +8,12 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
 from privacy_wall.names import NAME_MAX_LENGTH, NAME_REGEX
+from service.job_status import JobStatus
 from service.keys import Role
 from service.params import INT_MAX
 
 Model = Literal["blr", "linreg", "lda", "sbn"]
 Algorithm = Literal["vips", "dpvi", "dpsep"]
-JobStatus = Literal["queued", "running", "succeeded", "failed", "cancelled"]
 DatasetKind = Literal["tabular", "regression", "bow", "binary"]
 
 #: Models and algorithms that run today; the others are part of the contract but answer 422.

@@ -191,8 +191,17 @@ def test_fit_local_with_epsilon_spends_at_most_epsilon(
     argv = fit_argv(
         data.train, "--epsilon", "1", "--batch-size", "300", "--iterations", "5", "-o", str(posterior)
     )
-    result = run_ok(capsys, argv)
+    code = main(argv)
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    result = json.loads(out)
     assert 0.9 < result["epsilon"] <= 1.0
+    # stderr: the bar at its end (5 of 5 iterations, the epsilon spent), where the posterior went and
+    # what was spent; stdout stays the one JSON line.
+    spent = f"{result['epsilon']:.3g}"
+    assert "5/5" in err and f"eps {spent}" in err and "ETA" in err
+    assert f"posterior written to {posterior}" in err
+    assert f"epsilon spent {spent} at delta 1e-05" in err
     assert result["epsilon_is_infinite"] is False
     assert result["sigma"] > 0 and result["target_epsilon"] == 1.0
     assert (result["batch_size"], result["population"], result["iterations"]) == (300, 3000, 5)
@@ -416,11 +425,14 @@ def test_admin_key_verbs_create_list_and_revoke(
     monkeypatch.setenv("VIPS_HOME", str(tmp_path / "home"))
     for name in ("VIPS_CONTROL_DATABASE_URL", "VIPS_SENSITIVE_DATABASE_URL"):
         monkeypatch.delenv(name, raising=False)
+    assert main(["migrate", "all"]) == 0
     capsys.readouterr()
     for argv in (["--role", "analyst"], ["--role", "client"]):
         assert main(["admin", "create-key", *argv]) == 2
         err = capsys.readouterr().err
         assert err.startswith("vips: error: ") and "--dataset NAME" in err and "--all-datasets" in err
+    assert main(["admin", "create-key", "--role", "custodian"]) == 2
+    assert "custodian keys need --dataset NAME" in capsys.readouterr().err
     assert main(["admin", "create-key", "--role", "analyst", "--dataset", "a", "--all-datasets"]) == 2
     assert main(["admin", "create-key", "--role", "custodian", "--all-datasets"]) == 2
     assert main(["admin", "create-key", "--role", "admin", "--expires-in", "0"]) == 2
@@ -453,3 +465,28 @@ def test_admin_key_verbs_create_list_and_revoke(
         engine.dispose()
     assert main(["admin", "revoke-key", "0123456789abcdef"]) == 2
     assert "not found" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["admin", "create-key", "--role", "admin"],
+        ["admin", "list-keys"],
+        ["admin", "revoke-key", "abc"],
+        ["data", "ingest", "d", "--kind", "tabular", "--input", "missing.csv"],
+        ["serve", "--port", "9"],
+    ],
+)
+def test_server_side_verbs_never_create_a_store(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, argv: list[str]
+) -> None:
+    """Only `vips up` and `vips migrate` create a store: elsewhere a verb says where it looked and how to
+    create one, and leaves nothing behind (a key made in a stray store would be refused by the real one)."""
+    home = tmp_path / "nowhere"
+    monkeypatch.setenv("VIPS_HOME", str(home))
+    for name in ("VIPS_CONTROL_DATABASE_URL", "VIPS_SENSITIVE_DATABASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    err = run_error(capsys, argv, code=1)
+    assert f"{home.resolve() / 'control.db'} does not exist" in err
+    assert "vips up" in err and "vips migrate all" in err
+    assert not home.exists()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import threading
 import time
@@ -64,6 +65,12 @@ def full_flow(service: Service, tmp_path: Path) -> None:
     job = json.loads(fit.stdout.strip().splitlines()[-1])
     assert job["status"] == "succeeded" and job["iteration"] == 8
     assert 0 < job["epsilon_spent"] <= 2.0
+    # stderr: the bar at its end, where the posterior went and what the dataset's budget has left
+    spent = f"{job['epsilon_spent']:.3g}"
+    assert "8/8" in fit.stderr and f"eps {spent}" in fit.stderr, fit.stderr
+    assert f"posterior written to {posterior}" in fit.stderr
+    assert f"job {job['id'][:8]} spent epsilon {spent}; dataset synth has epsilon " in fit.stderr
+    assert f"left of 3 (delta {DELTA:g})" in fit.stderr
     document = json.loads(posterior.read_text())
     mean = np.asarray(document["mean"])
     assert mean @ weights / np.linalg.norm(mean) / np.linalg.norm(weights) > 0.9
@@ -103,8 +110,32 @@ def full_flow(service: Service, tmp_path: Path) -> None:
 
 
 def test_embedded_mode_end_to_end(tmp_path: Path) -> None:
-    with embedded_service(tmp_path / "home") as service:
+    home = tmp_path / "home"
+    with embedded_service(home) as service:
+        # `vips up` says where it serves and where its store is, with the lines another shell needs,
+        # and on a store's first start an admin key that works
+        welcome = (home / "test-up.log").read_text()
+        assert f"export VIPS_HOME={home.resolve()}\n" in welcome
+        assert f"export VIPS_URL={service.url}\n" in welcome
+        admin_key = re.search(r"export VIPS_API_KEY=(\S+)", welcome)
+        assert admin_key is not None
+        with VipsClient(service.url, admin_key.group(1)) as api:
+            assert [k["role"] for k in api.list_keys()] == ["admin"]
         full_flow(service, tmp_path)
+
+
+def test_vips_up_creates_an_admin_key_on_the_first_start_only(tmp_path: Path) -> None:
+    from privacy_wall.sqlengine import create_db_engine as engine_for
+    from vips.commands.server import _first_admin_key, migrate_all
+
+    migrate_all(tmp_path)
+    control = engine_for(f"sqlite:///{tmp_path / 'control.db'}")
+    try:
+        first = _first_admin_key(control)
+        assert first is not None and first.startswith("vips_")
+        assert _first_admin_key(control) is None
+    finally:
+        control.dispose()
 
 
 def test_postgres_redis_celery_end_to_end(tmp_path: Path) -> None:

@@ -8,25 +8,19 @@ values of the input: the readers and the store name lines, columns and rows only
 from __future__ import annotations
 
 import argparse
+import importlib
 import math
 import os
 import sys
 from collections.abc import Callable
 from importlib import metadata
-from typing import NoReturn, get_args
+from typing import NoReturn
 
-from privacy_wall.accounting import ACCOUNTANTS, CalibrationError
-from privacy_wall.formats import FormatError
-from privacy_wall.gate import PrivacyError
-from privacy_wall.ledger import BudgetExceeded
+from privacy_wall.accountant_names import ACCOUNTANT_NAMES
 from privacy_wall.names import NAME_RULE, is_dataset_name
-from privacy_wall.store import BoundViolation
-from service.schemas import JobStatus
-from vips.commands import admin, fit, predict, privacy, remote, server
+from service.job_status import JOB_STATUSES
+from vips import choices
 from vips.errors import CliError, UsageError
-from worker.posterior import PosteriorError
-
-JOB_STATUSES: tuple[str, ...] = get_args(JobStatus)
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -102,8 +96,8 @@ def _add_privacy(commands: argparse._SubParsersAction[_Parser]) -> None:
     parser = commands.add_parser("privacy", help="the accountant on its own: quotes before anything runs")
     verbs = parser.add_subparsers(dest="verb", required=True, metavar="{epsilon,sigma}")
     for verb, helptext, handler in (
-        ("epsilon", "epsilon of a schedule with noise multiplier --sigma", privacy.run_epsilon),
-        ("sigma", "smallest noise multiplier whose epsilon is <= --epsilon", privacy.run_sigma),
+        ("epsilon", "epsilon of a schedule with noise multiplier --sigma", "privacy:run_epsilon"),
+        ("sigma", "smallest noise multiplier whose epsilon is <= --epsilon", "privacy:run_sigma"),
     ):
         sub = verbs.add_parser(verb, help=helptext, description=helptext)
         if verb == "epsilon":
@@ -116,7 +110,7 @@ def _add_privacy(commands: argparse._SubParsersAction[_Parser]) -> None:
         sub.add_argument("--delta", type=_delta, required=True, help="delta of (epsilon, delta)-DP")
         sub.add_argument(
             "--accountant",
-            choices=tuple(ACCOUNTANTS),
+            choices=ACCOUNTANT_NAMES,
             default=None,
             help="pld (exact for S = N), rdp or paper (the papers' numbers); default: VIPS_ACCOUNTANT or pld",
         )
@@ -152,18 +146,18 @@ def _add_fit(commands: argparse._SubParsersAction[_Parser]) -> None:
         help="server: print the quote (the job's epsilon, the budget's spent, reserved and remaining "
         "epsilon, admissible, largest_epsilon: the most this schedule could still have) and submit nothing",
     )
-    parser.add_argument("--kind", choices=fit.KINDS, help="--local: the input's kind")
+    parser.add_argument("--kind", choices=choices.KINDS, help="--local: the input's kind")
     parser.add_argument("--input", metavar="FILE", help="--local: the input file")
-    parser.add_argument("--label", metavar="COLUMN", help=f"label column (default {fit.DEFAULT_LABEL})")
+    parser.add_argument("--label", metavar="COLUMN", help=f"label column (default {choices.DEFAULT_LABEL})")
     parser.add_argument("--vocab", metavar="FILE", help="vocabulary, one word per line (--kind bow)")
-    parser.add_argument("--model", choices=fit.MODELS, required=True)
-    parser.add_argument("--algorithm", choices=fit.ALGORITHMS, default="vips")
-    parser.add_argument("--iterations", type=_positive_int, default=fit.DEFAULT_ITERATIONS, metavar="T")
+    parser.add_argument("--model", choices=choices.MODELS, required=True)
+    parser.add_argument("--algorithm", choices=choices.ALGORITHMS, default="vips")
+    parser.add_argument("--iterations", type=_positive_int, default=choices.DEFAULT_ITERATIONS, metavar="T")
     parser.add_argument("--batch-size", type=_positive_int, metavar="S", help="default: the whole dataset")
     noise = parser.add_mutually_exclusive_group()
     noise.add_argument("--sigma", type=_sigma, help="noise multiplier (0 = non-private, --local only)")
     noise.add_argument("--epsilon", type=_epsilon, help="target epsilon; sigma is calibrated for it")
-    parser.add_argument("--delta", type=_delta, default=fit.DEFAULT_DELTA, help="--local: delta")
+    parser.add_argument("--delta", type=_delta, default=choices.DEFAULT_DELTA, help="--local: delta")
     parser.add_argument(
         "--option",
         action="append",
@@ -172,7 +166,7 @@ def _add_fit(commands: argparse._SubParsersAction[_Parser]) -> None:
         "eta, doc_length, clip for lda; hidden for sbn (repeatable)",
     )
     parser.add_argument("-o", "--output", metavar="posterior.json", help="write the posterior here")
-    parser.set_defaults(handler=fit.run)
+    parser.set_defaults(handler="fit:run")
 
 
 def _add_predict_evaluate(commands: argparse._SubParsersAction[_Parser]) -> None:
@@ -190,7 +184,7 @@ def _add_predict_evaluate(commands: argparse._SubParsersAction[_Parser]) -> None
     )
     parser.add_argument("--vocab", metavar="FILE", help="LDA: the input's vocabulary, one word per line")
     parser.add_argument("-o", "--output", metavar="predictions.csv", help="default: stdout")
-    parser.set_defaults(handler=predict.run_predict)
+    parser.set_defaults(handler="predict:run_predict")
 
     parser = commands.add_parser("evaluate", help="metrics of a posterior on held-out data (one JSON line)")
     parser.add_argument("--posterior", metavar="P", required=True)
@@ -198,10 +192,10 @@ def _add_predict_evaluate(commands: argparse._SubParsersAction[_Parser]) -> None
         "--input", metavar="FILE", required=True, help="BLR: labelled CSV; LDA: UCI docword; SBN: 0/1 CSV"
     )
     parser.add_argument(
-        "--label", metavar="COLUMN", help=f"BLR label column (default {predict.DEFAULT_LABEL})"
+        "--label", metavar="COLUMN", help=f"BLR label column (default {choices.DEFAULT_LABEL})"
     )
     parser.add_argument("--vocab", metavar="FILE", help="LDA: the input's vocabulary, one word per line")
-    parser.set_defaults(handler=predict.run_evaluate)
+    parser.set_defaults(handler="predict:run_evaluate")
 
 
 def _add_server(commands: argparse._SubParsersAction[_Parser]) -> None:
@@ -209,9 +203,9 @@ def _add_server(commands: argparse._SubParsersAction[_Parser]) -> None:
         (
             "up",
             "embedded all-in-one: API + one worker, SQLite and a file broker under $VIPS_HOME",
-            server.run_up,
+            "server:run_up",
         ),
-        ("serve", "the API (configured by environment; embedded files without URLs)", server.run_serve),
+        ("serve", "the API (configured by environment; embedded files without URLs)", "server:run_serve"),
     ):
         parser = commands.add_parser(name, help=helptext, description=helptext)
         parser.add_argument("--host", default="127.0.0.1")
@@ -225,12 +219,12 @@ def _add_server(commands: argparse._SubParsersAction[_Parser]) -> None:
     )
     parser = commands.add_parser("worker", help="a Celery worker that runs jobs through the privacy wall")
     parser.add_argument("--concurrency", type=_positive_int, default=1, help="jobs run at once (threads)")
-    parser.set_defaults(handler=server.run_worker)
+    parser.set_defaults(handler="server:run_worker")
     parser = commands.add_parser("beat", help="Celery beat: queues the periodic reaper (production)")
-    parser.set_defaults(handler=server.run_beat)
+    parser.set_defaults(handler="server:run_beat")
     parser = commands.add_parser("migrate", help="bring a database to its latest Alembic migration")
     parser.add_argument("database", choices=("control", "sensitive", "all"))
-    parser.set_defaults(handler=server.run_migrate)
+    parser.set_defaults(handler="server:run_migrate")
 
 
 def _add_admin_data(commands: argparse._SubParsersAction[_Parser]) -> None:
@@ -239,8 +233,8 @@ def _add_admin_data(commands: argparse._SubParsersAction[_Parser]) -> None:
     sub = verbs.add_parser(
         "create-key",
         help="print a new API key (shown once)",
-        description="Print a new API key (shown once). Analyst and client keys need a scope: "
-        "--dataset NAME or --all-datasets.",
+        description="Print a new API key (shown once). Custodian keys need --dataset NAME; analyst and "
+        "client keys a scope: --dataset NAME or --all-datasets.",
     )
     sub.add_argument("--role", choices=("admin", "custodian", "analyst", "client"), required=True)
     scope = sub.add_mutually_exclusive_group()
@@ -258,27 +252,46 @@ def _add_admin_data(commands: argparse._SubParsersAction[_Parser]) -> None:
     sub.add_argument(
         "--expires-in", type=_positive_float, metavar="DAYS", help="the key is refused after this many days"
     )
-    sub.set_defaults(handler=admin.run_create_key)
+    sub.set_defaults(handler="admin:run_create_key")
     sub = verbs.add_parser(
         "list-keys", help="every key's id, role, scope, creation, expiry, revocation (JSON lines)"
     )
-    sub.set_defaults(handler=admin.run_list_keys)
+    sub.set_defaults(handler="admin:run_list_keys")
     sub = verbs.add_parser("revoke-key", help="revoke a key (it answers 401 from now on)")
     sub.add_argument("id", metavar="ID", help="the key id (vips admin list-keys; vips_<ID>_...)")
-    sub.set_defaults(handler=admin.run_revoke_key)
+    sub.set_defaults(handler="admin:run_revoke_key")
 
     parser = commands.add_parser("data", help="custodian side: datasets into the sensitive store")
     verbs = parser.add_subparsers(dest="verb", required=True, metavar="{ingest}")
     sub = verbs.add_parser("ingest", help="validate a file and store it behind the privacy wall")
     sub.add_argument("name", metavar="NAME")
-    sub.add_argument("--kind", choices=fit.KINDS, required=True)
+    sub.add_argument("--kind", choices=choices.KINDS, required=True)
     sub.add_argument("--input", metavar="FILE", required=True)
     sub.add_argument(
         "--label", metavar="COLUMN", help="tabular / regression: the label column (default label)"
     )
     sub.add_argument("--vocab", metavar="FILE", help="bow: the public vocabulary, one word per line")
     sub.add_argument("--public", action="store_true", help="mark the dataset non-sensitive (demos, tests)")
-    sub.set_defaults(handler=admin.run_ingest)
+    sub.set_defaults(handler="admin:run_ingest")
+
+    parser = commands.add_parser(
+        "scale",
+        help="scale a raw numeric CSV to rows of norm <= 1 from public bounds (before ingest or --local)",
+        description="Map each feature column from its public [lower, upper] onto [-1, 1] (clipping values "
+        "outside), add an intercept column and divide every row by sqrt(columns): rows of norm <= 1. A "
+        "label column with bounds (a regression target) goes onto [-1, 1]; a 0/1 label passes through. "
+        "The bounds must be public knowledge, never computed from the data.",
+    )
+    parser.add_argument("--input", metavar="FILE", required=True, help="numeric CSV with a header")
+    parser.add_argument(
+        "--bounds", metavar="FILE", required=True, help="CSV column,lower,upper for every feature column"
+    )
+    parser.add_argument(
+        "--label", metavar="COLUMN", help=f"the label column (default {choices.DEFAULT_LABEL})"
+    )
+    parser.add_argument("--no-intercept", action="store_true", help="do not add the intercept column")
+    parser.add_argument("-o", "--output", metavar="scaled.csv", required=True)
+    parser.set_defaults(handler="scale:run")
 
 
 def _add_client(commands: argparse._SubParsersAction[_Parser]) -> None:
@@ -290,23 +303,23 @@ def _add_client(commands: argparse._SubParsersAction[_Parser]) -> None:
     sub.add_argument("name", metavar="NAME")
     sub.add_argument("--epsilon", type=_epsilon, required=True)
     sub.add_argument("--delta", type=_delta, required=True)
-    sub.set_defaults(handler=remote.run_budget_set)
+    sub.set_defaults(handler="remote:run_budget_set")
     sub = verbs.add_parser("show", help="a dataset with its budget and spend")
     sub.add_argument("name", metavar="NAME")
-    sub.set_defaults(handler=remote.run_budget_show)
+    sub.set_defaults(handler="remote:run_budget_show")
     parser = commands.add_parser(
         "jobs", help="the jobs this key may read, newest first (one JSON line per job)"
     )
     parser.add_argument("--dataset", metavar="NAME", help="only this dataset's jobs")
     parser.add_argument("--status", choices=JOB_STATUSES, help="only jobs in this state")
     parser.add_argument("--limit", type=_at_most(1000), metavar="N", help="at most N jobs (default 100)")
-    parser.set_defaults(handler=remote.run_jobs)
+    parser.set_defaults(handler="remote:run_jobs")
     parser = commands.add_parser("job", help="a job's status, progress and epsilon spent (one JSON line)")
     parser.add_argument("job", metavar="JOB")
-    parser.set_defaults(handler=remote.run_job_show)
+    parser.set_defaults(handler="remote:run_job_show")
     parser = commands.add_parser("cancel", help="cancel a job; its unspent budget is refunded")
     parser.add_argument("job", metavar="JOB")
-    parser.set_defaults(handler=remote.run_cancel)
+    parser.set_defaults(handler="remote:run_cancel")
 
     parser = commands.add_parser(
         "ledger",
@@ -322,12 +335,12 @@ def _add_client(commands: argparse._SubParsersAction[_Parser]) -> None:
     pages = parser.add_mutually_exclusive_group()
     pages.add_argument("--cursor", metavar="C", help="--entries: the next_cursor of the previous page")
     pages.add_argument("--all", action="store_true", help="--entries: follow every page")
-    parser.set_defaults(handler=remote.run_ledger)
+    parser.set_defaults(handler="remote:run_ledger")
 
     parser = commands.add_parser("posterior", help="download a finished job's posterior")
     parser.add_argument("job", metavar="JOB")
     parser.add_argument("-o", "--output", metavar="posterior.json", required=True)
-    parser.set_defaults(handler=remote.run_posterior)
+    parser.set_defaults(handler="remote:run_posterior")
 
 
 def package_version() -> str:
@@ -351,8 +364,31 @@ def build_parser() -> _Parser:
     return parser
 
 
-# Errors whose messages are written for users and carry no data values: usage or input errors (exit 2).
-_INPUT_ERRORS = (FormatError, PosteriorError, BoundViolation, CalibrationError, PrivacyError)
+# Errors whose messages are written for users and carry no data values: usage or input errors (exit 2),
+# and a refused budget (exit 1). Named by module so that a verb that never loads a module pays nothing for
+# it: an exception of a class can only be raised once its module is loaded.
+_INPUT_ERRORS = (
+    ("privacy_wall.formats", "FormatError"),
+    ("worker.posterior", "PosteriorError"),
+    ("privacy_wall.store", "BoundViolation"),
+    ("privacy_wall.accounting", "CalibrationError"),
+    ("privacy_wall.gate", "PrivacyError"),
+)
+_BUDGET_ERRORS = (("privacy_wall.ledger", "BudgetExceeded"),)
+
+
+def _is_one_of(exc: Exception, classes: tuple[tuple[str, str], ...]) -> bool:
+    return any(
+        module in sys.modules and isinstance(exc, getattr(sys.modules[module], name))
+        for module, name in classes
+    )
+
+
+def _handler(target: str) -> Handler:
+    """The handler "module:function" of vips.commands, imported only when its verb runs."""
+    module, _, function = target.partition(":")
+    handler: Handler = getattr(importlib.import_module(f"vips.commands.{module}"), function)
+    return handler
 
 
 def _fail(message: str, code: int) -> int:
@@ -373,23 +409,22 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         _check_names(args)
-        handler: Handler = args.handler
-        return handler(args)
+        return _handler(args.handler)(args)
     except SystemExit as exc:  # --help and --version exit through argparse
         return exc.code if isinstance(exc.code, int) else 0
     except CliError as exc:
         return _fail(str(exc), exc.exit_code)
-    except _INPUT_ERRORS as exc:
-        return _fail(str(exc), 2)
-    except BudgetExceeded as exc:
-        return _fail(str(exc), 1)
-    except KeyboardInterrupt:
-        return _fail("interrupted", 130)
     except Exception as exc:
+        if _is_one_of(exc, _INPUT_ERRORS):
+            return _fail(str(exc), 2)
+        if _is_one_of(exc, _BUDGET_ERRORS):
+            return _fail(str(exc), 1)
         # The message of an unexpected error might quote data: name its type only.
         if os.environ.get("VIPS_DEBUG"):
             raise
         return _fail(f"internal error ({type(exc).__name__}); set VIPS_DEBUG=1 for a traceback", 1)
+    except KeyboardInterrupt:
+        return _fail("interrupted", 130)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -33,3 +34,12 @@ def write_text_atomically(path: Path, text: str) -> None:
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)
         raise RuntimeFailure(f"cannot write {path}: {exc.strerror}") from None
+
+
+def check_writable(path: Path) -> None:
+    """Refuse an output path whose directory cannot take it, before any privacy is spent on the result."""
+    directory = path.parent
+    if not directory.is_dir():
+        raise RuntimeFailure(f"cannot write {path}: directory {directory} does not exist")
+    if not os.access(directory, os.W_OK):
+        raise RuntimeFailure(f"cannot write {path}: directory {directory} is not writable")

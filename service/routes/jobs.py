@@ -16,6 +16,7 @@ from service.auth import (
     reads_releases,
 )
 from service.deps import EngineDep, QueueDep, SettingsDep
+from service.job_status import JobStatus
 from service.jobs import (
     NotFound,
     cancel_job,
@@ -32,7 +33,7 @@ from service.jobs import (
 )
 from service.params import INT_MAX, DatasetNameQuery, JobIdPath, Offset
 from service.routes.datasets import visible_dataset
-from service.schemas import BudgetRefusal, JobCreate, JobPublic, JobQuote, JobStatus, Message, ReleasePublic
+from service.schemas import BudgetRefusal, JobCreate, JobPublic, JobQuote, Message, ReleasePublic
 
 router = APIRouter(prefix="/jobs", tags=["jobs"], responses=AUTH_RESPONSES)
 

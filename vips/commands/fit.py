@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,9 +25,11 @@ from privacy_wall.formats import (
 )
 from privacy_wall.store import BoundViolation, check_regression_bounds, check_tabular_bounds
 from service.options import MODEL_KINDS, algorithm_problem, option_problem, option_specs, schedule_problem
+from vips.choices import DEFAULT_LABEL, KINDS
 from vips.commands import remote
 from vips.errors import NotAvailable, RuntimeFailure, UsageError
-from vips.output import print_json
+from vips.output import check_writable, print_json
+from vips.progress import epsilon_text, fit_progress, note
 from worker.estimator import (
     DPSEPLinearRegression,
     DPSEPLogisticRegression,
@@ -41,13 +42,6 @@ from worker.estimator import (
 )
 from worker.models.base import Array
 from worker.posterior import save_posterior
-
-KINDS = ("tabular", "regression", "bow", "binary")
-MODELS = ("blr", "linreg", "lda", "sbn")
-ALGORITHMS = ("vips", "dpvi", "dpsep")
-DEFAULT_LABEL = "label"
-DEFAULT_DELTA = 1e-5
-DEFAULT_ITERATIONS = 10
 
 
 def parse_options(pairs: list[str], model: str, algorithm: str = "vips") -> dict[str, float]:
@@ -152,6 +146,8 @@ ESTIMATORS: dict[tuple[str, str], type[VipsEstimator]] = {
 
 def _run_local(args: argparse.Namespace) -> int:
     _check_available(args)
+    if args.output is not None:
+        check_writable(Path(args.output))
     options = parse_options(args.option or [], args.model, args.algorithm)
     data = read_local(args)
     path = Path(args.input)
@@ -179,10 +175,15 @@ def _run_local(args: argparse.Namespace) -> int:
         **model_options,
     )
     try:
-        if data.labels is not None:
-            estimator.fit(data.rows, data.labels, dataset=dataset)
-        else:
-            estimator.fit(data.rows, dataset=dataset)
+        with fit_progress(f"{args.model} {args.algorithm}", args.iterations) as update:
+
+            def progress(done: int, total: int, epsilon_spent: float) -> None:
+                update(done, epsilon_spent, "running" if done < total else "done")
+
+            if data.labels is not None:
+                estimator.fit(data.rows, data.labels, dataset=dataset, progress=progress)
+            else:
+                estimator.fit(data.rows, dataset=dataset, progress=progress)
     except BoundViolation as exc:
         raise UsageError(f"{path}: {exc}") from None
     document: dict[str, Any] = estimator.posterior_
@@ -192,8 +193,13 @@ def _run_local(args: argparse.Namespace) -> int:
         document["columns"] = list(data.columns)
     if args.output is not None:
         _save(document, Path(args.output))
+        note(f"posterior written to {args.output}")
     else:
-        print("vips: note: no -o given, the posterior was not saved", file=sys.stderr)
+        note("no -o given: the posterior was not saved")
+    note(
+        f"epsilon spent {epsilon_text(estimator.epsilon_)} at delta {args.delta:g} on your own file "
+        "(a local fit charges no server budget)"
+    )
     print_json(_summary(document, args, options, data.dimension))
     return 0
 

@@ -31,6 +31,7 @@ from privacy_wall.formats import (
     read_tabular_csv,
     read_vocabulary,
 )
+from vips.choices import DEFAULT_LABEL
 from vips.errors import UsageError
 from vips.output import print_json, write_text_atomically
 from worker.models.base import Array
@@ -48,8 +49,6 @@ from worker.posterior import (
     load_posterior,
     sbn_parameters,
 )
-
-DEFAULT_LABEL = "label"
 
 
 def _check_width(table: TabularFile, expected: int, posterior: Path, input_path: Path) -> None:

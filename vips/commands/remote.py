@@ -12,13 +12,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
 from service.client import ApiError, ApiTimeout, VipsClient
 from vips.errors import RuntimeFailure, UsageError
-from vips.output import print_json
-from worker.posterior import save_posterior
+from vips.output import check_writable, print_json, write_text_atomically
+from vips.progress import epsilon_text, fit_progress, note
 
 
 @contextmanager
@@ -73,6 +70,7 @@ LEDGER_PAGE = 1000
 
 
 def run_posterior(args: argparse.Namespace) -> int:
+    check_writable(Path(args.output))
     with client() as api:
         document = api.posterior(args.job)
     _save(document, Path(args.output))
@@ -80,10 +78,7 @@ def run_posterior(args: argparse.Namespace) -> int:
 
 
 def _save(document: dict[str, Any], path: Path) -> None:
-    try:
-        save_posterior(document, path)
-    except OSError as exc:
-        raise RuntimeFailure(f"cannot write {path}: {exc.strerror}") from None
+    write_text_atomically(path, json.dumps(document, allow_nan=False))
 
 
 #: Attempts of a submission whose answer timed out (each resent with the same Idempotency-Key).
@@ -122,6 +117,8 @@ def run_fit_remote(args: argparse.Namespace, options: dict[str, float]) -> int:
         raise UsageError("--timeout is for --wait")
     if args.dry_run:
         return _quote(args, options)
+    if args.output is not None:
+        check_writable(Path(args.output))
     key = args.idempotency_key or uuid.uuid4().hex
     with client() as api:
         try:
@@ -170,7 +167,26 @@ def run_fit_remote(args: argparse.Namespace, options: dict[str, float]) -> int:
             return 1
         if args.output is not None:
             _save(api.posterior(job["id"]), Path(args.output))
+            note(f"posterior written to {args.output}")
+        else:
+            note(f"posterior not saved: download it with `vips posterior {job['id'][:8]} -o posterior.json`")
+        note(_budget_left(api, job))
     return 0
+
+
+def _budget_left(api: VipsClient, job: dict[str, Any]) -> str:
+    """What the job spent and what the dataset's budget has left (if this key may read the budget)."""
+    spent = f"job {job['id'][:8]} spent epsilon {epsilon_text(job.get('epsilon_spent'))}"
+    try:
+        budget = api.dataset(job["dataset"]).get("budget")
+    except ApiError:
+        return spent
+    if budget is None or budget.get("epsilon_remaining") is None:
+        return f"{spent}; dataset {job['dataset']} has no budget cap"
+    return (
+        f"{spent}; dataset {job['dataset']} has epsilon {epsilon_text(budget['epsilon_remaining'])} left "
+        f"of {epsilon_text(budget['epsilon'])} (delta {budget['delta']:g})"
+    )
 
 
 def _quote(args: argparse.Namespace, options: dict[str, float]) -> int:
@@ -208,16 +224,10 @@ def run_cancel(args: argparse.Namespace) -> int:
 
 
 def _wait_with_progress(api: VipsClient, job: dict[str, Any], timeout: float | None) -> dict[str, Any]:
-    columns = (
-        TextColumn("job {task.fields[job]} {task.fields[status]}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-    )
-    with Progress(*columns, console=Console(stderr=True), transient=False) as bar:
-        task = bar.add_task("fit", total=job["iterations"], job=job["id"][:8], status=job["status"])
+    """Poll the job to its end under a bar: iterations, epsilon spent so far, elapsed and ETA."""
+    with fit_progress(f"job {job['id'][:8]}", job["iterations"], job["status"]) as update:
 
         def show(current: dict[str, Any]) -> None:
-            bar.update(task, completed=current["iteration"], status=current["status"])
+            update(current["iteration"], current.get("epsilon_spent"), current["status"])
 
         return api.wait(job["id"], interval=0.25, timeout=timeout, on_progress=show)

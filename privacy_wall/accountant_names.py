@@ -1,0 +1,6 @@
+"""The accountants' names. Imports nothing, so the CLI's parser can offer them without loading them."""
+
+from __future__ import annotations
+
+ACCOUNTANT_NAMES = ("pld", "rdp", "paper")
+DEFAULT_ACCOUNTANT = "pld"
