@@ -2,10 +2,11 @@
 
 Used by `/v1/keys` and by the server-side CLI (`vips admin create-key|list-keys|revoke-key`).
 
-Scopes: a custodian, analyst or client key may name one dataset (which need not exist yet) and then sees
-only that one. An analyst or client key without a dataset sees every dataset, so it is created only
-when asked for explicitly (`all_datasets`); an unscoped custodian key owns the datasets it ingested. A
-key may expire: after `expires_at` it is refused like a revoked one.
+Scopes: a custodian key names the dataset it answers for (which need not exist yet); it also owns the
+datasets ingested with its key id as their owner (privacy_wall.ingest's `owner`). An analyst or client
+key may name one dataset and then sees only that one; without a dataset it sees every dataset, so it is
+created only when asked for explicitly (`all_datasets`). A key may expire: after `expires_at` it is
+refused like a revoked one.
 """
 
 from __future__ import annotations
@@ -85,7 +86,7 @@ def create_key(
 ) -> tuple[str, str]:
     """Create a key and return (key id, key); the key is shown once and only its hash is stored.
 
-    Analyst and client keys need exactly one of `dataset` (their scope) or `all_datasets`.
+    Custodian keys need a `dataset`; analyst and client keys exactly one of `dataset` or `all_datasets`.
     """
     if role not in ROLES:
         raise InvalidKeyRequest(f"unknown role {role!r}; expected one of {', '.join(ROLES)}", "role")
@@ -99,6 +100,8 @@ def create_key(
         )
     if all_datasets and dataset is not None:
         raise InvalidKeyRequest("give either --dataset NAME or --all-datasets, not both")
+    if role == "custodian" and dataset is None:
+        raise InvalidKeyRequest("custodian keys need --dataset NAME: the dataset they answer for", "dataset")
     if role in ALL_DATASETS_ROLES and dataset is None and not all_datasets:
         raise InvalidKeyRequest(
             f"{role} keys need a scope: --dataset NAME (one dataset) or --all-datasets (every dataset)"

@@ -82,11 +82,12 @@ def add_dataset(
 
 
 def populate(engine: Engine) -> tuple[dict[str, str], dict[str, str]]:
-    """Keys of every role and the datasets: priv (owned by cust), other (cust2 by its key's scope),
+    """Keys of every role and the datasets: priv (cust's scope and owned by it), other (cust2 by its key's
+    scope),
     pub (public, no budget yet), nobudget (private, no budget), docs (bag of words)."""
     specs: dict[str, tuple[str, str | None]] = {
         "admin": ("admin", None),
-        "cust": ("custodian", None),
+        "cust": ("custodian", "priv"),
         "cust2": ("custodian", "other"),
         "analyst": ("analyst", None),
         "analyst2": ("analyst", None),
@@ -810,7 +811,7 @@ def test_keys_are_listed_without_secrets_and_revoked_by_delete(api: Api) -> None
     by_id = {k["id"]: k for k in listed}
     assert by_id[api.ids["cust2"]]["dataset"] == "other"
     assert by_id[api.ids["client"]]["all_datasets"] is True
-    assert by_id[api.ids["cust"]]["all_datasets"] is False and by_id[api.ids["cust"]]["dataset"] is None
+    assert by_id[api.ids["cust"]]["all_datasets"] is False and by_id[api.ids["cust"]]["dataset"] == "priv"
 
     assert api.call("GET", "/v1/jobs", "analyst").status_code == 200
     r = api.call("DELETE", f"/v1/keys/{api.ids['analyst']}", "admin")

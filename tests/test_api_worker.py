@@ -34,7 +34,7 @@ def test_an_api_job_runs_in_the_worker_and_its_results_are_served(tmp_path: Path
         upgrade("sensitive", sensitive_url)
         control, sensitive = create_db_engine(control_url), create_db_engine(sensitive_url)
         try:
-            custodian_id, custodian = create_key(control, "custodian")
+            custodian_id, custodian = create_key(control, "custodian", "t")
             _, analyst = create_key(control, "analyst", all_datasets=True)
             _, client_key = create_key(control, "client", "t")
             x, y = tabular_data(n=300, d=3, seed=5)

@@ -28,6 +28,7 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("VIPS_HOME", str(home))
     for name in ("VIPS_CONTROL_DATABASE_URL", "VIPS_SENSITIVE_DATABASE_URL", "VIPS_MAX_INPUT_BYTES"):
         monkeypatch.delenv(name, raising=False)
+    assert main(["migrate", "all"]) == 0
     return home
 
 

@@ -4,14 +4,17 @@ Starts `vips up` (API + one Celery worker, SQLite and a file broker under ./var/
 ingests UCI Adult's training split as the custodian, sets a budget (epsilon 1, delta 1e-5), submits a
 VIPS-BLR job over HTTP as the analyst and follows its progress, downloads the posterior, evaluates it on
 Adult's public test split, prints AUC and the epsilon spent and remaining, shows that a job that would
-overspend is refused with 409, and shuts the service down.
+overspend is refused with 409, and shuts the service down (with --keep it stays up for you to explore).
+Every command is echoed as you would type it, keys by the variable that holds them.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -43,17 +46,36 @@ class Demo:
         self.env = {**os.environ, "VIPS_HOME": str(home), "VIPS_URL": self.url}
         for name in ("VIPS_BROKER_URL", "VIPS_CONTROL_DATABASE_URL", "VIPS_SENSITIVE_DATABASE_URL"):
             self.env.pop(name, None)
+        #: the keys made so far, by the shell variable the echoed commands name them with
+        self.keys: dict[str, str] = {}
+
+    def echo(self, argv: tuple[str, ...], key: str | None = None) -> None:
+        """The command as a user would type it (VIPS_HOME and VIPS_URL exported as printed at start)."""
+        prefix = "" if key is None else f"VIPS_API_KEY=${key} "
+        print(f"$ {prefix}vips {shlex.join(argv)}", flush=True)
 
     def vips(
-        self, *argv: str, key: str | None = None, check: bool = True
+        self, *argv: str, key: str | None = None, check: bool = True, capture: bool = True
     ) -> subprocess.CompletedProcess[str]:
-        env = self.env if key is None else {**self.env, "VIPS_API_KEY": key}
+        """Run `vips argv` as the holder of the key named `key` (e.g. "ANALYST_KEY"), echoing it first;
+        without `capture` its stderr (progress, notes) goes to the terminal."""
+        self.echo(argv, key)
+        env = self.env if key is None else {**self.env, "VIPS_API_KEY": self.keys[key]}
         done = subprocess.run(
-            [sys.executable, "-m", "vips.cli", *argv], env=env, text=True, capture_output=True
+            [sys.executable, "-m", "vips.cli", *argv],
+            env=env,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE if capture else None,
         )
         if check and done.returncode != 0:
-            raise SystemExit(f"`vips {' '.join(argv)}` failed ({done.returncode}): {done.stderr.strip()}")
+            raise SystemExit(f"`vips {shlex.join(argv)}` failed ({done.returncode}): {done.stderr or ''}")
         return done
+
+    def create_key(self, variable: str, role: str, dataset: str) -> None:
+        key = self.vips("admin", "create-key", "--role", role, "--dataset", dataset).stdout.strip()
+        self.keys[variable] = key
+        print(f"  ({variable}={key[:13]}...)")
 
     def step(self, text: str) -> None:
         print(f"\n== {text}", flush=True)
@@ -73,104 +95,73 @@ def wait_ready(url: str, process: subprocess.Popen[bytes], timeout: float = 60) 
     raise SystemExit("vips up did not become ready within a minute")
 
 
-def run(home: Path, iterations: int) -> dict[str, Any]:
+def _explore(demo: Demo, server: subprocess.Popen[bytes]) -> None:
+    """--keep: the service stays up; print what another shell needs, wait for Ctrl-C."""
+    demo.step("the service stays up (--keep); from another shell:")
+    print(f"export VIPS_HOME={shlex.quote(str(demo.home))} VIPS_URL={demo.url}")
+    for variable, key in demo.keys.items():
+        print(f"export {variable}={key}")
+    print("VIPS_API_KEY=$ANALYST_KEY vips jobs      # and vips job ID, vips ledger adult (custodian), ...")
+    print(f"open {demo.url}/docs for the API; Ctrl-C here stops the service")
+    with contextlib.suppress(KeyboardInterrupt):
+        server.wait()
+
+
+def run(home: Path, iterations: int, keep: bool = False) -> dict[str, Any]:
     shutil.rmtree(home, ignore_errors=True)
     home.mkdir(parents=True)
     demo = Demo(home, free_port())
     started = time.monotonic()
-    demo.step(f"vips up (embedded: SQLite + file broker under {home})")
+    demo.step(f"vips up: the embedded service (SQLite + a file broker under {home}); its log {home}/up.log")
+    print(f"$ export VIPS_HOME={shlex.quote(str(home))} VIPS_URL={demo.url}")
+    port = demo.url.rsplit(":", 1)[1]
+    demo.echo(("up", "--port", port))
     up_log = (home / "up.log").open("wb")
     server = subprocess.Popen(
-        [sys.executable, "-m", "vips.cli", "up", "--port", demo.url.rsplit(":", 1)[1]],
+        [sys.executable, "-m", "vips.cli", "up", "--port", port],
         env=demo.env,
         stdout=up_log,
         stderr=subprocess.STDOUT,
     )
     try:
         wait_ready(demo.url, server)
-        print(f"API ready at {demo.url} after {time.monotonic() - started:.1f} s")
+        print(f"API ready at {demo.url} after {time.monotonic() - started:.1f} s (docs at {demo.url}/docs)")
 
-        demo.step("keys: admin creates a custodian key and an analyst key, both for 'adult'")
-        custodian = demo.vips(
-            "admin", "create-key", "--role", "custodian", "--dataset", "adult"
-        ).stdout.strip()
-        analyst = demo.vips("admin", "create-key", "--role", "analyst", "--dataset", "adult").stdout.strip()
+        demo.step("admin (server side): a custodian key and an analyst key, both for dataset 'adult'")
+        demo.create_key("CUSTODIAN_KEY", "custodian", "adult")
+        demo.create_key("ANALYST_KEY", "analyst", "adult")
 
         demo.step("custodian: ingest UCI Adult train (public preprocessing, rows scaled to norm <= 1)")
         train_csv, test_csv = home / "adult_train.csv", home / "adult_test.csv"
         write_tabular_csv(load_adult("train"), train_csv)
         write_tabular_csv(load_adult("test"), test_csv)
-        print(
-            demo.vips(
-                "data", "ingest", "adult", "--kind", "tabular", "--input", str(train_csv), "--label", "label"
-            ).stdout.strip()
-        )
-        print(
-            demo.vips(
-                "budget",
-                "set",
-                "adult",
-                "--epsilon",
-                str(BUDGET_EPSILON),
-                "--delta",
-                str(DELTA),
-                key=custodian,
-            ).stdout.strip()
-        )
+        print(f"  (wrote {train_csv} and {test_csv} from the bundled UCI Adult)")
+        ingest_argv = ("data", "ingest", "adult", "--kind", "tabular", "--input", str(train_csv))
+        print(demo.vips(*ingest_argv).stdout.strip())
+        budget_argv = ("budget", "set", "adult", "--epsilon", str(BUDGET_EPSILON), "--delta", str(DELTA))
+        print(demo.vips(*budget_argv, key="CUSTODIAN_KEY").stdout.strip())
 
         demo.step(f"analyst: VIPS-BLR over HTTP, batch mode, T = {iterations}, epsilon {JOB_EPSILON}")
         posterior = home / "posterior.json"
-        fit = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "vips.cli",
-                "fit",
-                "--dataset",
-                "adult",
-                "--model",
-                "blr",
-                "--iterations",
-                str(iterations),
-                "--epsilon",
-                str(JOB_EPSILON),
-                "--wait",
-                "-o",
-                str(posterior),
-            ],
-            env={**demo.env, "VIPS_API_KEY": analyst},
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        if fit.returncode != 0:
-            raise SystemExit(f"the job failed: {fit.stdout.strip()}")
+        schedule = ("--iterations", str(iterations), "--epsilon", str(JOB_EPSILON))
+        fit_argv = ("fit", "--dataset", "adult", "--model", "blr", *schedule)
+        fit = demo.vips(*fit_argv, "--wait", "-o", str(posterior), key="ANALYST_KEY", capture=False)
         job = json.loads(fit.stdout.strip().splitlines()[-1])
 
         demo.step("client side: evaluate the downloaded posterior on Adult test (public)")
-        metrics = json.loads(
-            demo.vips(
-                "evaluate", "--posterior", str(posterior), "--input", str(test_csv), "--label", "label"
-            ).stdout
-        )
-        budget = json.loads(demo.vips("budget", "show", "adult", key=custodian).stdout)["budget"]
+        evaluate_argv = ("evaluate", "--posterior", str(posterior), "--input", str(test_csv))
+        metrics = json.loads(demo.vips(*evaluate_argv).stdout)
+        print(json.dumps(metrics))
+        budget = json.loads(demo.vips("budget", "show", "adult", key="CUSTODIAN_KEY").stdout)["budget"]
+        print(json.dumps(budget))
 
         demo.step(f"a second job asking for epsilon {JOB_EPSILON} would overspend: refused")
-        refused = demo.vips(
-            "fit",
-            "--dataset",
-            "adult",
-            "--model",
-            "blr",
-            "--iterations",
-            str(iterations),
-            "--epsilon",
-            str(JOB_EPSILON),
-            key=analyst,
-            check=False,
-        )
+        refused = demo.vips(*fit_argv, key="ANALYST_KEY", check=False)
         if refused.returncode == 0 or "409" not in refused.stderr:
             raise SystemExit(f"the overspending job was not refused with 409: {refused.stderr.strip()}")
         print(refused.stderr.strip())
+        if keep:
+            _explore(demo, server)
     finally:
         demo.step("shutting down")
         server.send_signal(signal.SIGINT)
@@ -198,8 +189,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--home", type=Path, default=Path("var/demo"))
     parser.add_argument("--iterations", type=int, default=10)
+    parser.add_argument("--keep", action="store_true", help="leave the service up afterwards (Ctrl-C stops)")
     args = parser.parse_args()
-    run(args.home.resolve(), args.iterations)
+    run(args.home.resolve(), args.iterations, args.keep)
 
 
 if __name__ == "__main__":

@@ -14,21 +14,18 @@ from typing import Any
 from sqlalchemy import Engine
 
 from privacy_wall.ingest import IngestError, ingest
-from privacy_wall.settings import WallSettings
 from privacy_wall.sqlengine import create_db_engine
 from service.keys import InvalidKeyRequest, create_key, key_record, list_keys, revoke_key
-from vips.commands.fit import DEFAULT_LABEL
-from vips.commands.server import migrate_all
+from vips.choices import DEFAULT_LABEL
+from vips.commands.server import open_store
 from vips.errors import UsageError
 from vips.output import print_json
 
 
 @contextmanager
 def _control() -> Iterator[Engine]:
-    """The configured control database (the embedded one is migrated first, as `vips up` would)."""
-    wall = WallSettings()
-    if wall.control_database_url is None:
-        migrate_all()
+    """The configured control database, which must exist (vips.commands.server.open_store)."""
+    wall = open_store(("control",))
     engine = create_db_engine(wall.control_url())
     try:
         yield engine
@@ -55,12 +52,7 @@ def run_create_key(args: argparse.Namespace) -> int:
         record = key_record(engine, key_id)
     assert record is not None
     print(key)
-    if args.dataset:
-        scope = f"dataset {args.dataset}"
-    elif args.role == "custodian":
-        scope = "the datasets it ingests"
-    else:
-        scope = "every dataset"
+    scope = f"dataset {args.dataset}" if args.dataset else "every dataset"
     expiry = "" if record["expires_at"] is None else f", expires {record['expires_at'].isoformat()}"
     print(
         f"vips: created {args.role} key {key_id} ({scope}{expiry}); it is shown only once",
@@ -90,9 +82,7 @@ def run_revoke_key(args: argparse.Namespace) -> int:
 
 
 def run_ingest(args: argparse.Namespace) -> int:
-    wall = WallSettings()
-    if wall.control_database_url is None and wall.sensitive_database_url is None:
-        migrate_all()
+    wall = open_store()
     control = create_db_engine(wall.control_url())
     sensitive = create_db_engine(wall.sensitive_url())
     try:

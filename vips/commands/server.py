@@ -8,17 +8,21 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import signal
 import subprocess
 import sys
 from pathlib import Path
 from types import FrameType
 
+from sqlalchemy import Engine
+
 from privacy_wall.settings import WallSettings
 from service.db import create_control_engine
+from service.keys import create_key, list_keys
 from service.settings import ServiceSettings
 from vips.errors import RuntimeFailure
-from vips.migrate import upgrade
+from vips.migrate import History, upgrade
 from vips.supervisor import WorkerSupervisor
 
 
@@ -28,6 +32,30 @@ def migrate_all(home: Path | None = None) -> None:
     wall.home.mkdir(parents=True, exist_ok=True)
     upgrade("control", wall.control_url())
     upgrade("sensitive", wall.sensitive_url())
+
+
+def open_store(databases: tuple[History, ...] = ("control", "sensitive")) -> WallSettings:
+    """The configured store. An embedded database (a SQLite file under VIPS_HOME) must exist already and
+    is brought to its latest migration; only `vips up` and `vips migrate` create one, so that a command
+    run in the wrong directory never starts a second, empty store. Databases given by URL are
+    production's, migrated as a deployment step (`vips migrate`)."""
+    wall = WallSettings()
+    urls: dict[History, str | None] = {
+        "control": wall.control_database_url,
+        "sensitive": wall.sensitive_database_url,
+    }
+    for database in databases:
+        if urls[database] is not None:
+            continue
+        path = wall.home.resolve() / f"{database}.db"
+        if not path.is_file():
+            where = "VIPS_HOME" if "VIPS_HOME" in os.environ else "VIPS_HOME is unset, so ./var"
+            raise RuntimeFailure(
+                f"no VIPS store here: {path} does not exist ({where}); point VIPS_HOME at the store "
+                "`vips up` printed, or create one with `vips up` or `vips migrate all`"
+            )
+        upgrade(database, wall.sensitive_url() if database == "sensitive" else wall.control_url())
+    return wall
 
 
 def run_migrate(args: argparse.Namespace) -> int:
@@ -57,9 +85,7 @@ def _serve(settings: ServiceSettings, host: str, port: int, workers: int = 1) ->
 
 def run_serve(args: argparse.Namespace) -> int:
     settings = ServiceSettings()
-    if settings.control_database_url is None:
-        settings.home.mkdir(parents=True, exist_ok=True)
-        upgrade("control", settings.control_url())
+    open_store(("control",))
     _serve(settings, args.host, args.port, args.workers)
     return 0
 
@@ -87,6 +113,31 @@ def run_beat(args: argparse.Namespace) -> int:
     schedule = settings.home.resolve() / "celerybeat-schedule"
     app.start(["beat", "--loglevel", "WARNING", "--schedule", str(schedule)])
     return 0
+
+
+def _first_admin_key(control: Engine) -> str | None:
+    """On a store's first start (no key at all), an admin key to begin with; later starts make none."""
+    if list_keys(control):
+        return None
+    return create_key(control, "admin")[1]
+
+
+def _welcome(url: str, home: Path, admin_key: str | None) -> str:
+    """What `vips up` prints: where it serves, where its store is, and the lines that point the CLI of
+    another shell at it (with the admin key, shown once, on the first start)."""
+    lines = [
+        f"vips: serving on {url} (API docs {url}/docs); store {home}, worker log {home / 'worker.log'}",
+        "vips: to use it from another shell:",
+        f"  export VIPS_HOME={shlex.quote(str(home))}",
+        f"  export VIPS_URL={url}",
+    ]
+    if admin_key is not None:
+        lines.append(f"  export VIPS_API_KEY={admin_key}   # an admin key: shown this once")
+    lines.append(
+        "vips: then `vips admin create-key --role custodian --dataset NAME` (and analyst, client) "
+        "makes each role's key; Ctrl-C stops the service"
+    )
+    return "\n".join(lines)
 
 
 def run_up(args: argparse.Namespace) -> int:
@@ -117,11 +168,7 @@ def run_up(args: argparse.Namespace) -> int:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, stop)
-    print(
-        f"vips: serving on http://{args.host}:{args.port} (embedded: files under {home}, "
-        f"worker log {home / 'worker.log'})",
-        file=sys.stderr,
-    )
+    print(_welcome(f"http://{args.host}:{args.port}", home, _first_admin_key(control)), file=sys.stderr)
     try:
         _serve(embedded, args.host, args.port)
     except KeyboardInterrupt:
