@@ -177,11 +177,26 @@ def test_fit_local_sigma_zero_recovers_the_weights(
     cosine = mean @ TRUE_WEIGHTS / (np.linalg.norm(mean) * np.linalg.norm(TRUE_WEIGHTS))
     assert cosine > 0.98
 
-    metrics = run_ok(capsys, ["evaluate", "--posterior", str(posterior), "--input", str(data.test)])
-    assert set(metrics) == {"auc", "accuracy", "log_loss", "n"}
+    evaluate = ["evaluate", "--posterior", str(posterior), "--input", str(data.test)]
+    metrics = run_ok(capsys, evaluate)
+    assert set(metrics) == {"auc", "accuracy", "log_loss", "n", "baseline"}
     assert metrics["n"] == data.test_rows
     assert metrics["auc"] == pytest.approx(data.true_auc, abs=0.02)
     assert 0.5 < metrics["accuracy"] <= 1 and 0 < metrics["log_loss"] < math.log(2)
+    # the baseline: a constant at the file's positive rate
+    labels = np.loadtxt(data.test, delimiter=",", skiprows=1)[:, -1]
+    rate = labels.mean()
+    entropy = -(rate * math.log(rate) + (1 - rate) * math.log(1 - rate))
+    expected = {"auc": 0.5, "accuracy": max(rate, 1 - rate), "log_loss": entropy}
+    assert metrics["baseline"] == pytest.approx(expected)
+
+    # a posterior pointing the wrong way is no better than a constant, and evaluate says so
+    document["mean"] = (-mean).tolist()
+    posterior.write_text(json.dumps(document))
+    assert main(evaluate) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["auc"] < 0.5
+    assert "vips: warning: this posterior is no better than the baseline: auc" in err
 
 
 def test_fit_local_with_epsilon_spends_at_most_epsilon(

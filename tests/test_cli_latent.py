@@ -67,6 +67,10 @@ def test_lda_local_fit_evaluate_and_predict(
     assert metrics["tokens"] == corpus.test_tokens and metrics["documents"] == 100
     # Three planted topics over 30 words: the fit beats word frequencies by far (observed 0.53x).
     assert metrics["perplexity"] < 0.75 * corpus.unigram, (metrics, corpus.unigram)
+    # the printed baseline: word frequencies of the observed halves (close to the training ones)
+    assert metrics["baseline"]["uniform_perplexity"] == WORDS
+    assert metrics["baseline"]["perplexity"] == pytest.approx(corpus.unigram, rel=0.05)
+    assert "warning" not in capsys.readouterr().err
     # Without --vocab the file is read in the posterior's own word ids: the same numbers.
     assert run_ok(capsys, ["evaluate", "--posterior", str(posterior), "--input", str(corpus.test)]) == metrics
     out = tmp_path / "theta.csv"
@@ -76,6 +80,21 @@ def test_lda_local_fit_evaluate_and_predict(
     assert header == "topic_0,topic_1,topic_2" and len(lines) == 100
     theta = np.array([[float(v) for v in line.split(",")] for line in lines])
     np.testing.assert_allclose(theta.sum(axis=1), 1.0, rtol=1e-9)
+
+    # vips topics: each fitted topic's top words come from one planted topic's word group, and the three
+    # fitted topics find the three groups
+    assert main(["topics", "--posterior", str(posterior), "--words", "3"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == TOPICS
+    planted = planted_topics(TOPICS, WORDS, seed=0).argmax(axis=0)  # each word's group
+    groups = set()
+    for k, line in enumerate(lines):
+        prefix, words = line.split(": ")
+        assert prefix.startswith(f"topic {k:>3} (") and prefix.endswith("%)")
+        owners = {int(planted[int(word[1:])]) for word in words.split()}
+        assert len(owners) == 1, line
+        groups |= owners
+    assert groups == set(range(TOPICS))
 
 
 def test_lda_local_private_fit_spends_at_most_epsilon(
@@ -171,6 +190,8 @@ def test_sbn_local_fit_evaluate_and_predict(
     # hidden unit that picks the prototype leaves only the 5% flips (observed 3.55 nats, accuracy 0.94).
     assert metrics["nll"] < 0.5 * images.baseline_nll, (metrics, images.baseline_nll)
     assert metrics["pixel_accuracy"] > 0.9 > images.baseline_accuracy + 0.2 and metrics["n"] == 200
+    test_rows = np.loadtxt(images.test, delimiter=",", skiprows=1)
+    assert metrics["baseline"] == pytest.approx(pixel_mean_metrics(test_rows, test_rows))
     out = tmp_path / "reconstruction.csv"
     assert main(["predict", "--posterior", str(posterior), "--input", str(images.test), "-o", str(out)]) == 0
     header, *lines = out.read_text().splitlines()
@@ -195,3 +216,20 @@ def test_sbn_errors(capsys: pytest.CaptureFixture[str], images: Images, tmp_path
         capsys, ["fit", "--local", "--kind", "tabular", "--input", str(images.train), "--model", "sbn",
                  "--sigma", "0"]
     )  # fmt: skip
+
+
+def test_top_words_are_the_largest_lambda_entries_of_each_topic() -> None:
+    from service.posterior_summary import top_words
+
+    document = {"lambda": [[1.0, 5.0, 2.0, 2.0], [9.0, 1.0, 1.0, 1.0]], "vocabulary": ["a", "b", "c", "d"]}
+    first, second = top_words(document, 2)
+    assert first.words[0] == "b" and first.words[1] in ("c", "d") and first.probabilities[0] == 0.5
+    assert second.words[0] == "a" and second.probabilities[0] == 0.75
+    assert (first.share, second.share) == (10 / 22, 12 / 22)
+
+
+def test_topics_refuses_other_models(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    posterior = tmp_path / "blr.json"
+    posterior.write_text(json.dumps({"model": "blr", "mean": [0.0], "covariance": [[1.0]]}))
+    err = run_error(capsys, ["topics", "--posterior", str(posterior)])
+    assert "is a blr posterior; topics are LDA's" in err

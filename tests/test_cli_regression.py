@@ -67,6 +67,9 @@ def test_linear_regression_without_noise_matches_ridge(
     # VIPS's batch posterior mean is ridge's estimate exactly (tests/test_linreg.py); DP-SEP with a fixed
     # noise variance of 0.1 weighs the same prior differently: observed 0.997x ridge's RMSE.
     assert metrics["rmse"] == pytest.approx(ridge_rmse, rel=0.02)
+    targets = np.loadtxt(test, delimiter=",", skiprows=1)[:, -1]
+    assert metrics["baseline"]["rmse"] == pytest.approx(targets.std())
+    assert metrics["rmse"] < metrics["baseline"]["rmse"]
     out = tmp_path / "predictions.csv"
     assert main(["predict", "--posterior", str(posterior), "--input", str(test), "--label", "y",
                  "-o", str(out)]) == 0  # fmt: skip

@@ -104,6 +104,11 @@ def lda_flow(service: Service, tmp_path: Path) -> None:
     theta = np.loadtxt(predicted, delimiter=",", skiprows=1)
     assert theta.shape == (200, TOPICS)
     np.testing.assert_allclose(theta.sum(axis=1), 1.0, rtol=1e-9)
+    # the downloaded posterior's topics, each topic's top words from one planted group
+    lines = service.vips("topics", "--posterior", str(posterior), "--words", "3").stdout.splitlines()
+    assert len(lines) == TOPICS
+    group = truth.argmax(axis=0)
+    assert all(len({int(group[int(w[1:])]) for w in line.split(": ")[1].split()}) == 1 for line in lines)
 
     # Private: resampled documents, sigma calibrated to the target; doc_length 0 is refused with noise.
     custodian = service.key("custodian", "docs")

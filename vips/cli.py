@@ -197,6 +197,17 @@ def _add_predict_evaluate(commands: argparse._SubParsersAction[_Parser]) -> None
     parser.add_argument("--vocab", metavar="FILE", help="LDA: the input's vocabulary, one word per line")
     parser.set_defaults(handler="predict:run_evaluate")
 
+    parser = commands.add_parser(
+        "topics",
+        help="an LDA posterior's topics: each one's share and most probable words",
+        description="One line per topic: its index, its share of the topic-word mass and its most "
+        "probable words under E[beta_k] = lambda_k / sum_w lambda_kw.",
+    )
+    parser.add_argument("--posterior", metavar="P", required=True, help="an LDA posterior document")
+    parser.add_argument("--words", type=_positive_int, default=10, metavar="N", help="words per topic")
+    parser.add_argument("--by-share", action="store_true", help="largest topics first")
+    parser.set_defaults(handler="topics:run")
+
 
 def _add_server(commands: argparse._SubParsersAction[_Parser]) -> None:
     for name, helptext, handler in (

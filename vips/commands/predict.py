@@ -12,6 +12,9 @@ The posterior's model decides the input and the output (DESIGN section 6):
   {"perplexity" (document completion), "perplexity_bound", "documents", "tokens"}.
 - sbn: a CSV of 0/1 columns; predict writes reconstruction probabilities (one column per input column);
   evaluate prints {"pixel_accuracy", "nll" (nats per row), "n"}.
+Every evaluation also prints "baseline": the same metrics of a model that ignores structure (a constant
+prediction, the mean target, word frequencies, independent pixels), computed on the evaluation file
+itself, and warns on stderr when the posterior does not beat it.
 """
 
 from __future__ import annotations
@@ -36,10 +39,16 @@ from vips.errors import UsageError
 from vips.output import print_json, write_text_atomically
 from worker.models.base import Array
 from worker.models.blr import predict_proba
-from worker.models.lda import completion_perplexity, document_topics, perplexity_bound, split_documents
+from worker.models.lda import (
+    completion_perplexity,
+    document_topics,
+    perplexity_bound,
+    split_documents,
+    unigram_perplexity,
+)
 from worker.models.linreg import predict as linreg_predict
 from worker.models.linreg import rmse
-from worker.models.sbn import reconstruct_proba, reconstruction_metrics
+from worker.models.sbn import pixel_mean_metrics, reconstruct_proba, reconstruction_metrics
 from worker.posterior import (
     LdaPosterior,
     SbnPosterior,
@@ -162,11 +171,18 @@ def _evaluate_blr(document: dict[str, Any], args: argparse.Namespace) -> dict[st
     y = table.labels
     if np.unique(y).size < 2:
         raise UsageError(f"{args.input}: AUC needs both classes, but every {label!r} is the same")
+    rate = float(np.mean(y))
     return {
         "auc": float(roc_auc_score(y, p)),
         "accuracy": float(accuracy_score(y, (p >= 0.5).astype(np.float64))),
         "log_loss": float(log_loss(y, p, labels=[0.0, 1.0])),
         "n": table.rows,
+        # a constant prediction: the file's own positive rate (the best constant, so an optimistic bar)
+        "baseline": {
+            "auc": 0.5,
+            "accuracy": max(rate, 1.0 - rate),
+            "log_loss": float(log_loss(y, np.full_like(y, rate), labels=[0.0, 1.0])),
+        },
     }
 
 
@@ -177,7 +193,13 @@ def _evaluate_linreg(document: dict[str, Any], args: argparse.Namespace) -> dict
     mean, variance = _linreg_predictions(document, Path(args.posterior), table, Path(args.input))
     y = table.labels
     log_density = -0.5 * (np.log(2 * np.pi * variance) + (y - mean) ** 2 / variance)
-    return {"rmse": rmse(mean, y), "mean_log_density": float(np.mean(log_density)), "n": table.rows}
+    return {
+        "rmse": rmse(mean, y),
+        "mean_log_density": float(np.mean(log_density)),
+        "n": table.rows,
+        # predicting the file's own mean target for every row (an optimistic bar)
+        "baseline": {"rmse": rmse(np.full_like(y, float(np.mean(y))), y)},
+    }
 
 
 def _evaluate_lda(document: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
@@ -192,6 +214,11 @@ def _evaluate_lda(document: dict[str, Any], args: argparse.Namespace) -> dict[st
         "perplexity_bound": perplexity_bound(fitted.lam, counts, fitted.alpha),
         "documents": int(counts.shape[0]),
         "tokens": tokens,
+        # the observed halves' word frequencies scoring the held-out halves; V for uniform words
+        "baseline": {
+            "perplexity": unigram_perplexity(observed, held_out),
+            "uniform_perplexity": int(counts.shape[1]),
+        },
     }
 
 
@@ -201,7 +228,30 @@ def _evaluate_sbn(document: dict[str, Any], args: argparse.Namespace) -> dict[st
     if table.rows == 0:
         raise UsageError(f"{args.input} has no rows")
     metrics = reconstruction_metrics(table.features, sbn.W, sbn.b, sbn.c)
-    return {**metrics, "n": table.rows}
+    # every pixel on its own at the file's own pixel means (an optimistic bar)
+    return {**metrics, "n": table.rows, "baseline": pixel_mean_metrics(table.features, table.features)}
+
+
+#: The metric each model is judged on against its baseline, and whether higher is better.
+HEADLINE: dict[str, tuple[str, bool, str]] = {
+    "blr": ("auc", True, "AUC of a constant prediction"),
+    "linreg": ("rmse", False, "RMSE of predicting the mean target"),
+    "lda": ("perplexity", False, "unigram perplexity (word frequencies alone)"),
+    "sbn": ("nll", False, "NLL of independent pixels at their means"),
+}
+
+
+def warn_if_no_better(model: str, metrics: dict[str, Any]) -> None:
+    """One warning on stderr when the posterior does not beat its model's baseline."""
+    name, higher_is_better, baseline = HEADLINE[model]
+    score, bar = metrics[name], metrics["baseline"][name]
+    if (score > bar) if higher_is_better else (score < bar):
+        return
+    print(
+        f"vips: warning: this posterior is no better than the baseline: {name} {score:.4g} vs {bar:.4g}, "
+        f"the {baseline}; more data, a larger epsilon or fewer parameters may help",
+        file=sys.stderr,
+    )
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
@@ -214,5 +264,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
         "lda": _evaluate_lda,
         "sbn": _evaluate_sbn,
     }[model]
-    print_json(evaluate(document, args))
+    metrics = evaluate(document, args)
+    print_json(metrics)
+    warn_if_no_better(model, metrics)
     return 0

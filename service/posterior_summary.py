@@ -1,0 +1,42 @@
+"""Summaries of a posterior document that people read: the CLI prints them, pages show them.
+
+Pure Python on the document's JSON values (the API side imports no numerics).
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class TopicWords:
+    """One LDA topic: its index, its share of the topic-word mass (sum_w lambda_kw / sum lambda) and its
+    most probable words under E[beta_k] = lambda_k / sum_w lambda_kw, most probable first."""
+
+    topic: int
+    share: float
+    words: tuple[str, ...]
+    probabilities: tuple[float, ...]
+
+
+def top_words(document: dict[str, Any], count: int = 10) -> list[TopicWords]:
+    """Each topic's `count` most probable words, from an LDA posterior's "lambda" (K x V) and
+    "vocabulary" (V words; word ids as text when the document has none)."""
+    lam: list[list[float]] = document["lambda"]
+    vocabulary: list[str] = document.get("vocabulary") or [str(v) for v in range(len(lam[0]))]
+    totals = [sum(row) for row in lam]
+    everything = sum(totals)
+    topics = []
+    for k, (row, total) in enumerate(zip(lam, totals, strict=True)):
+        best = heapq.nlargest(count, range(len(row)), key=row.__getitem__)
+        topics.append(
+            TopicWords(
+                topic=k,
+                share=total / everything,
+                words=tuple(vocabulary[v] for v in best),
+                probabilities=tuple(row[v] / total for v in best),
+            )
+        )
+    return topics

@@ -1,0 +1,24 @@
+"""`vips topics`: each topic of an LDA posterior with its most probable words, one line per topic."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from service.posterior_summary import top_words
+from vips.errors import UsageError
+from worker.posterior import lda_parameters, load_posterior
+
+
+def run(args: argparse.Namespace) -> int:
+    document = load_posterior(Path(args.posterior))
+    if document["model"] != "lda":
+        raise UsageError(f"{args.posterior} is a {document['model']} posterior; topics are LDA's")
+    fitted = lda_parameters(document)  # checks lambda's shape and values
+    topics = top_words(document, min(args.words, fitted.lam.shape[1]))
+    order = sorted(topics, key=lambda t: -t.share) if args.by_share else topics
+    for topic in order:
+        sys.stdout.write(f"topic {topic.topic:>3} ({100 * topic.share:4.1f}%): {' '.join(topic.words)}\n")
+    sys.stdout.flush()
+    return 0
