@@ -89,6 +89,22 @@ def full_flow(service: Service, tmp_path: Path) -> None:
         assert sorted(e["iteration"] for e in ledger["entries"]) == list(range(1, 9))
         assert ledger["budget"]["epsilon_spent"] == pytest.approx(job["epsilon_spent"])
 
+    # the client verbs over real HTTP: the job list, one job by its short id, the custodian's ledger
+    listed = [json.loads(line) for line in service.vips("jobs", key=analyst).stdout.splitlines()]
+    assert [j["id"] for j in listed] == [job["id"]]
+    shown = json.loads(service.vips("job", job["id"][:8], key=analyst).stdout)
+    assert shown["id"] == job["id"] and shown["status"] == "succeeded"
+    summary = json.loads(service.vips("ledger", "synth", key=custodian).stdout)
+    assert summary["jobs"][0]["iterations_charged"] == 8
+    assert summary["jobs"][0]["epsilon_spent"] == pytest.approx(job["epsilon_spent"])
+    quote = json.loads(
+        service.vips(
+            "fit", "--dataset", "synth", "--model", "blr", "--iterations", "8", "--epsilon", "2", "--dry-run",
+            key=analyst,
+        ).stdout
+    )  # fmt: skip
+    assert quote["admissible"] is False and quote["largest_epsilon"] > 0
+    assert quote["epsilon_remaining"] == pytest.approx(3 - job["epsilon_spent"])
     refused = service.vips(
         "fit",
         "--dataset",
