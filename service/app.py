@@ -24,6 +24,7 @@ from service.queue import CeleryQueue, JobQueue
 from service.reaper import start_reaper_thread
 from service.routes import budgets, datasets, health, jobs, keys, posteriors
 from service.settings import ServiceSettings, get_settings
+from service.ui import routes as ui_routes
 
 log = logging.getLogger(__name__)
 
@@ -106,4 +107,5 @@ def create_app(
     app.include_router(health.router)
     for resource in (datasets, budgets, jobs, posteriors, keys):
         app.include_router(resource.router, prefix=API_PREFIX)
+    app.include_router(ui_routes.router)
     return app

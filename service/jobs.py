@@ -494,7 +494,13 @@ def list_jobs(
 
 
 def epsilon_spent(engine: Engine, deltas: dict[str, float]) -> dict[str, float]:
-    """Epsilon of the charges each job has committed so far, on their own, at the job's delta.
+    """Epsilon of the charges each job has committed so far, on their own, at the job's delta."""
+    costs = job_costs(engine, list(deltas))
+    return {job_id: costs[job_id].epsilon(delta) for job_id, delta in deltas.items()}
+
+
+def job_costs(engine: Engine, ids: list[str]) -> dict[str, PrivacyCost]:
+    """The additive privacy cost of the charges each job has committed so far (compose by adding).
 
     Priced from the stored events by the configured accountant. A job whose every charge was covered by
     its reservation (the count of its charges equals the reservation's committed count) has spent
@@ -502,7 +508,6 @@ def epsilon_spent(engine: Engine, deltas: dict[str, float]) -> dict[str, float]:
     beyond the reservation, a job without one) its charges' events are counted and priced once each.
     """
     accountant = configured_accountant()
-    ids = list(deltas)
     totals: dict[str, PrivacyCost] = {}
     charge_count = select(func.count()).where(charges.c.job_id == reservations.c.job_id).scalar_subquery()
     with reading(engine) as conn:
@@ -531,7 +536,7 @@ def epsilon_spent(engine: Engine, deltas: dict[str, float]) -> dict[str, float]:
         for key, n in counter.items():
             total = total + accountant.cost(event_from_dict(json.loads(key))).scaled(n)
         totals[job_id] = total
-    return {job_id: totals[job_id].epsilon(deltas[job_id]) for job_id in ids}
+    return totals
 
 
 def _chunks(ids: list[str], size: int = 500) -> Iterable[list[str]]:

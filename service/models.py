@@ -84,3 +84,14 @@ posteriors = Table(
     Column("document", JSON, nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False),
 )
+
+ui_sessions = Table(
+    "ui_sessions",
+    metadata,
+    # sha256 of the session cookie's random token: a leaked table opens no session
+    Column("token_hash", String(64), primary_key=True),
+    Column("key_id", String(32), ForeignKey("api_keys.id"), nullable=False, index=True),
+    Column("csrf_token", String(64), nullable=False),  # every state-changing form carries it
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("expires_at", DateTime(timezone=True), nullable=False),
+)

@@ -6,6 +6,7 @@ Pure Python on the document's JSON values (the API side imports no numerics).
 from __future__ import annotations
 
 import heapq
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,3 +41,26 @@ def top_words(document: dict[str, Any], count: int = 10) -> list[TopicWords]:
             )
         )
     return topics
+
+
+@dataclass(frozen=True)
+class Coefficient:
+    """A regression coefficient: its name, posterior mean and 95% credible interval (mean +- 1.96 sd)."""
+
+    name: str
+    mean: float
+    lower: float
+    upper: float
+
+
+def coefficients(document: dict[str, Any], names: list[str] | None = None) -> list[Coefficient]:
+    """The coefficients of a BLR or linear-regression posterior (Gaussian q(w): "mean", "covariance"),
+    named by `names` (the dataset's feature columns) or x0, x1, ..."""
+    mean: list[float] = document["mean"]
+    covariance: list[list[float]] = document["covariance"]
+    labels = names if names is not None and len(names) == len(mean) else [f"x{j}" for j in range(len(mean))]
+    result = []
+    for j, (name, m) in enumerate(zip(labels, mean, strict=True)):
+        half = 1.959963984540054 * math.sqrt(max(covariance[j][j], 0.0))
+        result.append(Coefficient(name, m, m - half, m + half))
+    return result

@@ -1,0 +1,126 @@
+"""The dashboard's plots, rendered server-side as SVG by matplotlib (no script, no font from elsewhere:
+text is drawn as paths). Each has a title, labelled axes and units a custodian reads without help."""
+
+from __future__ import annotations
+
+import io
+import math
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+
+import matplotlib
+
+matplotlib.use("Agg")  # never a window, whatever the environment says
+from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
+from matplotlib.figure import Figure
+
+matplotlib.rcParams["svg.fonttype"] = "path"
+matplotlib.rcParams["svg.hashsalt"] = "vips"  # the same plot gives the same bytes
+
+_SPENT, _BUDGET, _SHARE = "#1f5fa8", "#b8322a", "#9db7d6"
+
+
+def _svg(figure: Figure) -> bytes:
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="svg", bbox_inches="tight", metadata={"Date": None})
+    return buffer.getvalue()
+
+
+def cumulative_epsilon(
+    ends: Sequence[datetime], cumulative: Sequence[float], budget: float | None, delta: float, title: str
+) -> bytes:
+    """Epsilon spent over time: one point per job at its end, the composition of every job up to it
+    (so each step is that job's share of the spend), and the budget's cap as a line."""
+    figure = Figure(figsize=(7.5, 3.4), dpi=100)
+    axes = figure.add_subplot()
+    if ends:
+        days = [end.timestamp() / 86400.0 for end in ends]  # matplotlib's dates: days since 1970 (UTC)
+        axes.step(days, cumulative, where="post", color=_SPENT, linewidth=1.8, label="epsilon spent")
+        axes.plot(days, cumulative, "o", color=_SPENT, markersize=3.5)
+        axes.fill_between(days, cumulative, step="post", color=_SHARE, alpha=0.35)
+        locator = AutoDateLocator()  # type: ignore[no-untyped-call]
+        axes.xaxis.set_major_locator(locator)
+        axes.xaxis.set_major_formatter(ConciseDateFormatter(locator))  # type: ignore[no-untyped-call]
+    else:
+        axes.text(
+            0.5, 0.5, "no job has spent any epsilon yet", ha="center", va="center", transform=axes.transAxes
+        )
+    top = max([*cumulative, 0.0])
+    if budget is not None and math.isfinite(budget):
+        axes.axhline(
+            budget, color=_BUDGET, linestyle="--", linewidth=1.4, label=f"budget (epsilon {budget:g})"
+        )
+        top = max(top, budget)
+    axes.set_ylim(0, top * 1.12 if top > 0 else 1.0)
+    axes.set_ylabel(f"epsilon spent (at delta {delta:g})")
+    axes.set_xlabel("time (UTC) at which each job ended")
+    axes.set_title(title)
+    axes.grid(alpha=0.3)
+    if ends or budget is not None:
+        axes.legend(loc="upper left", frameon=False)
+    return _svg(figure)
+
+
+def convergence(changes: Mapping[str, Sequence[float]], title: str) -> bytes:
+    """Per iteration t >= 2, the relative change ||s_t - s_{t-1}|| / ||s_{t-1}|| of each released
+    statistic (noise included): a fit has settled when these stop falling."""
+    figure = Figure(figsize=(7.5, 3.2), dpi=100)
+    axes = figure.add_subplot()
+    drawn = False
+    for name, values in changes.items():
+        if values:
+            axes.plot(range(2, len(values) + 2), values, marker="o", markersize=3, label=name)
+            drawn = True
+    if drawn:
+        axes.set_yscale("log")
+        axes.legend(loc="upper right", frameon=False, fontsize=8)
+    else:
+        axes.text(0.5, 0.5, "two releases are needed to see a change", ha="center", va="center",
+                  transform=axes.transAxes)  # fmt: skip
+    axes.set_xlabel("iteration")
+    axes.set_ylabel("relative change of the release")
+    axes.set_title(title)
+    axes.grid(alpha=0.3, which="both")
+    return _svg(figure)
+
+
+def coefficients(names: Sequence[str], means: Sequence[float], lower: Sequence[float], upper: Sequence[float],
+                 title: str) -> bytes:  # fmt: skip
+    """Posterior means with their 95% credible intervals, one row per coefficient."""
+    rows = len(names)
+    figure = Figure(figsize=(7.5, 0.9 + 0.24 * rows), dpi=100)
+    axes = figure.add_subplot()
+    positions = list(range(rows))[::-1]
+    errors = [
+        [m - lo for m, lo in zip(means, lower, strict=True)],
+        [hi - m for m, hi in zip(means, upper, strict=True)],
+    ]
+    axes.errorbar(
+        means, positions, xerr=errors, fmt="o", color=_SPENT, ecolor=_SHARE, capsize=2, markersize=4
+    )
+    axes.axvline(0.0, color="#666666", linewidth=0.8)
+    axes.set_yticks(positions, labels=list(names), fontsize=8)
+    axes.set_xlabel("coefficient (posterior mean, 95% credible interval)")
+    axes.set_title(title)
+    axes.grid(alpha=0.3, axis="x")
+    return _svg(figure)
+
+
+def weight_images(weights: Sequence[Sequence[float]], title: str) -> bytes:
+    """Each hidden unit's weights over the pixels as a small square image (blue negative, red
+    positive, on one colour scale), for SBN posteriors whose pixels form a square."""
+    units = len(weights)
+    side = math.isqrt(len(weights[0]))
+    columns = min(units, 10)
+    rows = math.ceil(units / columns)
+    figure = Figure(figsize=(0.8 * columns + 0.6, 0.8 * rows + 0.6), dpi=100)
+    scale = max(max(abs(v) for v in row) for row in weights) or 1.0
+    for j, row in enumerate(weights):
+        axes = figure.add_subplot(rows, columns, j + 1)
+        image = [list(row[r * side : (r + 1) * side]) for r in range(side)]
+        axes.imshow(image, cmap="RdBu_r", vmin=-scale, vmax=scale, interpolation="nearest")
+        axes.set_xticks([])
+        axes.set_yticks([])
+        axes.set_title(f"unit {j}", fontsize=7)
+    figure.suptitle(title, fontsize=10)
+    return _svg(figure)

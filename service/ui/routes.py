@@ -1,0 +1,372 @@
+"""The dashboard at /ui: server-rendered pages (Jinja2), no script, nothing from another host.
+
+Sign in with an API key (a form whose input is `api_key`); the session cookie is HttpOnly,
+SameSite=Strict and expires (service.ui.sessions). Every state-changing form carries the session's CSRF
+token. Each page reads through the API's own functions, so a key sees what it sees over /v1.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import math
+from datetime import timedelta
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Form, Query, Request
+from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
+from fastapi.templating import Jinja2Templates
+from pydantic import ValidationError
+
+from privacy_wall.accounting import epsilon
+from service.auth import owns_dataset, reads_releases, sees_dataset
+from service.deps import EngineDep
+from service.jobs import (
+    Conflict,
+    NotFound,
+    ServiceError,
+    SpecError,
+    job_posterior,
+    load_dataset,
+    to_public,
+    visible_job,
+)
+from service.keys import Principal, authenticate
+from service.routes.budgets import set_budget
+from service.routes.datasets import list_datasets, show_dataset
+from service.schemas import BudgetUpdate
+from service.ui import views
+from service.ui.sessions import COOKIE, UiSession, close_session, find_session, open_session
+
+router = APIRouter(prefix="/ui", include_in_schema=False)
+
+HERE = Path(__file__).parent
+templates = Jinja2Templates(directory=HERE / "templates")
+
+#: How long a sign-in lasts.
+SESSION_LIFETIME = timedelta(hours=8)
+
+#: Pages run no script and load only from this host; plots are images (SVG) from here too.
+SECURITY_HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; img-src 'self' data:; style-src 'self'; "
+    "form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+
+
+def _epsilon(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return "unbounded" if math.isinf(value) else f"{value:.4g}"
+
+
+templates.env.filters["eps"] = _epsilon
+
+
+class _SignIn(Exception):
+    """No (valid) session: the page sends its visitor to the sign-in form."""
+
+
+def _session(request: Request, engine: EngineDep) -> UiSession:
+    session = find_session(engine, request.cookies.get(COOKIE))
+    if session is None:
+        raise _SignIn
+    return session
+
+
+def _page(request: Request, template: str, status_code: int = 200, **context: Any) -> HTMLResponse:
+    response = templates.TemplateResponse(request, template, context, status_code=status_code)
+    response.headers.update(SECURITY_HEADERS)
+    return response
+
+
+def _error(request: Request, session: UiSession | None, status: int, message: str) -> HTMLResponse:
+    return _page(request, "error.html", status, session=session, status=status, message=message)
+
+
+def _check_csrf(session: UiSession, token: str | None) -> bool:
+    return token is not None and hmac.compare_digest(token.encode(), session.csrf_token.encode())
+
+
+def _guarded(request: Request, engine: EngineDep, render: Any) -> Response:
+    """Run a page: no session sends to sign-in; a service error (404 ...) is an error page."""
+    try:
+        session = _session(request, engine)
+    except _SignIn:
+        return RedirectResponse("/ui/signin", status_code=303)
+    try:
+        result: Response = render(session)
+    except ServiceError as exc:
+        return _error(request, session, exc.status_code, exc.detail)
+    return result
+
+
+@router.get("/static/ui.css")
+def stylesheet() -> FileResponse:
+    return FileResponse(
+        HERE / "static" / "ui.css", media_type="text/css", headers={"Cache-Control": "max-age=3600"}
+    )
+
+
+# ---- sign in and out ---------------------------------------------------------------------------------
+
+
+@router.get("/signin", response_class=HTMLResponse)
+def signin_form(request: Request) -> HTMLResponse:
+    return _page(request, "signin.html", session=None, failed=False)
+
+
+@router.post("/signin")
+def signin(
+    request: Request, engine: EngineDep, api_key: Annotated[str, Form(max_length=256)] = ""
+) -> Response:
+    principal = authenticate(engine, api_key.strip())
+    if principal is None:
+        return _page(request, "signin.html", 401, session=None, failed=True)
+    token, _ = open_session(engine, principal, SESSION_LIFETIME)
+    response = RedirectResponse("/ui", status_code=303)
+    response.set_cookie(
+        COOKIE,
+        token,
+        max_age=int(SESSION_LIFETIME.total_seconds()),
+        path="/ui",
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+    )
+    return response
+
+
+@router.post("/signout")
+def signout(
+    request: Request, engine: EngineDep, csrf_token: Annotated[str | None, Form()] = None
+) -> Response:
+    session = find_session(engine, request.cookies.get(COOKIE))
+    if session is not None and not _check_csrf(session, csrf_token):
+        return _error(request, session, 403, "this form is missing its CSRF token: reload the page and retry")
+    close_session(engine, request.cookies.get(COOKIE))
+    response = RedirectResponse("/ui/signin", status_code=303)
+    response.delete_cookie(COOKIE, path="/ui")
+    return response
+
+
+# ---- datasets ----------------------------------------------------------------------------------------
+
+
+@router.get("", response_class=HTMLResponse)
+def datasets_page(request: Request, engine: EngineDep) -> Response:
+    def render(session: UiSession) -> Response:
+        shown = list_datasets(engine, session.principal)
+        bars = {d.name: views.remaining_fraction(d.budget) for d in shown}
+        return _page(request, "datasets.html", session=session, datasets=shown, bars=bars)
+
+    return _guarded(request, engine, render)
+
+
+def _dataset_context(engine: EngineDep, principal: Principal, name: str, page: int) -> dict[str, Any]:
+    dataset = show_dataset(name, engine, principal)
+    row = load_dataset(engine, name)
+    assert row is not None
+    administers = owns_dataset(principal, row)
+    context: dict[str, Any] = {
+        "dataset": dataset,
+        "bar": views.remaining_fraction(dataset.budget),
+        "administers": administers,
+        "page": page,
+        "jobs": [],
+        "owners": {},
+        "more": False,
+    }
+    if views.sees_dataset_jobs(principal, row):
+        context["jobs"], context["owners"], context["more"] = views.dataset_jobs(engine, name, page)
+    return context
+
+
+@router.get("/datasets/{name}", response_class=HTMLResponse)
+def dataset_page(
+    request: Request, engine: EngineDep, name: str, page: Annotated[int, Query(ge=0, le=100_000)] = 0
+) -> Response:
+    def render(session: UiSession) -> Response:
+        context = _dataset_context(engine, session.principal, name, page)
+        return _page(request, "dataset.html", session=session, problem=None, **context)
+
+    return _guarded(request, engine, render)
+
+
+@router.post("/datasets/{name}/budget", response_class=HTMLResponse)
+def budget_form(
+    request: Request,
+    engine: EngineDep,
+    name: str,
+    epsilon: Annotated[str, Form(max_length=64)] = "",
+    delta: Annotated[str, Form(max_length=64)] = "",
+    csrf_token: Annotated[str | None, Form()] = None,
+) -> Response:
+    """The custodian's budget form: the checks and errors of PUT /v1/datasets/{name}/budget."""
+
+    def render(session: UiSession) -> Response:
+        if not _check_csrf(session, csrf_token):
+            return _error(
+                request, session, 403, "this form is missing its CSRF token: reload the page and retry"
+            )
+        row = load_dataset(engine, name)
+        if row is None or not owns_dataset(session.principal, row):
+            if row is not None and sees_dataset(session.principal, row):
+                return _error(
+                    request, session, 403, f"only the custodian of {name} (or an admin) sets its budget"
+                )
+            raise NotFound(f"dataset {name} not found")
+        try:
+            update = BudgetUpdate.model_validate(
+                {"epsilon": _number("epsilon", epsilon), "delta": _number("delta", delta)}
+            )
+            set_budget(name, update, engine, session.principal)
+        except (ValidationError, ValueError) as exc:
+            return _with_problem(request, engine, session, name, 422, _problem(exc))
+        except SpecError as exc:
+            return _with_problem(request, engine, session, name, 422, "; ".join(msg for _, msg in exc.errors))
+        except Conflict as exc:
+            return _with_problem(request, engine, session, name, 409, exc.detail)
+        return RedirectResponse(f"/ui/datasets/{name}", status_code=303)
+
+    return _guarded(request, engine, render)
+
+
+def _number(field: str, text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError(f"{field}: {text.strip()[:20]} is not a number") from None
+
+
+def _problem(exc: Exception) -> str:
+    if isinstance(exc, ValidationError):
+        return "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+    return str(exc)
+
+
+def _with_problem(
+    request: Request, engine: EngineDep, session: UiSession, name: str, status: int, problem: str
+) -> HTMLResponse:
+    context = _dataset_context(engine, session.principal, name, 0)
+    return _page(request, "dataset.html", status, session=session, problem=problem, **context)
+
+
+@router.get("/datasets/{name}/epsilon.svg")
+def spend_plot(request: Request, engine: EngineDep, name: str) -> Response:
+    from service.ui import plots  # matplotlib: only when a plot is drawn
+
+    def render(session: UiSession) -> Response:
+        dataset = show_dataset(name, engine, session.principal)
+        budget = dataset.budget
+        delta = budget.delta if budget is not None else 1e-5
+        curve = views.spend_curve(engine, name, delta)
+        title = f"Epsilon spent on dataset {name}, job by job"
+        svg = plots.cumulative_epsilon(
+            curve.ends, curve.cumulative, budget.epsilon if budget else None, delta, title
+        )
+        return Response(svg, media_type="image/svg+xml", headers=SECURITY_HEADERS)
+
+    return _guarded(request, engine, render)
+
+
+# ---- jobs --------------------------------------------------------------------------------------------
+
+
+def _job(engine: EngineDep, principal: Principal, job_id: str) -> tuple[Any, Any]:
+    job = visible_job(engine, principal, job_id)
+    return job, load_dataset(engine, job.dataset)
+
+
+@router.get("/jobs/{job_id}", response_class=HTMLResponse)
+def job_page(request: Request, engine: EngineDep, job_id: str) -> Response:
+    def render(session: UiSession) -> Response:
+        job, dataset = _job(engine, session.principal, job_id)
+        (public,) = to_public(engine, [job])
+        summary = None
+        if job.status == "succeeded":
+            schema = dict(dataset.schema) if dataset is not None else {}
+            summary = views.summarize(job_posterior(engine, job), schema)
+        context = {
+            "job": public,
+            "owner": job.owner,
+            "releases": reads_releases(session.principal, job, dataset),
+            "summary": summary,
+            "running": job.status in ("queued", "running"),
+            "per_iteration": _per_iteration(job, dataset),
+        }
+        return _page(request, "job.html", session=session, **context)
+
+    return _guarded(request, engine, render)
+
+
+def _per_iteration(job: Any, dataset: Any) -> float | None:
+    """Epsilon of one iteration on its own (every iteration of a job releases the same mechanism), at the
+    job's delta by the configured accountant; None for a non-private job or an unknown population."""
+    if job.sigma <= 0 or dataset is None:
+        return None
+    return epsilon(job.sigma, job.batch_size, dataset.population, 1, job.delta)
+
+
+@router.get("/jobs/{job_id}/convergence.svg")
+def convergence_plot(request: Request, engine: EngineDep, job_id: str) -> Response:
+    from service.ui import plots
+
+    def render(session: UiSession) -> Response:
+        job, dataset = _job(engine, session.principal, job_id)
+        if not reads_releases(session.principal, job, dataset):
+            raise NotFound(f"job {job_id} has no releases this key may read")
+        title = f"How much each release changed: job {job.id[:8]}"
+        svg = plots.convergence(views.release_changes(engine, job.id), title)
+        return Response(svg, media_type="image/svg+xml", headers=SECURITY_HEADERS)
+
+    return _guarded(request, engine, render)
+
+
+@router.get("/jobs/{job_id}/posterior.svg")
+def posterior_plot(request: Request, engine: EngineDep, job_id: str) -> Response:
+    from service.ui import plots
+
+    def render(session: UiSession) -> Response:
+        job, dataset = _job(engine, session.principal, job_id)
+        document = job_posterior(engine, job)
+        schema = dict(dataset.schema) if dataset is not None else {}
+        summary = views.summarize(document, schema)
+        if summary.coefficients is not None:
+            shown = sorted(summary.coefficients, key=lambda c: -abs(c.mean))[:25]
+            svg = plots.coefficients(
+                [c.name for c in shown],
+                [c.mean for c in shown],
+                [c.lower for c in shown],
+                [c.upper for c in shown],
+                f"The {len(shown)} largest coefficients of job {job.id[:8]}",
+            )
+        elif summary.model == "sbn" and summary.square_pixels:
+            weights = document["W"]
+            units = [[row[k] for row in weights] for k in range(len(weights[0]))]
+            svg = plots.weight_images(units, f"Each hidden unit's weights over the pixels: job {job.id[:8]}")
+        else:
+            raise NotFound(f"job {job_id}'s posterior has no plot")
+        return Response(svg, media_type="image/svg+xml", headers=SECURITY_HEADERS)
+
+    return _guarded(request, engine, render)
+
+
+@router.get("/jobs/{job_id}/posterior.json")
+def posterior_download(request: Request, engine: EngineDep, job_id: str) -> Response:
+    def render(session: UiSession) -> Response:
+        job, _ = _job(engine, session.principal, job_id)
+        document = job_posterior(engine, job)
+        return Response(
+            json.dumps(document, allow_nan=False),
+            media_type="application/json",
+            headers={
+                **SECURITY_HEADERS,
+                "Content-Disposition": f'attachment; filename="posterior-{job.id[:8]}.json"',
+            },
+        )
+
+    return _guarded(request, engine, render)

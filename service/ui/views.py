@@ -1,0 +1,178 @@
+"""What the dashboard's pages show, gathered with the same functions (and so the same scope rules) as
+the HTTP API: a key sees on a page exactly what its role and scope see over /v1."""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import Engine, Row, func, select
+
+from privacy_wall.accounting import configured_accountant
+from privacy_wall.control_schema import charges
+from privacy_wall.sqlengine import reading
+from service.auth import owns_dataset
+from service.jobs import job_costs, to_public
+from service.keys import Principal
+from service.models import jobs, releases
+from service.posterior_summary import Coefficient, TopicWords, coefficients, top_words
+from service.schemas import JobPublic
+from service.timestamps import aware
+
+#: Jobs per page of a dataset's jobs table.
+JOBS_PER_PAGE = 25
+
+
+@dataclass(frozen=True)
+class SpendCurve:
+    """Epsilon spent over time: one point per job that has charges, at its end (now, while it runs),
+    the composition of every job's charges up to and including it, at the dataset's delta."""
+
+    ends: list[datetime]
+    cumulative: list[float]
+    job_ids: list[str]
+
+
+class _CurveCache:
+    """Curves by (dataset, number of charges, last charge id, accountant, delta): a new charge or a new
+    accountant is a new key, so a cached curve is never stale. Bounded, least recently used first out."""
+
+    def __init__(self, size: int = 64) -> None:
+        self._items: OrderedDict[tuple[Any, ...], SpendCurve] = OrderedDict()
+        self._size = size
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[Any, ...]) -> SpendCurve | None:
+        with self._lock:
+            curve = self._items.get(key)
+            if curve is not None:
+                self._items.move_to_end(key)
+            return curve
+
+    def put(self, key: tuple[Any, ...], curve: SpendCurve) -> None:
+        with self._lock:
+            self._items[key] = curve
+            self._items.move_to_end(key)
+            while len(self._items) > self._size:
+                self._items.popitem(last=False)
+
+
+_curves = _CurveCache()
+
+
+def spend_curve(engine: Engine, dataset: str, delta: float) -> SpendCurve:
+    """The dataset's cumulative epsilon per job end (SpendCurve), priced by the configured accountant."""
+    with reading(engine) as conn:
+        count, last = conn.execute(
+            select(func.count(), func.max(charges.c.id)).where(charges.c.dataset == dataset)
+        ).one()
+        key = (dataset, count, last, configured_accountant().version, delta)
+        cached = _curves.get(key)
+        if cached is not None:
+            return cached
+        charged = select(charges.c.job_id).where(charges.c.dataset == dataset).distinct()
+        rows = conn.execute(
+            select(jobs.c.id, jobs.c.finished_at, jobs.c.created_at).where(jobs.c.id.in_(charged))
+        ).all()
+    now = datetime.now(UTC)
+    ordered = sorted(rows, key=lambda r: (aware(r.finished_at) or now, aware(r.created_at), r.id))
+    costs = job_costs(engine, [r.id for r in ordered])
+    curve = SpendCurve([], [], [])
+    total = None
+    for row in ordered:
+        total = costs[row.id] if total is None else total + costs[row.id]
+        curve.ends.append(aware(row.finished_at) or now)
+        curve.cumulative.append(total.epsilon(delta))
+        curve.job_ids.append(row.id)
+    _curves.put(key, curve)
+    return curve
+
+
+def dataset_jobs(engine: Engine, dataset: str, page: int) -> tuple[list[JobPublic], dict[str, str], bool]:
+    """One page of the dataset's jobs, newest first, with each submitting key's id, and whether more
+    pages follow. The caller has checked that this key may see the dataset's jobs."""
+    with reading(engine) as conn:
+        rows = conn.execute(
+            select(jobs)
+            .where(jobs.c.dataset == dataset)
+            .order_by(jobs.c.created_at.desc(), jobs.c.id)
+            .limit(JOBS_PER_PAGE + 1)
+            .offset(page * JOBS_PER_PAGE)
+        ).all()
+    shown = rows[:JOBS_PER_PAGE]
+    return to_public(engine, shown), {row.id: row.owner for row in shown}, len(rows) > JOBS_PER_PAGE
+
+
+def sees_dataset_jobs(principal: Principal, dataset: Row[Any]) -> bool:
+    """Whose pages list every job of a dataset: its custodian and admins (over HTTP, GET /v1/jobs
+    filtered by the dataset). Analysts see their own jobs, clients those of their scope."""
+    return owns_dataset(principal, dataset)
+
+
+def release_changes(engine: Engine, job_id: str) -> dict[str, list[float]]:
+    """Per released statistic, ||s_t - s_(t-1)|| / ||s_(t-1)|| for t = 2..T (noise included)."""
+    with reading(engine) as conn:
+        rows = conn.execute(
+            select(releases.c.statistics).where(releases.c.job_id == job_id).order_by(releases.c.iteration)
+        ).all()
+    changes: dict[str, list[float]] = {}
+    previous: dict[str, list[float]] = {}
+    for (statistics,) in rows:
+        for name, value in dict(statistics).items():
+            flat = _flatten(value)
+            if name in previous and len(previous[name]) == len(flat):
+                norm = math.sqrt(sum(v * v for v in previous[name])) or 1.0
+                diff = math.sqrt(sum((a - b) ** 2 for a, b in zip(flat, previous[name], strict=True)))
+                changes.setdefault(name, []).append(diff / norm)
+            previous[name] = flat
+    return changes
+
+
+def _flatten(value: Any) -> list[float]:
+    if isinstance(value, list):
+        return [v for item in value for v in _flatten(item)]
+    return [float(value)]
+
+
+@dataclass(frozen=True)
+class PosteriorSummary:
+    """What a job page shows of its posterior, by model family."""
+
+    model: str
+    coefficients: list[Coefficient] | None = None
+    topics: list[TopicWords] | None = None
+    hidden_units: int | None = None
+    square_pixels: bool = False
+
+
+def summarize(document: dict[str, Any], schema: dict[str, Any]) -> PosteriorSummary:
+    model = str(document.get("model"))
+    if model in ("blr", "linreg"):
+        names = schema.get("features")
+        return PosteriorSummary(
+            model, coefficients=coefficients(document, names if isinstance(names, list) else None)
+        )
+    if model == "lda":
+        return PosteriorSummary(model, topics=top_words(document, 10))
+    if model == "sbn":
+        weights = document["W"]
+        pixels = len(weights)
+        return PosteriorSummary(
+            model,
+            hidden_units=len(weights[0]) if weights else 0,
+            square_pixels=math.isqrt(pixels) ** 2 == pixels,
+        )
+    return PosteriorSummary(model)
+
+
+def remaining_fraction(budget: Any) -> tuple[float, float]:
+    """The spent and reserved shares of a capped budget, for its bar (each in [0, 1])."""
+    if budget is None or budget.epsilon is None or budget.epsilon <= 0:
+        return 0.0, 0.0
+    spent = min(budget.epsilon_spent / budget.epsilon, 1.0)
+    reserved = min(max(budget.epsilon_reserved - budget.epsilon_spent, 0.0) / budget.epsilon, 1.0 - spent)
+    return spent, reserved

@@ -1,0 +1,186 @@
+"""The dashboard (/ui) through the app in process: sign-in and its cookie, sessions that end with their
+key, the scope of each role (the same as over /v1), CSRF on every form, the budget form's checks, and
+the spend curve against the ledger. tests/test_ui_browser.py drives the same pages in Chromium."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from privacy_wall import ledger_db
+from service.keys import Principal, revoke_key
+from service.ui.sessions import COOKIE, find_session, open_session
+from service.ui.views import spend_curve
+from tests.dbservers import fresh_database
+from tests.test_api import Api, charge, finish, make_api
+
+ROLES = ("admin", "cust", "cust2", "analyst", "client", "client_other")
+
+
+@pytest.fixture
+def api(tmp_path: Path) -> Iterator[Api]:
+    with fresh_database("sqlite", tmp_path) as url:
+        yield from make_api(url, tmp_path)
+
+
+def sign_in(api: Api, who: str) -> None:
+    api.client.cookies.clear()
+    r = api.client.post("/ui/signin", data={"api_key": api.keys[who]}, follow_redirects=False)
+    assert r.status_code == 303 and r.headers["location"] == "/ui", r.text
+
+
+def csrf(api: Api, path: str = "/ui") -> str:
+    match = re.search(r'name="csrf_token" value="([^"]+)"', api.client.get(path).text)
+    assert match is not None
+    return match.group(1)
+
+
+def finished_job(api: Api, iterations: int = 3) -> str:
+    job_id: str = api.submit(iterations=iterations).json()["id"]
+    for t in range(1, iterations + 1):
+        charge(api.engine, job_id, t)
+    finish(api.engine, job_id, {"model": "blr", "algorithm": "vips", "mean": [1.0, -2.0, 0.5],
+                                "covariance": [[0.25, 0, 0], [0, 1.0, 0], [0, 0, 0.01]]})  # fmt: skip
+    return job_id
+
+
+def test_sign_in_sets_a_strict_http_only_cookie_that_expires(api: Api) -> None:
+    r = api.client.post("/ui/signin", data={"api_key": api.keys["cust"]}, follow_redirects=False)
+    assert r.status_code == 303
+    cookie = r.headers["set-cookie"]
+    assert cookie.startswith(f"{COOKIE}=")
+    for attribute in ("HttpOnly", "SameSite=strict", "Path=/ui", "Max-Age=28800"):
+        assert attribute in cookie, cookie
+    assert api.keys["cust"] not in cookie  # the cookie is a random token, never the key
+    page = api.client.get("/ui")
+    assert page.status_code == 200 and "Datasets" in page.text
+    assert "default-src 'none'" in page.headers["content-security-policy"]
+
+
+@pytest.mark.parametrize("key", ["", "vips_0123456789abcdef_wrong", "not a key"])
+def test_a_wrong_key_sees_nothing(api: Api, key: str) -> None:
+    r = api.client.post("/ui/signin", data={"api_key": key}, follow_redirects=False)
+    assert r.status_code == 401 and "invalid, revoked or expired" in r.text
+    assert COOKIE not in r.headers.get("set-cookie", "")
+    for path in ("/ui", "/ui/datasets/priv", "/ui/datasets/priv/epsilon.svg"):
+        r = api.client.get(path, follow_redirects=False)
+        assert r.status_code == 303 and r.headers["location"] == "/ui/signin"
+
+
+def test_a_session_ends_with_its_expiry_and_with_its_key(api: Api) -> None:
+    principal = Principal(api.ids["cust"], "custodian", "priv")
+    token, _ = open_session(api.engine, principal, timedelta(seconds=-1))
+    assert find_session(api.engine, token) is None
+    token, _ = open_session(api.engine, principal, timedelta(hours=1))
+    assert find_session(api.engine, token) is not None
+    revoke_key(api.engine, api.ids["cust"])
+    assert find_session(api.engine, token) is None
+
+
+@pytest.mark.parametrize("who", ROLES)
+def test_each_role_sees_the_datasets_it_sees_over_http(api: Api, who: str) -> None:
+    over_http = [d["name"] for d in api.call("GET", "/v1/datasets", who).json()]
+    sign_in(api, who)
+    page = api.client.get("/ui").text
+    listed = re.findall(r'<a href="/ui/datasets/([^"]+)">', page)
+    assert listed == over_http
+    for name in ("priv", "other", "pub", "nobudget", "docs"):
+        r = api.client.get(f"/ui/datasets/{name}")
+        assert r.status_code == (200 if name in over_http else 404), (who, name)
+
+
+def test_the_dataset_page_states_the_budget_and_lists_the_jobs_for_its_custodian(api: Api) -> None:
+    job_id = finished_job(api)
+    status = ledger_db.budget_status(api.engine, "priv")
+    sign_in(api, "cust")
+    page = api.client.get("/ui/datasets/priv").text
+    for label in ("budget epsilon", "spent epsilon", "reserved epsilon", "remaining epsilon"):
+        assert f"<dt>{label}</dt>" in page
+    assert (
+        f"<dd>{status.epsilon_spent:.4g}</dd>" in page and f"<dd>{status.epsilon_remaining:.4g}</dd>" in page
+    )
+    assert f'href="/ui/jobs/{job_id}"' in page and api.ids["analyst"] in page  # the submitting key's id
+    assert 'name="epsilon"' in page
+    svg = api.client.get("/ui/datasets/priv/epsilon.svg")
+    assert svg.status_code == 200 and svg.headers["content-type"] == "image/svg+xml"
+    assert b"<svg" in svg.content
+    # nothing it loads: links only within itself (#id) or inline (data:); the namespaces are names
+    assert not re.findall(rb'(?:href|src)="(?!#|data:)', svg.content)
+    # an analyst sees the dataset and its budget but not every job on it, and no budget form
+    sign_in(api, "analyst")
+    page = api.client.get("/ui/datasets/priv").text
+    assert "remaining epsilon" in page and 'name="epsilon"' not in page and job_id not in page
+
+
+def test_the_spend_curve_is_the_ledgers_composition_job_by_job(api: Api) -> None:
+    first, second = finished_job(api, 3), finished_job(api, 2)
+    curve = spend_curve(api.engine, "priv", 1e-5)
+    assert curve.job_ids == [first, second]
+    status = ledger_db.budget_status(api.engine, "priv")
+    assert curve.cumulative[-1] == pytest.approx(status.epsilon_spent, rel=1e-9)
+    alone = api.call("GET", f"/v1/jobs/{first}", "analyst").json()["epsilon_spent"]
+    assert curve.cumulative[0] == pytest.approx(alone, rel=1e-9)
+    assert curve.cumulative[0] < curve.cumulative[1] < 2 * curve.cumulative[0]  # composition, not a sum
+    assert spend_curve(api.engine, "priv", 1e-5) is curve  # cached until the ledger changes
+    finished_job(api, 1)
+    assert len(spend_curve(api.engine, "priv", 1e-5).job_ids) == 3
+
+
+def test_the_budget_form_checks_like_the_api(api: Api) -> None:
+    sign_in(api, "cust")
+    token = csrf(api, "/ui/datasets/priv")
+    form = "/ui/datasets/priv/budget"
+    assert api.client.post(form, data={"epsilon": "4", "delta": "1e-5"}).status_code == 403  # no token
+    r = api.client.post(form, data={"epsilon": "4", "delta": "1e-5", "csrf_token": "x" + token})
+    assert r.status_code == 403
+    for epsilon, words in (("abc", "epsilon: abc is not a number"), ("-1", "epsilon"), ("nan", "epsilon")):
+        r = api.client.post(form, data={"epsilon": epsilon, "delta": "1e-5", "csrf_token": token})
+        assert r.status_code == 422 and "The budget was not changed" in r.text and words in r.text, r.text
+    r = api.client.post(
+        form, data={"epsilon": "4", "delta": "1e-5", "csrf_token": token}, follow_redirects=False
+    )
+    assert r.status_code == 303
+    assert ledger_db.budget_status(api.engine, "priv").epsilon_budget == 4.0
+    finished_job(api)
+    r = api.client.post(form, data={"epsilon": "4", "delta": "1e-6", "csrf_token": token})
+    assert r.status_code == 409  # delta is fixed once anything was charged, as over /v1
+    # another custodian's dataset does not exist for this key; an analyst may not set budgets
+    r = api.client.post(
+        "/ui/datasets/other/budget", data={"epsilon": "4", "delta": "1e-5", "csrf_token": token}
+    )
+    assert r.status_code == 404
+    sign_in(api, "analyst")
+    token = csrf(api)
+    r = api.client.post(form, data={"epsilon": "9", "delta": "1e-5", "csrf_token": token})
+    assert r.status_code == 403 and "only the custodian" in r.text
+    assert ledger_db.budget_status(api.engine, "priv").epsilon_budget == 4.0
+
+
+def test_the_job_page_shows_progress_epsilon_and_the_posterior(api: Api) -> None:
+    job_id = finished_job(api)
+    sign_in(api, "analyst")
+    page = api.client.get(f"/ui/jobs/{job_id}").text
+    assert "succeeded" in page and "epsilon per iteration" in page and "epsilon spent" in page
+    # coefficients named by the dataset's features, with 95% intervals: mean +- 1.96 sd
+    assert '<td>b</td><td class="num">-2.0000</td><td class="num">[-3.9600, -0.0400]</td>' in page
+    document = api.client.get(f"/ui/jobs/{job_id}/posterior.json")
+    assert document.status_code == 200 and document.json()["mean"] == [1.0, -2.0, 0.5]
+    assert "attachment" in document.headers["content-disposition"]
+    # a client of another dataset does not see it
+    sign_in(api, "client_other")
+    assert api.client.get(f"/ui/jobs/{job_id}").status_code == 404
+    assert api.client.get(f"/ui/jobs/{job_id}/posterior.json").status_code == 404
+
+
+def test_sign_out_needs_the_token_and_ends_the_session(api: Api) -> None:
+    sign_in(api, "cust")
+    token = csrf(api)
+    assert api.client.post("/ui/signout", data={}).status_code == 403
+    assert api.client.get("/ui").status_code == 200
+    r = api.client.post("/ui/signout", data={"csrf_token": token}, follow_redirects=False)
+    assert r.status_code == 303 and r.headers["location"] == "/ui/signin"
+    assert api.client.get("/ui", follow_redirects=False).status_code == 303
