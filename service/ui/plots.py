@@ -13,6 +13,7 @@ import matplotlib
 matplotlib.use("Agg")  # never a window, whatever the environment says
 from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 matplotlib.rcParams["svg.fonttype"] = "path"
 matplotlib.rcParams["svg.hashsalt"] = "vips"  # the same plot gives the same bytes
@@ -27,14 +28,26 @@ def _svg(figure: Figure) -> bytes:
 
 
 def cumulative_epsilon(
-    ends: Sequence[datetime], cumulative: Sequence[float], budget: float | None, delta: float, title: str
+    start: datetime | None,
+    ends: Sequence[datetime],
+    cumulative: Sequence[float],
+    budget: float | None,
+    delta: float,
+    title: str,
 ) -> bytes:
-    """Epsilon spent over time: one point per job at its end, the composition of every job up to it
-    (so each step is that job's share of the spend), and the budget's cap as a line."""
+    """Epsilon spent over time: nothing at `start` (the first job's submission), then one point per job
+    at its end, the composition of every job up to it (so each step is that job's share of the spend),
+    and the budget's cap as a line."""
     figure = Figure(figsize=(7.5, 3.4), dpi=100)
     axes = figure.add_subplot()
     if ends:
-        days = [end.timestamp() / 86400.0 for end in ends]  # matplotlib's dates: days since 1970 (UTC)
+        first = [start] if start is not None and start < ends[0] else []
+        # matplotlib's dates: days since 1970 (UTC)
+        days = [moment.timestamp() / 86400.0 for moment in [*first, *ends]]
+        cumulative = [0.0] * len(first) + list(cumulative)
+        span = days[-1] - days[0]
+        pad = max(span * 0.04, 2 / 1440)  # at least two minutes either side
+        axes.set_xlim(days[0] - pad, days[-1] + pad)
         axes.step(days, cumulative, where="post", color=_SPENT, linewidth=1.8, label="epsilon spent")
         axes.plot(days, cumulative, "o", color=_SPENT, markersize=3.5)
         axes.fill_between(days, cumulative, step="post", color=_SHARE, alpha=0.35)
@@ -77,6 +90,7 @@ def convergence(changes: Mapping[str, Sequence[float]], title: str) -> bytes:
     else:
         axes.text(0.5, 0.5, "two releases are needed to see a change", ha="center", va="center",
                   transform=axes.transAxes)  # fmt: skip
+    axes.xaxis.set_major_locator(MaxNLocator(integer=True))
     axes.set_xlabel("iteration")
     axes.set_ylabel("relative change of the release")
     axes.set_title(title)

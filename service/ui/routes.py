@@ -266,7 +266,7 @@ def spend_plot(request: Request, engine: EngineDep, name: str) -> Response:
         curve = views.spend_curve(engine, name, delta)
         title = f"Epsilon spent on dataset {name}, job by job"
         svg = plots.cumulative_epsilon(
-            curve.ends, curve.cumulative, budget.epsilon if budget else None, delta, title
+            curve.start, curve.ends, curve.cumulative, budget.epsilon if budget else None, delta, title
         )
         return Response(svg, media_type="image/svg+xml", headers=SECURITY_HEADERS)
 

@@ -35,6 +35,7 @@ class SpendCurve:
     ends: list[datetime]
     cumulative: list[float]
     job_ids: list[str]
+    start: datetime | None = None  # the first charged job's submission: the curve starts there at 0
 
 
 class _CurveCache:
@@ -81,7 +82,7 @@ def spend_curve(engine: Engine, dataset: str, delta: float) -> SpendCurve:
     now = datetime.now(UTC)
     ordered = sorted(rows, key=lambda r: (aware(r.finished_at) or now, aware(r.created_at), r.id))
     costs = job_costs(engine, [r.id for r in ordered])
-    curve = SpendCurve([], [], [])
+    curve = SpendCurve([], [], [], min((aware(r.created_at) for r in ordered), default=None))
     total = None
     for row in ordered:
         total = costs[row.id] if total is None else total + costs[row.id]

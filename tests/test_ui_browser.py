@@ -1,0 +1,248 @@
+"""The dashboard in a real browser: Debian's Chromium (never downloaded) driven by playwright, against
+`vips up` after real jobs (BLR on a private dataset, LDA and the SBN on public ones).
+
+Each role signs in by typing its key and pressing Enter and sees what it may see and nothing more; a
+wrong key sees nothing; no request leaves the service's host; the budget form refuses an analyst and a
+missing CSRF token; a screenshot of each page is not blank. A missing browser is a failure, never a skip
+(.ci/run installs Debian's chromium).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from matplotlib.image import imread
+from playwright.sync_api import Browser, BrowserContext, Page, sync_playwright
+
+from tests.e2e import Service, embedded_service, synthetic_csv
+from tests.test_e2e_latent import write_binary_csv
+from worker.datasets.digits import load_binary_digits
+from worker.datasets.synthetic_lda import generate_corpus, planted_topics
+from worker.datasets.wikipedia import write_bag_of_words
+
+CHROMIUM = "/usr/bin/chromium"
+#: No GPU, no QUIC, no background traffic to Google's services; a fresh profile per launch (playwright).
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+@dataclass
+class Site:
+    service: Service
+    keys: dict[str, str]
+    jobs: dict[str, str]
+    shots: Path
+    requests: list[str] = field(default_factory=list)
+
+
+def _fit(service: Service, key: str, *argv: str) -> str:
+    done = service.vips("fit", *argv, "--wait", key=key)
+    job: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    assert job["status"] == "succeeded", job
+    return str(job["id"])
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
+    root = tmp_path_factory.mktemp("ui")
+    with embedded_service(root / "home") as service:
+        synthetic_csv(root / "synth.csv", n=2000, d=5, seed=1)
+        service.vips("data", "ingest", "synth", "--kind", "tabular", "--input", str(root / "synth.csv"))
+        truth = planted_topics(4, 40, seed=3)
+        corpus = generate_corpus(300, truth, mean_length=40, seed=4).counts
+        write_bag_of_words(corpus, [f"w{v:02d}" for v in range(40)], root / "d.docword", root / "v.txt")
+        docs = [
+            "--kind",
+            "bow",
+            "--input",
+            str(root / "d.docword"),
+            "--vocab",
+            str(root / "v.txt"),
+            "--public",
+        ]
+        service.vips("data", "ingest", "docs", *docs)
+        write_binary_csv(root / "digits.csv", load_binary_digits("train")[:400])
+        service.vips(
+            "data", "ingest", "digits", "--kind", "binary", "--input", str(root / "digits.csv"), "--public"
+        )
+        keys = {
+            "admin": service.key("admin"),
+            "custodian": service.key("custodian", "synth"),
+            "analyst": service.key("analyst"),
+            "client": service.key("client", "synth"),
+            "other_client": service.key("client", "docs"),
+        }
+        service.vips("budget", "set", "synth", "--epsilon", "3", "--delta", "1e-5", key=keys["custodian"])
+        analyst = keys["analyst"]
+        jobs = {
+            "blr": _fit(service, analyst, "--dataset", "synth", "--model", "blr", "--iterations", "6",
+                        "--epsilon", "1"),
+            "lda": _fit(service, analyst, "--dataset", "docs", "--model", "lda", "--option", "topics=4",
+                        "--option", "doc_length=0", "--sigma", "0", "--iterations", "5"),
+            "sbn": _fit(service, analyst, "--dataset", "digits", "--model", "sbn", "--option", "hidden=6",
+                        "--sigma", "0", "--iterations", "4"),
+        }  # fmt: skip
+        yield Site(service, keys, jobs, root / "shots")
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    assert shutil.which(CHROMIUM), (
+        f"no browser at {CHROMIUM}: install Debian's chromium (apt-get install chromium), as .ci/run does"
+    )
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield launched
+        launched.close()
+
+
+def context_for(browser: Browser, site: Site) -> BrowserContext:
+    context = browser.new_context(viewport={"width": 1200, "height": 900})
+    context.on("request", lambda request: site.requests.append(request.url))
+    return context
+
+
+def sign_in(browser: Browser, site: Site, role: str) -> Page:
+    """Type the key into the form's api_key input and press Enter, as a person would."""
+    page = context_for(browser, site).new_page()
+    page.goto(f"{site.service.url}/ui")
+    assert page.url.endswith("/ui/signin")  # no session: the sign-in form
+    page.fill("input[name=api_key]", site.keys[role])
+    page.press("input[name=api_key]", "Enter")
+    page.wait_for_url(f"{site.service.url}/ui")
+    return page
+
+
+def not_blank(page: Page, path: Path) -> None:
+    """A full-page screenshot with real content: many colours, not one flat field."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(path), full_page=True)
+    pixels = imread(path)[..., :3]
+    assert pixels.std() > 0.05, f"{path} looks blank"
+    assert len(np.unique((pixels * 255).astype(np.uint8).reshape(-1, 3), axis=0)) > 20, path
+
+
+def images_loaded(page: Page) -> int:
+    """How many <img> on the page decoded to a picture (a broken plot has naturalWidth 0)."""
+    widths: list[int] = page.eval_on_selector_all("img", "images => images.map(i => i.naturalWidth)")
+    assert all(w > 0 for w in widths), widths
+    return len(widths)
+
+
+def test_the_custodian_sees_the_budget_the_spend_plot_and_the_jobs(browser: Browser, site: Site) -> None:
+    page = sign_in(browser, site, "custodian")
+    rows = page.locator("table.data tbody tr")
+    assert rows.count() == 1 and "synth" in rows.first.inner_text()  # its dataset only
+    for label in ("spent", "reserved", "remaining", "budget epsilon"):
+        assert label in page.locator("table.data thead").inner_text()
+    not_blank(page, site.shots / "datasets.png")
+    page.get_by_role("link", name="synth", exact=True).click()
+    page.wait_for_url(f"{site.service.url}/ui/datasets/synth")
+    text = page.inner_text("main")
+    for label in ("budget epsilon", "spent epsilon", "remaining epsilon"):
+        assert label in text
+    assert images_loaded(page) == 1  # the cumulative-epsilon plot
+    assert site.jobs["blr"][:8] in page.inner_text("table.data")
+    assert page.locator("form.budget-form input[name=epsilon]").count() == 1
+    not_blank(page, site.shots / "dataset.png")
+    page.context.close()
+
+
+def test_the_analyst_sees_the_job_and_its_posterior_summary(browser: Browser, site: Site) -> None:
+    page = sign_in(browser, site, "analyst")
+    assert {"synth", "docs", "digits"} <= set(page.locator("table.data tbody td a").all_inner_texts())
+    page.goto(f"{site.service.url}/ui/datasets/synth")
+    assert page.locator("input[name=epsilon]").count() == 0  # no budget form for an analyst
+    page.goto(f"{site.service.url}/ui/jobs/{site.jobs['blr']}")
+    text = page.inner_text("main")
+    assert "succeeded" in text and "6 of 6 iterations" in text and "epsilon per iteration" in text
+    assert page.locator("table.coefficients tbody tr").count() == 5  # x0..x4 with intervals
+    assert images_loaded(page) == 2  # convergence and coefficients
+    not_blank(page, site.shots / "job-blr.png")
+    with page.expect_download() as download:
+        page.click("text=Download the posterior document")
+    document = json.loads(Path(download.value.path()).read_text())
+    assert document["model"] == "blr" and document["job_id"] == site.jobs["blr"]
+
+    page.goto(f"{site.service.url}/ui/jobs/{site.jobs['lda']}")
+    assert page.locator("table.topics tbody tr").count() == 4
+    assert all(
+        len(words.split()) == 10
+        for words in page.locator("table.topics tbody td:nth-child(3)").all_inner_texts()
+    )
+    not_blank(page, site.shots / "job-lda.png")
+    page.goto(f"{site.service.url}/ui/jobs/{site.jobs['sbn']}")
+    assert images_loaded(page) == 2  # convergence and the hidden units' weights
+    not_blank(page, site.shots / "job-sbn.png")
+    page.context.close()
+
+
+def test_a_client_sees_its_dataset_s_jobs_but_not_their_releases(browser: Browser, site: Site) -> None:
+    page = sign_in(browser, site, "client")
+    assert page.locator("table.data tbody td a").all_inner_texts() == ["synth"]
+    page.goto(f"{site.service.url}/ui/jobs/{site.jobs['blr']}")
+    assert "Posterior" in page.inner_text("main") and "Convergence" not in page.inner_text("main")
+    response = page.goto(f"{site.service.url}/ui/jobs/{site.jobs['lda']}")
+    assert response is not None and response.status == 404  # another dataset's job
+    response = page.goto(f"{site.service.url}/ui/datasets/docs")
+    assert response is not None and response.status == 404
+    page.context.close()
+
+
+def test_a_wrong_key_sees_nothing(browser: Browser, site: Site) -> None:
+    page = context_for(browser, site).new_page()
+    page.goto(f"{site.service.url}/ui/signin")
+    page.fill("input[name=api_key]", "vips_0123456789abcdef_not-a-real-key")
+    page.press("input[name=api_key]", "Enter")
+    page.wait_for_load_state()
+    assert "invalid, revoked or expired" in page.inner_text("main")
+    not_blank(page, site.shots / "signin-refused.png")
+    for path in ("/ui", "/ui/datasets/synth", f"/ui/jobs/{site.jobs['blr']}"):
+        page.goto(f"{site.service.url}{path}")
+        assert page.url.endswith("/ui/signin")
+    assert page.context.cookies() == []
+    page.context.close()
+
+
+def test_the_budget_form_refuses_an_analyst_and_a_missing_csrf_token(browser: Browser, site: Site) -> None:
+    form = f"{site.service.url}/ui/datasets/synth/budget"
+    analyst = sign_in(browser, site, "analyst")
+    token = analyst.get_attribute("input[name=csrf_token]", "value")
+    response = analyst.request.post(form, form={"epsilon": "9", "delta": "1e-5", "csrf_token": token or ""})
+    assert response.status == 403 and "only the custodian" in response.text()
+    analyst.context.close()
+
+    custodian = sign_in(browser, site, "custodian")
+    response = custodian.request.post(form, form={"epsilon": "9", "delta": "1e-5"})
+    assert response.status == 403 and "CSRF" in response.text()
+    custodian.goto(f"{site.service.url}/ui/datasets/synth")
+    custodian.fill("input[name=epsilon]", "4")
+    custodian.click("text=Set the budget")
+    custodian.wait_for_url(f"{site.service.url}/ui/datasets/synth")
+    assert "4" in custodian.inner_text("dl.figures div:first-child dd")
+    custodian.context.close()
+
+
+def test_no_request_left_the_services_host(site: Site) -> None:
+    """Runs last in this module: every page above loaded only from the service (or inline data)."""
+    assert len(site.requests) > 20
+    foreign = [
+        url
+        for url in site.requests
+        if not url.startswith(site.service.url + "/") and not url.startswith("data:")
+    ]
+    assert foreign == []
