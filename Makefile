@@ -38,6 +38,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.compare_algorithms
 	$(BIN)/python -m bench.lda
 	$(BIN)/python -m bench.sbn
+	$(BIN)/python -m bench.dashboard
 
 clean:
 	rm -rf $(VENV) var .mypy_cache .pytest_cache .ruff_cache

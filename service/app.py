@@ -20,11 +20,13 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 from service.db import create_control_engine
 from service.jobs import BudgetRefused, ServiceError, SpecError
 from service.limits import BodyLimit, ErrorBoundary, validation_errors
+from service.periodic import run_every
 from service.queue import CeleryQueue, JobQueue
 from service.reaper import start_reaper_thread
 from service.routes import budgets, datasets, health, jobs, keys, posteriors
 from service.settings import ServiceSettings, get_settings
 from service.ui import routes as ui_routes
+from service.ui.views import warm_spend_curves
 
 log = logging.getLogger(__name__)
 
@@ -84,11 +86,17 @@ def create_app(
             if settings.reaper_interval_seconds > 0
             else None
         )
+        warmer = (
+            run_every(settings.ui_warm_interval_seconds, lambda: warm_spend_curves(engine), "ui-warmer")
+            if settings.ui_warm_interval_seconds > 0
+            else None
+        )
         try:
             yield
         finally:
-            if stop is not None:
-                stop.set()
+            for thread in (stop, warmer):
+                if thread is not None:
+                    thread.set()
             app.state.queue.close()
             app.state.engine.dispose()
 

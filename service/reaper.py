@@ -22,6 +22,7 @@ from sqlalchemy import Engine, or_, select, update
 from privacy_wall import ledger_db
 from privacy_wall.control_schema import reservations
 from service.models import jobs
+from service.periodic import run_every
 from service.timestamps import aware
 
 TERMINAL = ("succeeded", "failed", "cancelled")
@@ -113,14 +114,4 @@ def start_reaper_thread(
     control: Engine, interval: float, heartbeat_timeout: float, queued_timeout: float | None
 ) -> threading.Event:
     """Reap every `interval` seconds in a daemon thread until the returned event is set."""
-    stop = threading.Event()
-
-    def loop() -> None:
-        while not stop.wait(interval):
-            try:
-                reap(control, heartbeat_timeout, queued_timeout)
-            except Exception:  # a transient database error: try again at the next pass
-                log.exception("reaper pass failed")
-
-    threading.Thread(target=loop, name="reaper", daemon=True).start()
-    return stop
+    return run_every(interval, lambda: reap(control, heartbeat_timeout, queued_timeout), "reaper")

@@ -37,6 +37,9 @@ class ServiceSettings(BaseSettings):
     #: the request pool at once; a request that waits `pricing_wait_seconds` for a slot gets a 503.
     pricing_slots: int = 2
     pricing_wait_seconds: float = 10.0
+    #: How often each API process prices the dashboard's spend curves of datasets whose ledger changed
+    #: (service.ui.views.warm_spend_curves), so that no page view waits for the accountant; 0: never.
+    ui_warm_interval_seconds: float = 5.0
     #: Request bodies above this many bytes are refused (413) before they are parsed.
     max_body_bytes: int = 1 << 20
 

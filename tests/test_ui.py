@@ -184,3 +184,17 @@ def test_sign_out_needs_the_token_and_ends_the_session(api: Api) -> None:
     r = api.client.post("/ui/signout", data={"csrf_token": token}, follow_redirects=False)
     assert r.status_code == 303 and r.headers["location"] == "/ui/signin"
     assert api.client.get("/ui", follow_redirects=False).status_code == 303
+
+
+def test_the_warmer_prices_the_curves_of_changed_ledgers_ahead_of_any_view(api: Api) -> None:
+    from privacy_wall.sqlengine import reading
+    from service.ui import views
+
+    finished_job(api)
+    views.clear_caches()
+    views.warm_spend_curves(api.engine)
+    with reading(api.engine) as conn:
+        state = views._ledger_state(conn, "priv", 1e-5)
+    warmed = views._curves.get(state)
+    assert warmed is not None and len(warmed.job_ids) == 1
+    assert spend_curve(api.engine, "priv", 1e-5) is warmed

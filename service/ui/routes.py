@@ -257,17 +257,11 @@ def _with_problem(
 
 @router.get("/datasets/{name}/epsilon.svg")
 def spend_plot(request: Request, engine: EngineDep, name: str) -> Response:
-    from service.ui import plots  # matplotlib: only when a plot is drawn
-
     def render(session: UiSession) -> Response:
         dataset = show_dataset(name, engine, session.principal)
         budget = dataset.budget
         delta = budget.delta if budget is not None else 1e-5
-        curve = views.spend_curve(engine, name, delta)
-        title = f"Epsilon spent on dataset {name}, job by job"
-        svg = plots.cumulative_epsilon(
-            curve.start, curve.ends, curve.cumulative, budget.epsilon if budget else None, delta, title
-        )
+        svg = views.spend_plot(engine, name, budget.epsilon if budget else None, delta)
         return Response(svg, media_type="image/svg+xml", headers=SECURITY_HEADERS)
 
     return _guarded(request, engine, render)

@@ -8,12 +8,13 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Generic, TypeVar
 
+import numpy as np
 from sqlalchemy import Engine, Row, func, select
 
-from privacy_wall.accounting import configured_accountant
-from privacy_wall.control_schema import charges
+from privacy_wall.accounting import PrivacyCost, configured_accountant
+from privacy_wall.control_schema import budgets, charges
 from privacy_wall.sqlengine import reading
 from service.auth import owns_dataset
 from service.jobs import job_costs, to_public
@@ -22,6 +23,8 @@ from service.models import jobs, releases
 from service.posterior_summary import Coefficient, TopicWords, coefficients, top_words
 from service.schemas import JobPublic
 from service.timestamps import aware
+
+T = TypeVar("T")
 
 #: Jobs per page of a dataset's jobs table.
 JOBS_PER_PAGE = 25
@@ -38,40 +41,80 @@ class SpendCurve:
     start: datetime | None = None  # the first charged job's submission: the curve starts there at 0
 
 
-class _CurveCache:
-    """Curves by (dataset, number of charges, last charge id, accountant, delta): a new charge or a new
-    accountant is a new key, so a cached curve is never stale. Bounded, least recently used first out."""
+class _Cache(Generic[T]):
+    """A bounded map, least recently used out first, safe across the request threads."""
 
     def __init__(self, size: int = 64) -> None:
-        self._items: OrderedDict[tuple[Any, ...], SpendCurve] = OrderedDict()
+        self._items: OrderedDict[tuple[Any, ...], T] = OrderedDict()
         self._size = size
         self._lock = threading.Lock()
 
-    def get(self, key: tuple[Any, ...]) -> SpendCurve | None:
+    def get(self, key: tuple[Any, ...]) -> T | None:
         with self._lock:
-            curve = self._items.get(key)
-            if curve is not None:
+            value = self._items.get(key)
+            if value is not None:
                 self._items.move_to_end(key)
-            return curve
+            return value
 
-    def put(self, key: tuple[Any, ...], curve: SpendCurve) -> None:
+    def clear(self) -> None:
         with self._lock:
-            self._items[key] = curve
+            self._items.clear()
+
+    def put(self, key: tuple[Any, ...], value: T) -> None:
+        with self._lock:
+            self._items[key] = value
             self._items.move_to_end(key)
             while len(self._items) > self._size:
                 self._items.popitem(last=False)
 
 
-_curves = _CurveCache()
+#: Keyed by the ledger's state (dataset, number of charges, last charge id, accountant, delta): a new
+#: charge or another accountant is a new key, so nothing cached is ever stale.
+_curves: _Cache[SpendCurve] = _Cache()
+_plots: _Cache[bytes] = _Cache()
+
+
+def clear_caches() -> None:
+    """Forget every cached curve and plot (benchmarks measure the first request with this)."""
+    _curves.clear()
+    _plots.clear()
+
+
+def _ledger_state(conn: Any, dataset: str, delta: float) -> tuple[Any, ...]:
+    count, last = conn.execute(
+        select(func.count(), func.max(charges.c.id)).where(charges.c.dataset == dataset)
+    ).one()
+    return (dataset, count, last, configured_accountant().version, delta)
+
+
+def spend_plot(engine: Engine, dataset: str, budget: float | None, delta: float) -> bytes:
+    """The SVG of the dataset's spend curve with its budget line (service.ui.plots), cached likewise."""
+    with reading(engine) as conn:
+        key = (*_ledger_state(conn, dataset, delta), budget)
+    svg = _plots.get(key)
+    if svg is None:
+        from service.ui import plots  # matplotlib: only when a plot is drawn
+
+        curve = spend_curve(engine, dataset, delta)
+        title = f"Epsilon spent on dataset {dataset}, job by job"
+        svg = plots.cumulative_epsilon(curve.start, curve.ends, curve.cumulative, budget, delta, title)
+        _plots.put(key, svg)
+    return svg
+
+
+def warm_spend_curves(engine: Engine) -> None:
+    """Price the spend curve of every dataset whose ledger changed since its curve was cached, so that
+    a custodian's first look after a job is not the one that waits for the accountant."""
+    with reading(engine) as conn:
+        budgeted = conn.execute(select(budgets.c.dataset, budgets.c.delta)).all()
+    for dataset, delta in budgeted:
+        spend_curve(engine, dataset, delta)
 
 
 def spend_curve(engine: Engine, dataset: str, delta: float) -> SpendCurve:
     """The dataset's cumulative epsilon per job end (SpendCurve), priced by the configured accountant."""
     with reading(engine) as conn:
-        count, last = conn.execute(
-            select(func.count(), func.max(charges.c.id)).where(charges.c.dataset == dataset)
-        ).one()
-        key = (dataset, count, last, configured_accountant().version, delta)
+        key = _ledger_state(conn, dataset, delta)
         cached = _curves.get(key)
         if cached is not None:
             return cached
@@ -83,12 +126,13 @@ def spend_curve(engine: Engine, dataset: str, delta: float) -> SpendCurve:
     ordered = sorted(rows, key=lambda r: (aware(r.finished_at) or now, aware(r.created_at), r.id))
     costs = job_costs(engine, [r.id for r in ordered])
     curve = SpendCurve([], [], [], min((aware(r.created_at) for r in ordered), default=None))
-    total = None
-    for row in ordered:
-        total = costs[row.id] if total is None else total + costs[row.id]
-        curve.ends.append(aware(row.finished_at) or now)
-        curve.cumulative.append(total.epsilon(delta))
-        curve.job_ids.append(row.id)
+    if ordered:
+        accountant = costs[ordered[0].id].accountant
+        prefixes = np.cumsum([costs[row.id].as_array() for row in ordered], axis=0)
+        for row, prefix in zip(ordered, prefixes, strict=True):
+            curve.ends.append(aware(row.finished_at) or now)
+            curve.cumulative.append(PrivacyCost.from_array(prefix, accountant).epsilon(delta))
+            curve.job_ids.append(row.id)
     _curves.put(key, curve)
     return curve
 

@@ -1,0 +1,212 @@
+"""Dashboard render times on a dataset with 10,000 ledger events (issue 14: every page under 200 ms).
+
+Builds a control database with one dataset whose ledger holds `--jobs` x `--iterations` charges (default
+1,000 jobs of 10 iterations: 10,000 events; jobs alternate full-batch and subsampled releases, as real
+workloads do, so the accountant prices both kinds), then times each page and plot through the app in
+process (TestClient: the server's work, no network): the first request (cold: the spend curve is priced
+from the ledger) and the median and 95th percentile of `--repeats` more (warm: the curve is cached until
+the next charge).
+
+    python -m bench.dashboard                                  # SQLite
+    python -m bench.dashboard --database postgresql            # the production database
+    python -m bench.dashboard --screenshot docs/dashboard.png  # also the README's picture (Chromium)
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import statistics
+import tempfile
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+from fastapi.testclient import TestClient
+from sqlalchemy import Engine, insert
+
+from privacy_wall import ledger_db
+from privacy_wall.accounting import SubsampledGaussianEvent
+from privacy_wall.control_schema import datasets
+from privacy_wall.ledger import Charge
+from privacy_wall.sqlengine import create_db_engine
+from service.app import create_app
+from service.keys import create_key
+from service.models import jobs, posteriors
+from service.settings import ServiceSettings
+from service.ui import views
+from tests.dbservers import fresh_database
+from tests.test_api import RecordingQueue
+from vips.migrate import upgrade
+
+DATASET, POPULATION, FEATURES = "census", 30_000, 12
+TARGET_MS = 200.0
+
+
+def populate(engine: Engine, n_jobs: int, iterations: int, seed: int = 0) -> tuple[dict[str, str], str]:
+    """The dataset, its keys and its ledger; returns the keys by role and one finished job's id."""
+    rng = np.random.default_rng(seed)
+    names = ["intercept", *[f"x{j}" for j in range(1, FEATURES)]]
+    with engine.begin() as conn:
+        conn.execute(
+            insert(datasets).values(
+                name=DATASET, kind="tabular", population=POPULATION, dimension=FEATURES,
+                schema={"features": names, "label": "label"}, public=False, owner=None,
+                created_at=datetime.now(UTC) - timedelta(days=40),
+            )
+        )  # fmt: skip
+    _, custodian = create_key(engine, "custodian", DATASET)
+    analyst_id, analyst = create_key(engine, "analyst", all_datasets=True)
+    keys = {"custodian": custodian, "analyst": analyst}
+    ledger_db.set_budget(engine, DATASET, 1e9, 1e-5)
+    start = datetime.now(UTC) - timedelta(days=30)
+    job_id = ""
+    for j in range(n_jobs):
+        job_id = f"{j:08x}{rng.integers(1 << 62):016x}"[:32]
+        full = j % 2 == 0
+        event = (
+            SubsampledGaussianEvent(60.0, POPULATION, POPULATION)
+            if full
+            else SubsampledGaussianEvent(6.0, 300, POPULATION)
+        )
+        created = start + timedelta(minutes=43 * j)
+        with engine.begin() as conn:
+            conn.execute(
+                insert(jobs).values(
+                    id=job_id, dataset=DATASET, owner=analyst_id, model="blr", algorithm="vips", options={},
+                    iterations=iterations, batch_size=event.sample_size, sigma=event.noise_multiplier,
+                    epsilon_target=None, epsilon_job=None, delta=1e-5, status="succeeded",
+                    iteration=iterations, cancel_requested=False, created_at=created, started_at=created,
+                    finished_at=created + timedelta(minutes=2),
+                )
+            )  # fmt: skip
+        ledger_db.reserve(engine, DATASET, job_id, event, iterations)
+        for t in range(1, iterations + 1):
+            ledger_db.commit_charge(engine, Charge(DATASET, job_id, t, event))
+        ledger_db.refund(engine, job_id)
+    mean = rng.normal(size=FEATURES).tolist()
+    covariance = (np.eye(FEATURES) * 0.01).tolist()
+    with engine.begin() as conn:
+        conn.execute(
+            insert(posteriors).values(
+                job_id=job_id, created_at=datetime.now(UTC),
+                document={"model": "blr", "algorithm": "vips", "mean": mean, "covariance": covariance},
+            )
+        )  # fmt: skip
+    spent = ledger_db.budget_status(engine, DATASET).epsilon_spent
+    ledger_db.set_budget(engine, DATASET, round(spent * 1.25, 1), 1e-5)
+    return keys, job_id
+
+
+def _first(client: TestClient, page: str) -> float:
+    started = time.perf_counter()
+    assert client.get(page).status_code == 200, page
+    return (time.perf_counter() - started) * 1000
+
+
+def time_pages(
+    client: TestClient, engine: Engine, pages: list[str], repeats: int
+) -> list[tuple[str, float, float, float, float]]:
+    """Per page: the first request with nothing cached, the first after the API's warmer priced the
+    spend curves (service.ui.views.warm_spend_curves), then the median and p95 of `repeats` more."""
+    rows = []
+    for page in pages:
+        views.clear_caches()
+        cold = _first(client, page)
+        views.clear_caches()
+        views.warm_spend_curves(engine)
+        warmed = _first(client, page)
+        warm = []
+        for _ in range(repeats):
+            started = time.perf_counter()
+            assert client.get(page).status_code == 200
+            warm.append((time.perf_counter() - started) * 1000)
+        rows.append((page, cold, warmed, statistics.median(warm), float(np.percentile(warm, 95))))
+    return rows
+
+
+def screenshot(app: object, key: str, path: Path) -> None:
+    """The dataset page in Debian's Chromium, as the README shows it."""
+    import socket
+
+    import uvicorn
+    from playwright.sync_api import sync_playwright
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))  # type: ignore[arg-type]
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.05)
+    try:
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(
+                executable_path="/usr/bin/chromium", args=["--no-sandbox", "--disable-gpu"]
+            )
+            page = browser.new_page(viewport={"width": 1100, "height": 800})
+            page.goto(f"http://127.0.0.1:{port}/ui/signin")
+            page.fill("input[name=api_key]", key)
+            page.press("input[name=api_key]", "Enter")
+            page.wait_for_url(f"http://127.0.0.1:{port}/ui")
+            page.goto(f"http://127.0.0.1:{port}/ui/datasets/{DATASET}")
+            page.screenshot(
+                path=str(path), clip={"x": 0, "y": 0, "width": 1100, "height": 1000}, full_page=True
+            )
+            browser.close()
+    finally:
+        server.should_exit = True
+        thread.join()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--jobs", type=int, default=1000)
+    parser.add_argument("--iterations", type=int, default=10)
+    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--database", choices=("sqlite", "postgresql"), default="sqlite")
+    parser.add_argument("--screenshot", type=Path, help="write the dataset page's screenshot here (PNG)")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp, fresh_database(args.database, Path(tmp)) as url:
+        upgrade("control", url)
+        engine = create_db_engine(url)
+        started = time.perf_counter()
+        keys, job_id = populate(engine, args.jobs, args.iterations)
+        events = ledger_db.count_charges(engine, DATASET)
+        took = time.perf_counter() - started
+        print(f"{events} ledger events on {args.database} ({args.jobs} jobs) in {took:.0f} s")
+        settings = ServiceSettings(
+            home=Path(tmp), control_database_url=url, reaper_interval_seconds=0, ui_warm_interval_seconds=0
+        )
+        app = create_app(settings, queue=RecordingQueue(), engine=engine)
+        with TestClient(app) as client:
+            client.post("/ui/signin", data={"api_key": keys["custodian"]})
+            pages = [
+                "/ui",
+                f"/ui/datasets/{DATASET}",
+                f"/ui/datasets/{DATASET}/epsilon.svg",
+                f"/ui/datasets/{DATASET}?page=20",
+                f"/ui/jobs/{job_id}",
+                f"/ui/jobs/{job_id}/posterior.svg",
+            ]
+            client.get(f"/ui/jobs/{job_id}/posterior.svg")  # matplotlib's import, once per process
+            header = f"page ({events} ledger events) | first, nothing cached | first after the warmer"
+            print(f"\n| {header} | median | p95 | < {TARGET_MS:.0f} ms (warmed) |")
+            print("|---|---|---|---|---|---|")
+            for page, cold, warmed, median, p95 in time_pages(client, engine, pages, args.repeats):
+                shown = re.sub(r"[0-9a-f]{24,32}", "{job}", page)
+                verdict = "yes" if max(warmed, p95) < TARGET_MS else "no"
+                print(f"| `{shown}` | {cold:.1f} | {warmed:.1f} | {median:.1f} | {p95:.1f} | {verdict} |")
+        if args.screenshot is not None:
+            screenshot(app, keys["custodian"], args.screenshot)
+            print(f"\nwrote {args.screenshot}")
+        engine.dispose()
+
+
+if __name__ == "__main__":
+    main()
