@@ -14,8 +14,11 @@ from fastapi import FastAPI, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi_offline import FastAPIOffline
 from sqlalchemy import Engine
 from sqlalchemy.exc import InterfaceError, OperationalError
+from starlette.datastructures import MutableHeaders
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.db import create_control_engine
 from service.jobs import BudgetRefused, ServiceError, SpecError
@@ -35,7 +38,39 @@ API_PREFIX = "/v1"
 DESCRIPTION = """Differentially private Bayesian model fitting (VIPS) as a service.
 
 Authenticate with `Authorization: Bearer <API key>`. Every released value is the output of a Gaussian
-mechanism whose privacy cost was first reserved in the dataset's budget ledger."""
+mechanism whose privacy cost was first reserved in the dataset's budget ledger. The posterior documents
+are described in the repository's docs/posterior-format.md (and below, one schema per model family); the
+dashboard for people is at /ui."""
+
+
+#: The API's documentation pages load only from this host. ReDoc's sidebar asks cdn.redoc.ly for a logo
+#: and would otherwise reach out; the policy blocks it (the image hides itself). Swagger UI and ReDoc
+#: start from inline scripts and styles, ReDoc searches in a blob: worker.
+DOCS_POLICY = (
+    "default-src 'self'; script-src 'self' 'unsafe-inline'; style-src 'self' 'unsafe-inline'; "
+    "img-src 'self' data:; font-src 'self' data:; worker-src 'self' blob:; connect-src 'self'; "
+    "frame-ancestors 'none'; base-uri 'none'"
+)
+DOCS_PAGES = ("/docs", "/redoc")
+
+
+class DocsPolicy:
+    """Send DOCS_POLICY with the documentation pages (a pure ASGI middleware: bodies pass untouched)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] not in DOCS_PAGES:
+            await self.app(scope, receive, send)
+            return
+
+        async def with_policy(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                MutableHeaders(scope=message)["Content-Security-Policy"] = DOCS_POLICY
+            await send(message)
+
+        await self.app(scope, receive, with_policy)
 
 
 async def _service_error(_: Request, exc: Exception) -> JSONResponse:
@@ -100,7 +135,15 @@ def create_app(
             app.state.queue.close()
             app.state.engine.dispose()
 
-    app = FastAPI(title="VIPS", version="1", description=DESCRIPTION, lifespan=lifespan)
+    # Swagger UI and ReDoc from fastapi_offline's own copies, served here: /docs and /redoc work offline.
+    app = FastAPIOffline(
+        title="VIPS",
+        version="1",
+        description=DESCRIPTION,
+        lifespan=lifespan,
+        swagger_ui_parameters={"validatorUrl": None},  # never ask validator.swagger.io
+        static_url="/docs-assets",
+    )
     app.state.settings = settings
     app.state.engine = engine
     app.state.queue = queue
@@ -112,6 +155,7 @@ def create_app(
     # Unexpected errors: a JSON 500 that keeps the connection usable; bodies above the limit: 413.
     app.add_middleware(ErrorBoundary)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(DocsPolicy)
     app.include_router(health.router)
     for resource in (datasets, budgets, jobs, posteriors, keys):
         app.include_router(resource.router, prefix=API_PREFIX)

@@ -5,7 +5,6 @@ Pure Python on the document's JSON values (the API side imports no numerics).
 
 from __future__ import annotations
 
-import heapq
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -23,24 +22,22 @@ class TopicWords:
 
 
 def top_words(document: dict[str, Any], count: int = 10) -> list[TopicWords]:
-    """Each topic's `count` most probable words, from an LDA posterior's "lambda" (K x V) and
-    "vocabulary" (V words; word ids as text when the document has none)."""
+    """Each topic's `count` (at most 20) most probable words: the document's "topics" (word ids and
+    E[beta_kw], most probable first, as worker.models.lda writes them) named by its "vocabulary" (word
+    ids as text when it has none), with each topic's share of "lambda"."""
     lam: list[list[float]] = document["lambda"]
     vocabulary: list[str] = document.get("vocabulary") or [str(v) for v in range(len(lam[0]))]
     totals = [sum(row) for row in lam]
     everything = sum(totals)
-    topics = []
-    for k, (row, total) in enumerate(zip(lam, totals, strict=True)):
-        best = heapq.nlargest(count, range(len(row)), key=row.__getitem__)
-        topics.append(
-            TopicWords(
-                topic=k,
-                share=total / everything,
-                words=tuple(vocabulary[v] for v in best),
-                probabilities=tuple(row[v] / total for v in best),
-            )
+    return [
+        TopicWords(
+            topic=k,
+            share=totals[k] / everything,
+            words=tuple(vocabulary[v] for v in topic["word_ids"][:count]),
+            probabilities=tuple(topic["probabilities"][:count]),
         )
-    return topics
+        for k, topic in enumerate(document["topics"])
+    ]
 
 
 @dataclass(frozen=True)

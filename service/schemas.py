@@ -46,6 +46,11 @@ class Readiness(BaseModel):
 
 
 class BudgetUpdate(_Strict):
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{"epsilon": 1.0, "delta": 1e-5}]},
+    )
+
     epsilon: FiniteFloat | None = Field(
         gt=0, description="the epsilon cap; null (no cap) only for datasets marked public"
     )
@@ -122,6 +127,20 @@ class DatasetDetail(DatasetPublic):
 
 
 class JobCreate(_Strict):
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {"dataset": "adult", "model": "blr", "iterations": 10, "epsilon": 0.8},
+                {"dataset": "adult", "model": "blr", "algorithm": "dpvi", "iterations": 500,
+                 "batch_size": 650, "epsilon": 1.0},
+                {"dataset": "docs", "model": "lda", "iterations": 20, "batch_size": 200, "epsilon": 2.4,
+                 "options": {"topics": 20, "doc_length": 100}},
+                {"dataset": "adult", "model": "blr", "iterations": 10, "epsilon": 0.8, "dry_run": True},
+            ]
+        },
+    )  # fmt: skip
+
     dataset: DatasetName
     model: Model
     algorithm: Algorithm = "vips"
@@ -237,6 +256,17 @@ class Message(BaseModel):
 
 
 class KeyCreate(_Strict):
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {"role": "analyst", "dataset": "adult", "expires_in_days": 90},
+                {"role": "custodian", "dataset": "adult"},
+                {"role": "client", "all_datasets": True},
+            ]
+        },
+    )
+
     role: Role
     dataset: str | None = Field(
         default=None,
@@ -278,3 +308,83 @@ class KeyPublic(BaseModel):
     expires_at: datetime | None = Field(description="null: never expires")
     expired: bool
     revoked: bool
+
+
+# ---- posteriors (docs/posterior-format.md) --------------------------------------------------------------
+
+
+class PosteriorPrivacy(BaseModel):
+    epsilon: float | None = Field(
+        description="the job's epsilon on its own; null when it is infinite (sigma 0)"
+    )
+    epsilon_is_infinite: bool
+    delta: float
+    sigma: float = Field(description="the noise multiplier of every release")
+    iterations: int
+    batch_size: int
+    population: int
+    sampling: str = Field(description="how each minibatch was drawn: without_replacement")
+    neighbouring: str = Field(description="the neighbouring relation of the guarantee: replace_one")
+    accountant: str
+
+
+class _Posterior(BaseModel):
+    """What every posterior document carries; each family adds what prediction needs."""
+
+    model_config = ConfigDict(extra="allow")
+
+    format_version: int
+    algorithm: Algorithm
+    dataset: str
+    job_id: str
+    privacy: PosteriorPrivacy
+    natural_parameters: dict[str, Any] = Field(description="the approximate posterior's natural parameters")
+    sufficient_statistics: dict[str, Any] = Field(description="the last released (noised) statistics")
+    variational_parameters: dict[str, Any]
+
+
+class BlrPosterior(_Posterior):
+    """Bayesian logistic regression: q(w) = N(mean, covariance) over the feature columns."""
+
+    model: Literal["blr"]
+    mean: list[float]
+    covariance: list[list[float]]
+
+
+class LinregPosterior(_Posterior):
+    """Bayesian linear regression: q(w) = N(mean, covariance); the noise variance of y given x."""
+
+    model: Literal["linreg"]
+    mean: list[float]
+    covariance: list[list[float]]
+    noise_variance: float
+    noise_precision: dict[str, float] | None = Field(default=None, description="Gamma shape and rate (VIPS)")
+
+
+class LdaTopic(BaseModel):
+    word_ids: list[int] = Field(description="the topic's 20 most probable word ids, most probable first")
+    probabilities: list[float] = Field(description="E[beta_kw] of those words")
+
+
+class LdaPosterior(_Posterior):
+    """Latent Dirichlet allocation: q(beta_k) = Dirichlet(lambda_k) per topic, over the vocabulary."""
+
+    model: Literal["lda"]
+    lambda_: list[list[float]] = Field(alias="lambda", description="K x V Dirichlet parameters")
+    topics: list[LdaTopic]
+    vocabulary: list[str] | None = Field(default=None, description="word v of lambda's column v")
+
+
+class SbnPosterior(_Posterior):
+    """Sigmoid belief network: posterior means of the weights W (J visible x K hidden) and biases."""
+
+    model: Literal["sbn"]
+    W: list[list[float]]
+    b: list[float] = Field(description="hidden biases (K)")
+    c: list[float] = Field(description="visible biases (J)")
+    columns: list[str] | None = Field(default=None, description="the visible columns' names")
+
+
+Posterior = Annotated[
+    BlrPosterior | LinregPosterior | LdaPosterior | SbnPosterior, Field(discriminator="model")
+]

@@ -218,13 +218,20 @@ def test_sbn_errors(capsys: pytest.CaptureFixture[str], images: Images, tmp_path
     )  # fmt: skip
 
 
-def test_top_words_are_the_largest_lambda_entries_of_each_topic() -> None:
+def test_top_words_name_the_documents_topics_with_their_shares() -> None:
     from service.posterior_summary import top_words
 
-    document = {"lambda": [[1.0, 5.0, 2.0, 2.0], [9.0, 1.0, 1.0, 1.0]], "vocabulary": ["a", "b", "c", "d"]}
+    document = {
+        "lambda": [[1.0, 5.0, 2.0, 2.0], [9.0, 1.0, 1.0, 1.0]],
+        "vocabulary": ["a", "b", "c", "d"],
+        "topics": [
+            {"word_ids": [1, 2, 3, 0], "probabilities": [0.5, 0.2, 0.2, 0.1]},
+            {"word_ids": [0, 1, 2, 3], "probabilities": [0.75, 1 / 12, 1 / 12, 1 / 12]},
+        ],
+    }
     first, second = top_words(document, 2)
-    assert first.words[0] == "b" and first.words[1] in ("c", "d") and first.probabilities[0] == 0.5
-    assert second.words[0] == "a" and second.probabilities[0] == 0.75
+    assert first.words == ("b", "c") and first.probabilities == (0.5, 0.2)
+    assert second.words == ("a", "b") and second.probabilities[0] == 0.75
     assert (first.share, second.share) == (10 / 22, 12 / 22)
 
 

@@ -204,7 +204,13 @@ def _add_predict_evaluate(commands: argparse._SubParsersAction[_Parser]) -> None
         "probable words under E[beta_k] = lambda_k / sum_w lambda_kw.",
     )
     parser.add_argument("--posterior", metavar="P", required=True, help="an LDA posterior document")
-    parser.add_argument("--words", type=_positive_int, default=10, metavar="N", help="words per topic")
+    parser.add_argument(
+        "--words",
+        type=_at_most(20),
+        default=10,
+        metavar="N",
+        help="words per topic (at most 20: the posterior keeps 20)",
+    )
     parser.add_argument("--by-share", action="store_true", help="largest topics first")
     parser.set_defaults(handler="topics:run")
 

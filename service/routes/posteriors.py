@@ -3,24 +3,24 @@ job's dataset and admins."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter
+from fastapi.responses import JSONResponse
 
 from service.auth import AUTH_RESPONSES, JobReaderKey
 from service.deps import EngineDep
 from service.jobs import job_posterior, visible_job
 from service.params import JobIdPath
-from service.schemas import Message
+from service.schemas import Message, Posterior
 
 router = APIRouter(prefix="/jobs", tags=["posteriors"], responses=AUTH_RESPONSES)
 
 
 @router.get(
     "/{job_id}/posterior",
-    response_model=dict[str, Any],
+    response_model=Posterior,
     responses={404: {"model": Message}, 409: {"model": Message, "description": "the job has not succeeded"}},
 )
-def posterior(job_id: JobIdPath, engine: EngineDep, principal: JobReaderKey) -> dict[str, Any]:
-    """The released posterior document (DESIGN section 6), once the job has succeeded."""
-    return job_posterior(engine, visible_job(engine, principal, job_id))
+def posterior(job_id: JobIdPath, engine: EngineDep, principal: JobReaderKey) -> JSONResponse:
+    """The released posterior document, once the job has succeeded: one schema per model family
+    (docs/posterior-format.md). Sent as stored, every float as the worker wrote it."""
+    return JSONResponse(job_posterior(engine, visible_job(engine, principal, job_id)))

@@ -15,8 +15,10 @@ def run(args: argparse.Namespace) -> int:
     document = load_posterior(Path(args.posterior))
     if document["model"] != "lda":
         raise UsageError(f"{args.posterior} is a {document['model']} posterior; topics are LDA's")
-    fitted = lda_parameters(document)  # checks lambda's shape and values
-    topics = top_words(document, min(args.words, fitted.lam.shape[1]))
+    lda_parameters(document)  # checks lambda's shape and values
+    if not isinstance(document.get("topics"), list):
+        raise UsageError(f"{args.posterior} has no list of topics (an LDA posterior of this service has one)")
+    topics = top_words(document, args.words)
     order = sorted(topics, key=lambda t: -t.share) if args.by_share else topics
     for topic in order:
         sys.stdout.write(f"topic {topic.topic:>3} ({100 * topic.share:4.1f}%): {' '.join(topic.words)}\n")

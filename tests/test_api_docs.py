@@ -1,0 +1,103 @@
+"""The API's own documentation (issue 13.6): /docs and /redoc load only what the service serves, every
+request example in the OpenAPI document is one the API accepts, and the typed posterior schemas describe
+the documents the models really write. tests/test_ui_browser.py renders both pages in Chromium."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from pydantic import TypeAdapter
+
+from privacy_wall import ledger_db
+from service.schemas import Posterior
+from tests.dbservers import fresh_database
+from tests.test_api import Api, add_dataset, make_api
+from worker.estimator import (
+    DPSEPLinearRegression,
+    DPSEPLogisticRegression,
+    DPVILogisticRegression,
+    VIPSLatentDirichletAllocation,
+    VIPSLinearRegression,
+    VIPSLogisticRegression,
+    VIPSSigmoidBeliefNetwork,
+)
+
+
+@pytest.fixture
+def api(tmp_path: Path) -> Iterator[Api]:
+    with fresh_database("sqlite", tmp_path) as url:
+        yield from make_api(url, tmp_path)
+
+
+@pytest.mark.parametrize("page", ["/docs", "/redoc"])
+def test_the_docs_pages_load_only_what_the_service_serves(api: Api, page: str) -> None:
+    html = api.client.get(page)
+    assert html.status_code == 200
+    assert not re.findall(r"https?://", html.text), "the page names another host"
+    loaded = re.findall(r'(?:src|href)="([^"]+)"', html.text)
+    assert any(url.endswith(".js") for url in loaded)
+    for url in loaded:
+        assert url.startswith("/"), url
+        assert api.client.get(url).status_code == 200, url
+    assert "fonts.googleapis" not in html.text and "cdn.jsdelivr" not in html.text
+
+
+def _examples(spec: dict[str, Any]) -> Iterator[tuple[str, str, dict[str, Any]]]:
+    """(method, path, example body) for every operation whose request body has examples."""
+    schemas = spec["components"]["schemas"]
+    for path, operations in spec["paths"].items():
+        for method, operation in operations.items():
+            body = operation.get("requestBody", {}).get("content", {}).get("application/json")
+            if body is None:
+                continue
+            schema = body["schema"]
+            if "$ref" in schema:
+                schema = schemas[schema["$ref"].rsplit("/", 1)[1]]
+            assert schema.get("examples"), f"{method.upper()} {path} has no request example"
+            for example in schema["examples"]:
+                yield method, path, example
+
+
+def test_every_request_example_is_accepted(api: Api) -> None:
+    """Swagger's "Try it out" fills in these bodies: each must be a request the API accepts."""
+    add_dataset(api.engine, "adult", population=32_561)
+    ledger_db.set_budget(api.engine, "adult", 100.0, 1e-5)
+    ledger_db.set_budget(api.engine, "docs", 100.0, 1e-5)  # the LDA example's: the fixture's bag of words
+    who = {"/v1/keys": "admin", "/v1/jobs": "analyst", "/v1/datasets/{name}/budget": "admin"}
+    tried = 0
+    for method, path, example in _examples(api.client.app.openapi()):  # type: ignore[attr-defined]
+        url = path.replace("{name}", "nobudget")  # a dataset the job examples do not need
+        r = api.call(method.upper(), url, who[path], json=example)
+        assert r.status_code < 300, (method, path, example, r.text)
+        tried += 1
+    assert tried >= 8  # keys 3, budget 1, jobs 4
+
+
+def _fits() -> Iterator[tuple[str, dict[str, Any]]]:
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(200, 3))
+    x /= np.maximum(1.0, np.linalg.norm(x, axis=1, keepdims=True))
+    labels = (x[:, 0] > 0).astype(int)
+    quiet: dict[str, Any] = {"sigma": 0, "random_state": 0, "iterations": 2}
+    for estimator in (VIPSLogisticRegression, DPVILogisticRegression, DPSEPLogisticRegression):
+        yield estimator.__name__, estimator(**quiet).fit(x, labels).posterior_
+    for regression in (VIPSLinearRegression, DPSEPLinearRegression):
+        yield regression.__name__, regression(**quiet).fit(x, x[:, 0] / 2).posterior_
+    counts = sp.csr_array(rng.poisson(1.0, size=(40, 15)))
+    yield "lda", VIPSLatentDirichletAllocation(topics=3, doc_length=0, **quiet).fit(counts).posterior_
+    images = (rng.random((60, 16)) > 0.5).astype(float)
+    yield "sbn", VIPSSigmoidBeliefNetwork(hidden=2, **quiet).fit(images).posterior_
+
+
+@pytest.mark.parametrize(("name", "document"), list(_fits()))
+def test_the_typed_posterior_schemas_describe_real_documents(name: str, document: dict[str, Any]) -> None:
+    parsed = TypeAdapter(Posterior).validate_python(document)
+    assert parsed.model == document["model"]
+    # nothing lost or changed: the typed view dumps back to the same document
+    assert parsed.model_dump(by_alias=True, exclude_unset=True) == document
