@@ -14,9 +14,9 @@ subsampled releases. An accountant turns a cost into (epsilon, delta):
   privacy_wall.wor_rdp) with the improved RDP-to-DP conversion (Balle et al. 2020, Thm 21; Canonne,
   Kamath, Steinke 2020), as dp_accounting's RdpAccountant computes it.
 - `paper`: autodp's analytical moments accountant with the classic conversion, which reproduces the
-  papers' epsilons (DESIGN section 3); for comparisons only.
+  papers' epsilons (docs/design.md section 3); for comparisons only.
 
-Conventions (DESIGN section 2): replace-one neighbours; each iteration samples exactly S of N records
+Conventions (docs/design.md section 2): replace-one neighbours; each iteration samples exactly S of N records
 uniformly without replacement; one Gaussian mechanism with noise multiplier sigma per iteration.
 This is the only module of the project that imports autodp or dp_accounting.
 """

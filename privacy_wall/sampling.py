@@ -1,7 +1,7 @@
 """How the gate chooses a minibatch's rows when it does not draw them uniformly.
 
 Every release with noise uses uniform sampling: S distinct rows drawn uniformly at random, independently
-for each iteration (`store.sample`), the subsampled Gaussian mechanism the accountant analyses (DESIGN
+for each iteration (`store.sample`), the subsampled Gaussian mechanism the accountant analyses (docs/design.md
 section 2). `ShuffledPasses` is for non-private fits of public data only (the gate refuses it otherwise):
 consecutive slices of a fresh random permutation for each pass over the data, as online variational Bayes
 libraries (scikit-learn, gensim, onlineldavb) process a corpus, so every row is used once per pass.

@@ -1,4 +1,4 @@
-"""The HTTP API (DESIGN section 6): `create_app()` builds the app with its engine and job queue.
+"""The HTTP API (docs/design.md section 6): `create_app()` builds the app with its engine and job queue.
 
 Run it with `uvicorn --factory service.app:create_app` (or `vips serve` / `vips up`, which migrate the
 control database first: the app assumes a migrated database). OpenAPI at /docs.

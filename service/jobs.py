@@ -1,6 +1,6 @@
 """Job submission and the job's life seen from the API: spec checks, admission, queueing, cancel, reads.
 
-Admission order (DESIGN section 3): check the spec against the dataset's public metadata, choose sigma
+Admission order (docs/design.md section 3): check the spec against the dataset's public metadata, choose sigma
 (given, or calibrated to the job's own target epsilon at the dataset's delta), reserve the job's whole
 RDP curve atomically, insert the job row, then send the task by name. If the insert or the send fails,
 the reservation is refunded and the job marked failed: no budget stays reserved for a job that will not

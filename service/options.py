@@ -1,4 +1,4 @@
-"""Model options a job may set (DESIGN section 6), shared by the API's validation and the CLI."""
+"""Model options a job may set (docs/design.md section 6), shared by the API's validation and the CLI."""
 
 from __future__ import annotations
 
@@ -30,8 +30,8 @@ _CLIP_FRACTION = OptionSpec(lambda v: 0 < v <= 1, "must be in (0, 1]")
 MODEL_KINDS = {"blr": "tabular", "linreg": "regression", "lda": "bow", "sbn": "binary"}
 #: Options every model takes (the step-size schedule rho_t = (tau0 + t)^-kappa).
 COMMON_OPTIONS: dict[str, OptionSpec] = {"tau0": _NON_NEGATIVE, "kappa": _UNIT_INTERVAL}
-#: Options of each model (DESIGN section 6). The upper bounds keep one job's memory reasonable: LDA holds
-#: K x V topic parameters and resamples S x N_w tokens; the SBN holds J (K+1) x (K+1) covariances.
+#: Options of each model (docs/design.md section 6). The upper bounds keep one job's memory reasonable: LDA
+#: holds K x V topic parameters and resamples S x N_w tokens; the SBN holds J (K+1) x (K+1) covariances.
 MODEL_OPTIONS: dict[str, dict[str, OptionSpec]] = {
     # noise_aware 1 (default): the M-step that accounts for s1's noise; 0: the paper's Eq. 53-55.
     "blr": {"a0": _POSITIVE, "b0": _POSITIVE, "noise_aware": _whole(0, 1)},
@@ -45,7 +45,7 @@ MODEL_OPTIONS: dict[str, dict[str, OptionSpec]] = {
     },
     "sbn": {"hidden": _whole(1, 500)},
 }
-#: The models each algorithm fits (DESIGN section 5: DPVI and DP-SEP are alternatives for regression).
+#: The models each algorithm fits (docs/design.md section 5: DPVI and DP-SEP are alternatives for regression).
 ALGORITHM_MODELS: dict[str, tuple[str, ...]] = {
     "vips": ("blr", "linreg", "lda", "sbn"),
     "dpvi": ("blr",),
@@ -98,7 +98,7 @@ def schedule_problem(model: str, options: dict[str, float], sigma: float) -> tup
     """(option name, why) when valid options conflict with the job's sigma, or None.
 
     LDA's doc_length 0 keeps documents as they are; their length then bounds each contribution, and a
-    private dataset does not publish it, so it is allowed only without noise (DESIGN section 6).
+    private dataset does not publish it, so it is allowed only without noise (docs/design.md section 6).
     """
     if model == "lda" and options.get("doc_length") == 0 and sigma > 0:
         return "doc_length", "doc_length 0 (documents kept as they are) is only allowed with sigma 0"

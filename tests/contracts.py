@@ -1,4 +1,4 @@
-"""The contract every data-touching query of the privacy wall satisfies (DESIGN sections 2 and 7).
+"""The contract every data-touching query of the privacy wall satisfies (docs/design.md sections 2 and 7).
 
 `QueryContract` has no `Test` prefix, so pytest does not collect it on its own. Each query's test module
 subclasses it (``class TestBlrQuery(QueryContract)``) and provides the hooks below; the subclass then runs

@@ -4,6 +4,7 @@ the documents the models really write. tests/test_ui_browser.py renders both pag
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -101,3 +102,30 @@ def test_the_typed_posterior_schemas_describe_real_documents(name: str, document
     assert parsed.model == document["model"]
     # nothing lost or changed: the typed view dumps back to the same document
     assert parsed.model_dump(by_alias=True, exclude_unset=True) == document
+
+
+def test_the_documented_example_is_a_valid_posterior() -> None:
+    text = (Path(__file__).parents[1] / "docs" / "posterior-format.md").read_text()
+    (example,) = re.findall(r"```json\n(.*?)```", text, re.DOTALL)
+    document = json.loads(example)
+    assert TypeAdapter(Posterior).validate_python(document).model == "blr"
+
+
+def test_nothing_refers_to_a_file_outside_the_repository() -> None:
+    """The design notes live in docs/: no file points at the shared folder beside the checkout."""
+    root = Path(__file__).parents[1]
+    skipped = {".venv", ".git", "build", "var", "__pycache__", ".mypy_cache", ".ruff_cache", ".pytest_cache"}
+    outside = re.compile(r"\.\./" + "shared|" + r"\bDESIGN(\.md)?\b")
+    offenders = []
+    for path in root.rglob("*"):
+        parts = path.relative_to(root).parts
+        if any(part in skipped or part.endswith(".egg-info") for part in parts) or not path.is_file():
+            continue
+        if path.suffix in {".py", ".md", ".toml", ".yml", ".ini", ".html", ".css", ".txt"} or path.name in {
+            "Makefile",
+            "Dockerfile",
+            "run",
+        }:
+            lines = enumerate(path.read_text().splitlines(), 1)
+            offenders += [f"{path.relative_to(root)}:{n}" for n, line in lines if outside.search(line)]
+    assert offenders == []

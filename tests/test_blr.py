@@ -138,7 +138,7 @@ def test_batch_mode_matches_direct_vb_where_the_hyperprior_matters() -> None:
 def test_estimator_batch_mode_is_the_direct_vb_solution(
     data: tuple[np.ndarray, np.ndarray, np.ndarray], reference: tuple
 ) -> None:
-    """The researcher's estimator with batch_size=None runs batch mode, which (DESIGN section 4) uses
+    """The researcher's estimator with batch_size=None runs batch mode, which (docs/design.md section 4) uses
     rho = 1. With rho_t = 1/t instead the iterate is a running average of every past update, including
     those made from the prior, and is still ~10% away from the fixed point after 50 iterations."""
     x, y, _ = data

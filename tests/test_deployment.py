@@ -1,5 +1,5 @@
 """The deployment files: docker-compose.yml as Compose itself resolves it (no engine needed), the
-Dockerfile's inputs, and the trust boundary they encode (DESIGN section 1).
+Dockerfile's inputs, and the trust boundary they encode (docs/design.md section 1).
 
 Compose is run as `docker compose config` or Debian's `docker-compose config`; under CI (CI=true) one of
 them must exist (.ci/run installs Debian's docker-compose), elsewhere the test says plainly it skipped.

@@ -226,9 +226,9 @@ class GeneratorSpyStore(SpyStore):
 
 
 def test_private_releases_draw_from_a_fresh_cryptographic_generator() -> None:
-    """DESIGN.md sections 2-3: noise and sampling come from a cryptographically secure bit generator keyed
-    by the OS (AES-128 in counter mode), a fresh one per release. Two generators' first 4 x 64 bits agree
-    with probability 2^-256 if the keys are independent, so equal streams mean a fixed or reused key."""
+    """docs/design.md sections 2-3: noise and sampling come from a cryptographically secure bit generator
+    keyed by the OS (AES-128 in counter mode), a fresh one per release. Two generators' first 4 x 64 bits
+    agree with probability 2^-256 if the keys are independent, so equal streams mean a fixed or reused key."""
     first, second = private_generator(), private_generator()
     assert isinstance(first.bit_generator, AESCounter) and isinstance(second.bit_generator, AESCounter)
     assert not np.array_equal(first.bit_generator.random_raw(4), second.bit_generator.random_raw(4))

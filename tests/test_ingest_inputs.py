@@ -177,7 +177,7 @@ def test_good_names_pass(capsys: pytest.CaptureFixture[str], home: Path, tmp_pat
 def test_the_label_column_defaults_to_label(
     capsys: pytest.CaptureFixture[str], home: Path, tmp_path: Path
 ) -> None:
-    """DESIGN section 6: `vips data ingest NAME --kind tabular --input FILE [--label COLUMN]`, default
+    """docs/design.md section 6: `vips data ingest NAME --kind tabular --input FILE [--label COLUMN]`, default
     label."""
     data = tmp_path / "d.csv"
     data.write_text(GOOD)

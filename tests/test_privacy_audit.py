@@ -1,5 +1,5 @@
-"""Empirical privacy audit through the real gate (DESIGN section 7): worst-case canary pairs released many
-times, and statistical lower bounds on the privacy they lose, against what the ledger charges.
+"""Empirical privacy audit through the real gate (docs/design.md section 7): worst-case canary pairs
+released many times, and statistical lower bounds on the privacy they lose, against what the ledger charges.
 
 For each query, two neighbouring datasets D and D' (S = N, so no sampling: one release is one Gaussian
 mechanism with noise multiplier sigma) differ in one record, chosen from the query contract's
@@ -98,8 +98,8 @@ SHIFT_SLACK = 1e-9
 
 
 def blr_joint_pair() -> tuple[Batch, ...]:
-    """DESIGN section 2: unit rows at cosine 1/4 with opposite labels and both Polya-Gamma means at 1/4
-    (second moment 0) reach BLR's joint sensitivity 1.25 of the normalised blocks."""
+    """docs/design.md section 2: unit rows at cosine 1/4 with opposite labels and both Polya-Gamma means at
+    1/4 (second moment 0) reach BLR's joint sensitivity 1.25 of the normalised blocks."""
     other = np.array([0.25, math.sqrt(15.0) / 4.0, 0.0])
     return (blr_tests.record(np.eye(3)[0], 1.0), blr_tests.record(other, 0.0))
 

@@ -125,7 +125,8 @@ class TestBlrQuery(QueryContract):
         ]
 
     def expected_sensitivities(self, batch_size: int) -> dict[str, float]:
-        # DESIGN section 4: s1 (C = 1/2, general) Delta = 2 C / S = 1/S; s2 (C = 1/4, PSD) sqrt(2) C / S.
+        # docs/design.md section 4: s1 (C = 1/2, general) Delta = 2 C / S = 1/S;
+        # s2 (C = 1/4, PSD) sqrt(2) C / S.
         return {"s1": 1.0 / batch_size, "s2": math.sqrt(2.0) / (4.0 * batch_size)}
 
     def make_store(self, name: str, rows: Batch, *, public: bool) -> RowStore:
@@ -165,7 +166,7 @@ class TestBlrQuery(QueryContract):
 
 
 def naive_e_step(x: np.ndarray, y: np.ndarray, moment: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """DESIGN section 4 written record by record: c = sqrt(x^T M x), E[xi] = tanh(c/2)/(2c)."""
+    """docs/design.md section 4 written record by record: c = sqrt(x^T M x), E[xi] = tanh(c/2)/(2c)."""
     s1 = np.zeros(x.shape[1])
     s2 = np.zeros((x.shape[1], x.shape[1]))
     for xn, yn in zip(x, y, strict=True):

@@ -129,7 +129,8 @@ class TestDpviQuery(QueryContract):
         return bad
 
     def expected_sensitivities(self, batch_size: int) -> dict[str, float]:
-        # DESIGN section 5: the clipped sum moves by at most 2 c_t under replace-one; the mean by 2 c_t / S.
+        # docs/design.md section 5: the clipped sum moves by at most 2 c_t under replace-one;
+        # the mean by 2 c_t / S.
         return {BLOCK: 2.0 * CLIP / batch_size}
 
     def make_store(self, name: str, rows: Batch, *, public: bool) -> RowStore:

@@ -129,7 +129,7 @@ class TestLdaQuery(QueryContract):
         ]
 
     def expected_sensitivities(self, batch_size: int) -> dict[str, float]:
-        # DESIGN section 4: per-document bound a N_w, non-negative contributions: sqrt(2) a N_w / S.
+        # docs/design.md section 4: per-document bound a N_w, non-negative contributions: sqrt(2) a N_w / S.
         return {"s": math.sqrt(2.0) * CLIP * N_W / batch_size}
 
     def make_store(self, name: str, rows: Batch, *, public: bool) -> RowStore:

@@ -81,7 +81,7 @@ class VipsEstimator(BaseEstimator):  # type: ignore[misc]
     accountant analyses) or "passes" (sigma = 0 only: shuffled passes over the data, as scikit-learn and
     gensim do; T iterations of S rows are T S / N passes). tau0, kappa: step sizes rho_t = (tau0 + t)^-kappa.
     accountant: "pld" (default; exact for S = N), "rdp" or "paper" (privacy_wall.accounting).
-    Subclasses name their model and algorithm and add their options (DESIGN section 6) as fields; an
+    Subclasses name their model and algorithm and add their options (docs/design.md section 6) as fields; an
     option left None takes the model's default (worker.models).
     """
 

@@ -1,4 +1,4 @@
-"""The posterior document (DESIGN section 6): what clients download and predict with.
+"""The posterior document (docs/design.md section 6): what clients download and predict with.
 
 {"model", "algorithm", "dataset", "job_id", "privacy": {"epsilon", "delta", "sigma", "iterations",
 "batch_size", "sampling", "accountant"}, "natural_parameters", "sufficient_statistics",

@@ -57,14 +57,14 @@ r -> (1 - gamma) theta_f + gamma r is affine, fixed before the release, and inve
 for neighbouring D, D' and every order alpha the Renyi divergence between the damped outputs equals the one
 between the releases (post-processing gives <= both ways). Both are the Gaussian mechanism with noise
 multiplier sigma (noise std / sensitivity: sigma 2 C / S over 2 C / S, or sigma Delta_new over Delta_new)
-on S records drawn uniformly without replacement from N (DESIGN section 2), so the gate's charge of one
-subsampled Gaussian event per iteration is exactly the paper's privacy loss, never less. It is not looser
+on S records drawn uniformly without replacement from N (docs/design.md section 2), so the gate's charge of
+one subsampled Gaussian event per iteration is exactly the paper's privacy loss, never less. It is not looser
 anywhere and it is tighter than two common misreadings: clipping eta_fn and Lambda_fn to C separately
 would need sqrt(2) more noise for the same multiplier (here one joint clip, as in Prop. 1, where
 ||theta_fn||_2 is the norm of the whole natural-parameter vector), and counting the two natural parameters
-as two releases on the same minibatch would undercount under amplification (DESIGN section 2). Damping is
-pure post-processing here, so a schedule gamma_t changes nothing in the analysis; the paper's step 12
-(clip theta_f to C) and step 10 (PSD projection) are post-processing too and run outside the wall.
+as two releases on the same minibatch would undercount under amplification (docs/design.md section 2). Damping
+is pure post-processing here, so a schedule gamma_t changes nothing in the analysis; the paper's step 12 (clip
+theta_f to C) and step 10 (PSD projection) are post-processing too and run outside the wall.
 """
 
 from __future__ import annotations

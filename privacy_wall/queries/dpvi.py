@@ -20,7 +20,7 @@ distortion: clipping would otherwise shrink the prior's pull whenever a record's
 
 Each g_n is clipped to L2 norm `clip` (c_t of the paper, constant here) and the clipped vectors are
 summed: one block "gradient" (2d,), mean part first, with per-record bound C = clip and general sign, so
-under replace-one Delta = 2 clip / S (DESIGN section 2; the paper's sensitivity 2 c_t of the sum).
+under replace-one Delta = 2 clip / S (docs/design.md section 2; the paper's sensitivity 2 c_t of the sum).
 Post-processing is the identity.
 
 Bounds: with ||x|| <= 1 and |r| <= 1 the mean part has norm <= 1, so clip >= 1 never touches it; the

@@ -17,14 +17,14 @@ For each document d of the minibatch (paper notation; code names in brackets):
    L1 norm N_w, hence L2 norm <= N_w; clipped to L2 norm a N_w [clip] (Eq. 29).
 
 One block "s" (K x V, flattened row-major): per-record bound C = a N_w, non-negative, so under
-replace-one Delta = sqrt(2) a N_w / S (DESIGN section 2; the paper's N / S is the add/remove bound).
+replace-one Delta = sqrt(2) a N_w / S (docs/design.md section 2; the paper's N / S is the add/remove bound).
 Post-processing sets negative entries of the noised mean to zero.
 
 Keeping documents as they are (doc_length = 0) makes the per-document bound the document's length,
 which nothing bounds on private data. Such a query must be built with `max_document_length` L, declares
 C = a L and clips every contribution to it, so a release stays differentially private at the declared
 Delta whatever the documents are; but documents longer than L are then biased towards zero. The option
-is meant for public data at sigma = 0 (DESIGN section 6), where L is the corpus's longest document and
+is meant for public data at sigma = 0 (docs/design.md section 6), where L is the corpus's longest document and
 a = 1, so nothing is clipped: callers that accept a job specification refuse doc_length = 0 with
 sigma > 0 (see service.options.schedule_problem). The wall itself never needs that rule to stay private.
 

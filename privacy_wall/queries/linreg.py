@@ -9,7 +9,7 @@ mode is exact Bayesian inference (the posterior natural parameters are prior + N
 worker.models.linreg).
 
 Ingestion bounds: ||x|| <= 1 and |y| <= 1. Released blocks (per-record contribution, its L2 bound C, the
-replace-one sensitivity of the batch mean; DESIGN section 2):
+replace-one sensitivity of the batch mean; docs/design.md section 2):
 
   xx = x x^T    packed upper triangle   ||x x^T||_F = ||x||^2 <= 1, PSD:   C = 1, Delta = sqrt(2) / S
   yx = y x      (d,)                    ||y x|| = |y| ||x|| <= 1, signed:   C = 1, Delta = 2 / S

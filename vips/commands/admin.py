@@ -114,7 +114,7 @@ def run_ingest(args: argparse.Namespace) -> int:
 
 
 def _label(args: argparse.Namespace) -> str | None:
-    """The label column: as given, else `label` for the kinds that have one (DESIGN section 6)."""
+    """The label column: as given, else `label` for the kinds that have one (docs/design.md section 6)."""
     if args.label is not None:
         return str(args.label)
     return DEFAULT_LABEL if args.kind in ("tabular", "regression") else None

@@ -1,6 +1,6 @@
 """`vips predict` and `vips evaluate`: use a downloaded posterior on public data, outside the wall.
 
-The posterior's model decides the input and the output (DESIGN section 6):
+The posterior's model decides the input and the output (docs/design.md section 6):
 - blr: a numeric CSV (a label column, if named, is dropped); predict writes column p = P(y = 1 | x);
   evaluate prints {"auc", "accuracy", "log_loss", "n"}.
 - linreg: a numeric CSV (a target column, if named, is dropped); predict writes the predictive mean and

@@ -25,8 +25,8 @@ Differences from the paper's Alg. 1, all outside the privacy argument:
   *sum* while this steps along N times the noisy minibatch *mean* plus the KL gradient: an unbiased
   estimate of the full ELBO's gradient. AdaGrad is invariant to a constant rescaling of the gradient, so
   the two differ only in the weight of the prior relative to the data, which here is the model's.
-- Minibatches are S records drawn uniformly without replacement (DESIGN section 2), not Poisson samples.
-- The runner's step size rho_t is ignored: AdaGrad sets its own per-coordinate step sizes.
+- Minibatches are S records drawn uniformly without replacement (docs/design.md section 2), not Poisson
+samples. - The runner's step size rho_t is ignored: AdaGrad sets its own per-coordinate step sizes.
 - The generator of eps is derived from (seed, t) rather than carried along as one mutable generator, so
   the state stays immutable and public_params is a pure function of it (a resumed or replayed job draws
   exactly the same eps).

@@ -1,4 +1,5 @@
-"""Which public half and which wall query a job runs, from its model, algorithm and options (DESIGN 5-6).
+"""Which public half and which wall query a job runs, from its model, algorithm and options
+(docs/design.md sections 5-6).
 
 One place maps (model, algorithm, options) to (VipsModel, Query), for the worker's jobs, the in-process
 estimators and `vips fit --local` alike. The rules on options live in service.options (the API checks
@@ -100,7 +101,7 @@ def model_setup(
 
 def public_schema_extra(model: str, schema: dict[str, Any]) -> dict[str, Any]:
     """What a posterior carries from the dataset's public schema so that clients can use it on their own
-    files: LDA the vocabulary (word ids -> words), SBN the column names (DESIGN section 6)."""
+    files: LDA the vocabulary (word ids -> words), SBN the column names (docs/design.md section 6)."""
     if model == "lda" and "vocabulary" in schema:
         return {"vocabulary": list(schema["vocabulary"])}
     if model == "sbn" and "columns" in schema:
