@@ -94,6 +94,10 @@ def full_flow(service: Service, tmp_path: Path) -> None:
     assert [j["id"] for j in listed] == [job["id"]]
     shown = json.loads(service.vips("job", job["id"][:8], key=analyst).stdout)
     assert shown["id"] == job["id"] and shown["status"] == "succeeded"
+    released = service.vips("releases", job["id"][:8], "--after", "2", "--limit", "3", key=analyst).stdout
+    rows = [json.loads(line) for line in released.splitlines()]
+    assert [r["iteration"] for r in rows] == [3, 4, 5]
+    assert set(rows[0]["statistics"]) == {"s1", "s2"} and rows[0]["noise_std"]["s1"] > 0
     summary = json.loads(service.vips("ledger", "synth", key=custodian).stdout)
     assert summary["jobs"][0]["iterations_charged"] == 8
     assert summary["jobs"][0]["epsilon_spent"] == pytest.approx(job["epsilon_spent"])

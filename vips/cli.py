@@ -32,14 +32,22 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see {self.prog} --help)")
 
 
-def _positive_int(text: str) -> int:
+def _whole(text: str, minimum: int) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
     return value
+
+
+def _positive_int(text: str) -> int:
+    return _whole(text, 1)
+
+
+def _non_negative_int(text: str) -> int:
+    return _whole(text, 0)
 
 
 def _at_most(limit: int) -> Callable[[str], int]:
@@ -334,6 +342,16 @@ def _add_client(commands: argparse._SubParsersAction[_Parser]) -> None:
     parser = commands.add_parser("job", help="a job's status, progress and epsilon spent (one JSON line)")
     parser.add_argument("job", metavar="JOB")
     parser.set_defaults(handler="remote:run_job_show")
+    parser = commands.add_parser(
+        "releases",
+        help="a job's released (noised) statistics, one JSON line per iteration (analyst, custodian)",
+    )
+    parser.add_argument("job", metavar="JOB")
+    parser.add_argument(
+        "--after", type=_non_negative_int, default=0, metavar="T", help="from iteration T + 1"
+    )
+    parser.add_argument("--limit", type=_at_most(100_000), metavar="N", help="at most N iterations")
+    parser.set_defaults(handler="remote:run_releases")
     parser = commands.add_parser("cancel", help="cancel a job; its unspent budget is refunded")
     parser.add_argument("job", metavar="JOB")
     parser.set_defaults(handler="remote:run_cancel")

@@ -217,6 +217,14 @@ def run_job_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_releases(args: argparse.Namespace) -> int:
+    """One JSON line per released iteration (its noised statistics and noise std), oldest first."""
+    with client() as api:
+        for release in api.releases(args.job, after=args.after, limit=args.limit):
+            print_json(release)
+    return 0
+
+
 def run_cancel(args: argparse.Namespace) -> int:
     with client() as api:
         print_json(api.cancel(args.job))
