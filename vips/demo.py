@@ -102,6 +102,7 @@ def _explore(demo: Demo, server: subprocess.Popen[bytes]) -> None:
     for variable, key in demo.keys.items():
         print(f"export {variable}={key}")
     print("VIPS_API_KEY=$ANALYST_KEY vips jobs      # and vips job ID, vips ledger adult (custodian), ...")
+    print(f"open {demo.url}/ui and sign in with $CUSTODIAN_KEY or $ANALYST_KEY: the dashboard")
     print(f"open {demo.url}/docs for the API; Ctrl-C here stops the service")
     with contextlib.suppress(KeyboardInterrupt):
         server.wait()
