@@ -211,9 +211,9 @@ class VipsEstimator(BaseEstimator):  # type: ignore[misc]
         hold: a classifier's label set, part of the public schema (default [0, 1]).
         """
         model, algorithm = document.get("model"), document.get("algorithm", "vips")
-        target = _ESTIMATORS.get((str(model), str(algorithm)))
+        target = ESTIMATORS.get((str(model), str(algorithm)))
         if target is None:
-            known = ", ".join(f"{m}/{a}" for m, a in _ESTIMATORS)
+            known = ", ".join(f"{m}/{a}" for m, a in ESTIMATORS)
             raise PosteriorError(f"no estimator for a {model}/{algorithm} posterior; expected one of {known}")
         if not issubclass(target, cls):
             raise PosteriorError(
@@ -540,7 +540,8 @@ class VIPSSigmoidBeliefNetwork(DensityMixin, VipsEstimator):  # type: ignore[mis
         return tags
 
 
-_ESTIMATORS: dict[tuple[str, str], type[VipsEstimator]] = {
+#: The estimator of each (model, algorithm): from_posterior and `vips fit --local` pick from it.
+ESTIMATORS: dict[tuple[str, str], type[VipsEstimator]] = {
     ("blr", "vips"): VIPSLogisticRegression,
     ("blr", "dpvi"): DPVILogisticRegression,
     ("blr", "dpsep"): DPSEPLogisticRegression,

@@ -66,6 +66,10 @@ def _epsilon(value: float | None) -> str:
 templates.env.filters["eps"] = _epsilon
 
 
+def _svg(svg: bytes) -> Response:
+    return Response(svg, media_type="image/svg+xml", headers=SECURITY_HEADERS)
+
+
 class _SignIn(Exception):
     """No (valid) session: the page sends its visitor to the sign-in form."""
 
@@ -262,7 +266,7 @@ def spend_plot(request: Request, engine: EngineDep, name: str) -> Response:
         budget = dataset.budget
         delta = budget.delta if budget is not None else 1e-5
         svg = views.spend_plot(engine, name, budget.epsilon if budget else None, delta)
-        return Response(svg, media_type="image/svg+xml", headers=SECURITY_HEADERS)
+        return _svg(svg)
 
     return _guarded(request, engine, render)
 
@@ -315,7 +319,7 @@ def convergence_plot(request: Request, engine: EngineDep, job_id: str) -> Respon
             raise NotFound(f"job {job_id} has no releases this key may read")
         title = f"How much each release changed: job {job.id[:8]}"
         svg = plots.convergence(views.release_changes(engine, job.id), title)
-        return Response(svg, media_type="image/svg+xml", headers=SECURITY_HEADERS)
+        return _svg(svg)
 
     return _guarded(request, engine, render)
 
@@ -344,7 +348,7 @@ def posterior_plot(request: Request, engine: EngineDep, job_id: str) -> Response
             svg = plots.weight_images(units, f"Each hidden unit's weights over the pixels: job {job.id[:8]}")
         else:
             raise NotFound(f"job {job_id}'s posterior has no plot")
-        return Response(svg, media_type="image/svg+xml", headers=SECURITY_HEADERS)
+        return _svg(svg)
 
     return _guarded(request, engine, render)
 

@@ -30,16 +30,7 @@ from vips.commands import remote
 from vips.errors import NotAvailable, RuntimeFailure, UsageError
 from vips.output import check_writable, print_json
 from vips.progress import epsilon_text, fit_progress, note
-from worker.estimator import (
-    DPSEPLinearRegression,
-    DPSEPLogisticRegression,
-    DPVILogisticRegression,
-    VipsEstimator,
-    VIPSLatentDirichletAllocation,
-    VIPSLinearRegression,
-    VIPSLogisticRegression,
-    VIPSSigmoidBeliefNetwork,
-)
+from worker.estimator import ESTIMATORS
 from worker.models.base import Array
 from worker.posterior import save_posterior
 
@@ -131,17 +122,6 @@ def read_local(args: argparse.Namespace) -> LocalData:
         raise UsageError(
             f"{path}: {exc} (data rows count from 0: row r is on line r + {FIRST_DATA_LINE})"
         ) from None
-
-
-ESTIMATORS: dict[tuple[str, str], type[VipsEstimator]] = {
-    ("blr", "vips"): VIPSLogisticRegression,
-    ("lda", "vips"): VIPSLatentDirichletAllocation,
-    ("sbn", "vips"): VIPSSigmoidBeliefNetwork,
-    ("blr", "dpvi"): DPVILogisticRegression,
-    ("blr", "dpsep"): DPSEPLogisticRegression,
-    ("linreg", "vips"): VIPSLinearRegression,
-    ("linreg", "dpsep"): DPSEPLinearRegression,
-}
 
 
 def _run_local(args: argparse.Namespace) -> int:
