@@ -212,6 +212,18 @@ def test_a_client_sees_its_dataset_s_jobs_but_not_their_releases(browser: Browse
     page.context.close()
 
 
+def test_an_admin_sees_every_dataset_and_may_set_budgets(browser: Browser, site: Site) -> None:
+    page = sign_in(browser, site, "admin")
+    assert set(page.locator("table.data tbody td a").all_inner_texts()) == {"synth", "docs", "digits"}
+    page.get_by_role("link", name="digits", exact=True).click()
+    page.wait_for_url(f"{site.service.url}/ui/datasets/digits")
+    assert page.locator("form.budget-form input[name=epsilon]").count() == 1
+    text = page.inner_text("section.budget")
+    # public, no cap; its sigma-0 jobs have no finite epsilon: "unbounded" spent, nothing held back
+    assert "no cap" in text and "unbounded" in text and "nan" not in text
+    page.context.close()
+
+
 def test_a_wrong_key_sees_nothing(browser: Browser, site: Site) -> None:
     page = context_for(browser, site).new_page()
     page.goto(f"{site.service.url}/ui/signin")

@@ -20,7 +20,7 @@ matplotlib.rcParams["svg.hashsalt"] = "vips"  # the same plot gives the same byt
 
 _SPENT, _BUDGET, _SHARE = "#1f5fa8", "#b8322a", "#9db7d6"
 #: Room for the axis labels of the time-series plots, as fractions of the figure.
-_MARGINS = {"left": 0.1, "right": 0.98, "bottom": 0.2, "top": 0.9}
+_MARGINS = {"left": 0.14, "right": 0.98, "bottom": 0.2, "top": 0.9}
 
 
 #: Above this many points a curve is drawn as a line alone (markers would be a blur, and slow to draw).

@@ -35,7 +35,7 @@ from service.jobs import (
 from service.keys import Principal, authenticate
 from service.routes.budgets import set_budget
 from service.routes.datasets import list_datasets, show_dataset
-from service.schemas import BudgetUpdate
+from service.schemas import BudgetPublic, BudgetUpdate
 from service.ui import views
 from service.ui.sessions import COOKIE, UiSession, close_session, find_session, open_session
 
@@ -63,7 +63,15 @@ def _epsilon(value: float | None) -> str:
     return "unbounded" if math.isinf(value) else f"{value:.4g}"
 
 
+def _held(budget: BudgetPublic) -> float:
+    """What open reservations hold beyond the spend (reserved includes spent); 0 when both are unbounded."""
+    if budget.epsilon_reserved == budget.epsilon_spent:
+        return 0.0
+    return max(budget.epsilon_reserved - budget.epsilon_spent, 0.0)
+
+
 templates.env.filters["eps"] = _epsilon
+templates.env.filters["held"] = _held
 
 
 def _svg(svg: bytes) -> Response:

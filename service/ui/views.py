@@ -219,5 +219,10 @@ def remaining_fraction(budget: Any) -> tuple[float, float]:
     if budget is None or budget.epsilon is None or budget.epsilon <= 0:
         return 0.0, 0.0
     spent = min(budget.epsilon_spent / budget.epsilon, 1.0)
-    reserved = min(max(budget.epsilon_reserved - budget.epsilon_spent, 0.0) / budget.epsilon, 1.0 - spent)
+    held = (
+        0.0
+        if budget.epsilon_reserved == budget.epsilon_spent
+        else budget.epsilon_reserved - budget.epsilon_spent
+    )
+    reserved = min(max(held, 0.0) / budget.epsilon, 1.0 - spent)
     return spent, reserved
