@@ -350,12 +350,22 @@ def reserve(
 def refund(engine: Engine, job_id: str) -> int:
     """Close a job's reservation: its uncommitted iterations stop counting. Returns how many were refunded."""
     with engine.begin() as conn:
-        res = conn.execute(select(reservations).where(reservations.c.job_id == job_id)).one_or_none()
-        if res is None or not res.open:
-            return 0
-        _lock_budget(conn, res.dataset)
-        conn.execute(update(reservations).where(reservations.c.job_id == job_id).values(open=False))
-        return int(res.iterations - res.committed)
+        return close_reservation(conn, job_id)
+
+
+def close_reservation(conn: Connection, job_id: str) -> int:
+    """`refund` inside the caller's transaction (so a job's end and its refund commit together)."""
+    found = conn.execute(
+        select(reservations.c.dataset, reservations.c.open).where(reservations.c.job_id == job_id)
+    ).one_or_none()
+    if found is None or not found.open:
+        return 0
+    _lock_budget(conn, found.dataset)  # then read again: a charge committed meanwhile is not refunded
+    res = conn.execute(select(reservations).where(reservations.c.job_id == job_id)).one()
+    if not res.open:
+        return 0
+    conn.execute(update(reservations).where(reservations.c.job_id == job_id).values(open=False))
+    return int(res.iterations - res.committed)
 
 
 # commit_charge runs once per iteration of every job: its statements are built once, with bound parameters.

@@ -11,17 +11,49 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, cast
 
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
 from sqlalchemy import Connection, CursorResult, Engine, Executable, create_engine, event
 from sqlalchemy.engine import make_url
 
 SQLITE_BUSY_TIMEOUT_SECONDS = 60
 
 
+class DatabaseSettings(BaseSettings):
+    """How long a PostgreSQL connection may wait on a peer that is gone (a network cut sends no reset).
+
+    VIPS_IDLE_TRANSACTION_TIMEOUT_SECONDS: the server ends a session whose transaction has waited this long
+    for its client; otherwise a client cut off mid-transaction would hold its row locks (the budget row's
+    among them) until TCP notices, hours later, and every admission, charge and refund on that dataset would
+    wait. Our transactions never idle for long. VIPS_DATABASE_LOST_SECONDS: the client gives up a connection
+    whose server stops acknowledging (TCP keepalives, tcp_user_timeout) after about this long, instead of
+    waiting for an answer that cannot come (the job is then resumed; see worker/jobs.py)."""
+
+    model_config = SettingsConfigDict(env_prefix="VIPS_", extra="ignore")
+
+    idle_transaction_timeout_seconds: float = Field(default=60.0, gt=0)
+    database_lost_seconds: float = Field(default=60.0, ge=3)
+
+    def postgresql_connect_args(self) -> dict[str, Any]:
+        """libpq parameters: keepalive probes after a third of the bound, three of them a sixth apart."""
+        lost, idle_ms = self.database_lost_seconds, round(self.idle_transaction_timeout_seconds * 1000)
+        return {
+            "options": f"-c idle_in_transaction_session_timeout={idle_ms}",
+            "keepalives": 1,
+            "keepalives_idle": max(1, round(lost / 3)),
+            "keepalives_interval": max(1, round(lost / 6)),
+            "keepalives_count": 3,
+            "tcp_user_timeout": round(lost * 1000),
+        }
+
+
 def create_db_engine(url: str, **kwargs: Any) -> Engine:
-    """An engine for `url`; SQLite gets immediate transactions, a busy timeout and foreign keys."""
+    """An engine for `url`. PostgreSQL connections give up on a lost peer in bounded time (DatabaseSettings);
+    SQLite gets immediate transactions, a busy timeout and foreign keys."""
     parsed = make_url(url)
     if parsed.get_backend_name() != "sqlite":
-        return create_engine(url, pool_pre_ping=True, **kwargs)
+        connect_args = {**DatabaseSettings().postgresql_connect_args(), **kwargs.pop("connect_args", {})}
+        return create_engine(url, pool_pre_ping=True, connect_args=connect_args, **kwargs)
     engine = create_engine(
         url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_SECONDS, "check_same_thread": False}, **kwargs
     )

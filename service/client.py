@@ -19,9 +19,10 @@ from urllib.parse import quote
 
 import httpx
 
+from service.job_status import TERMINAL
+
 DEFAULT_URL = "http://127.0.0.1:8000"
 DEFAULT_TIMEOUT_SECONDS = 60.0
-TERMINAL = ("succeeded", "failed", "cancelled")
 
 
 class ApiError(Exception):

@@ -6,3 +6,5 @@ from typing import Literal, get_args
 
 JobStatus = Literal["queued", "running", "succeeded", "failed", "cancelled"]
 JOB_STATUSES: tuple[str, ...] = get_args(JobStatus)
+#: The states a job never leaves.
+TERMINAL: tuple[str, ...] = ("succeeded", "failed", "cancelled")

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Engine, Row, Select, func, insert, select, update
+from sqlalchemy import Engine, Row, Select, and_, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from privacy_wall import ledger_db
@@ -38,6 +38,7 @@ from privacy_wall.control_schema import charges, datasets, reservations
 from privacy_wall.ledger import BudgetExceeded
 from privacy_wall.sqlengine import reading
 from service.auth import sees_job
+from service.job_end import end_job
 from service.keys import Principal
 from service.models import jobs, posteriors, releases
 from service.options import MODEL_KINDS, algorithm_problem, option_problem, schedule_problem
@@ -50,7 +51,6 @@ log = logging.getLogger(__name__)
 
 #: The delta of the budget row created on a public dataset's first use (no epsilon cap).
 PUBLIC_DEFAULT_DELTA = 1e-5
-TERMINAL = ("succeeded", "failed", "cancelled")
 
 Loc = tuple[str | int, ...]
 
@@ -394,17 +394,16 @@ def _fail_unsent(engine: Engine, job_id: str) -> bool:
     (a send can fail after the broker got the message). Returns whether the job was failed."""
     try:
         with engine.begin() as conn:
-            changed = conn.execute(
-                update(jobs)
-                .where(jobs.c.id == job_id, jobs.c.status == "queued", jobs.c.started_at.is_(None))
-                .values(status="failed", error="the job queue did not accept the job", finished_at=_now())
-            ).rowcount
+            return end_job(
+                conn,
+                job_id,
+                "failed",
+                only_if=and_(jobs.c.status == "queued", jobs.c.started_at.is_(None)),
+                error="the job queue did not accept the job",
+            )
     except Exception:
         ledger_db.refund(engine, job_id)  # the job was never sent: it must not hold budget
         raise
-    if changed:
-        ledger_db.refund(engine, job_id)
-    return bool(changed)
 
 
 # ---- reading and cancelling -----------------------------------------------------------------------------
@@ -581,13 +580,9 @@ def cancel_job(engine: Engine, job: Row[Any]) -> None:
         return
     with engine.begin() as conn:
         conn.execute(update(jobs).where(jobs.c.id == job.id).values(cancel_requested=True))
-        cancelled = conn.execute(
-            update(jobs)
-            .where(jobs.c.id == job.id, jobs.c.status == "queued", jobs.c.started_at.is_(None))
-            .values(status="cancelled", finished_at=_now())
-        ).rowcount
-    if cancelled:
-        ledger_db.refund(engine, job.id)
+        end_job(
+            conn, job.id, "cancelled", only_if=and_(jobs.c.status == "queued", jobs.c.started_at.is_(None))
+        )
 
 
 def job_releases(

@@ -17,15 +17,15 @@ import threading
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Engine, or_, select, update
+from sqlalchemy import Engine, or_, select
 
 from privacy_wall import ledger_db
 from privacy_wall.control_schema import reservations
+from service.job_end import end_job
+from service.job_status import TERMINAL
 from service.models import jobs
 from service.periodic import run_every
 from service.timestamps import aware
-
-TERMINAL = ("succeeded", "failed", "cancelled")
 
 log = logging.getLogger(__name__)
 
@@ -69,17 +69,12 @@ def reap(control: Engine, heartbeat_timeout: float, queued_timeout: float | None
     reaped = []
     for job_id, status, message in doomed:
         with control.begin() as conn:
-            changed = conn.execute(
-                update(jobs)
-                .where(jobs.c.id == job_id, jobs.c.status == status)
-                .values(status="failed", error=message, finished_at=datetime.now(UTC))
-            ).rowcount
+            changed = end_job(conn, job_id, "failed", only_if=jobs.c.status == status, error=message)
         if changed:
-            ledger_db.refund(control, job_id)
             log.warning("reaped job %s (%s): %s", job_id, status, message)
             reaped.append(job_id)
-    # A job failed by a path that could not refund (the database went away in between) still holds an
-    # open reservation: close those too.
+    # A job ended with an open reservation (its submission failed between reserving and queueing, or a
+    # database older than end_job's single transaction left one): close those too.
     with control.connect() as conn:
         stranded = conn.execute(
             select(reservations.c.job_id)
@@ -99,14 +94,8 @@ def fail_running_jobs(control: Engine, message: str) -> list[str]:
     failed = []
     for job_id in running:
         with control.begin() as conn:
-            changed = conn.execute(
-                update(jobs)
-                .where(jobs.c.id == job_id, jobs.c.status == "running")
-                .values(status="failed", error=message, finished_at=datetime.now(UTC))
-            ).rowcount
-        if changed:
-            ledger_db.refund(control, job_id)
-            failed.append(job_id)
+            if end_job(conn, job_id, "failed", only_if=jobs.c.status == "running", error=message):
+                failed.append(job_id)
     return failed
 
 

@@ -109,9 +109,15 @@ def stable_port() -> int:
 
 
 def _reset(sock: socket.socket) -> None:
-    """Close with a TCP reset (linger 0), as a peer that vanished does, not an orderly FIN."""
+    """End the connection for both peers at once, with a TCP reset (linger 0) where the kernel can.
+
+    The shutdown matters: a pipe thread blocked reading this socket keeps the kernel's socket alive after
+    close() until its read returns, so without it a peer waiting for an answer (a server idle in a
+    transaction, a client waiting for a query's reply) would wait forever, its row locks held."""
     with contextlib.suppress(OSError):
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
     sock.close()
 
 

@@ -31,6 +31,9 @@ from tests.faults import PrivateRedis, TcpProxy, stable_port
 
 DELTA = 1e-5
 HEARTBEAT, QUEUED, REAPER = 3.0, 6.0, 0.5
+#: A worker cut off mid-transaction leaves its PostgreSQL session idle in that transaction, holding its
+#: locks (the budget row's) until this timeout ends it (the proxy's cut never reaches the server).
+IDLE_TRANSACTION = 3.0
 #: Every job must be terminal this long after the fault ends (reaper bounds plus a margin for 2 busy cores).
 BOUND = 30.0
 
@@ -115,6 +118,7 @@ def faulty_service(tmp_path: Path) -> Iterator[Faulty]:
             **_clean_env(),
             "VIPS_HOME": str(tmp_path / "home"),
             "VIPS_HEARTBEAT_TIMEOUT_SECONDS": str(HEARTBEAT),
+            "VIPS_IDLE_TRANSACTION_TIMEOUT_SECONDS": str(IDLE_TRANSACTION),
             "VIPS_QUEUED_TIMEOUT_SECONDS": str(QUEUED),
             "VIPS_REAPER_INTERVAL_SECONDS": str(REAPER),
             "VIPS_BROKER_URL": redis.url,

@@ -3,12 +3,13 @@ durable commits on every pooled connection, reads that leave no transaction open
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from sqlalchemy import Column, Engine, Integer, MetaData, Table, func, insert, select, text, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from privacy_wall.sqlengine import (
     autocommit_reads,
@@ -103,3 +104,51 @@ def test_autocommit_reads_leave_no_transaction_open(engine: Engine) -> None:
                 assert conn.execute(select(counters.c.value)).scalar_one() == 5
     finally:
         other.dispose()
+
+
+def test_a_transaction_its_client_abandoned_frees_its_locks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client cut off mid-transaction sends nothing more: PostgreSQL ends its session after
+    VIPS_IDLE_TRANSACTION_TIMEOUT_SECONDS, so the row it locked (a budget row) is not held for hours."""
+    monkeypatch.setenv("VIPS_IDLE_TRANSACTION_TIMEOUT_SECONDS", "1")
+    with fresh_database("postgresql", tmp_path) as url:
+        eng = create_db_engine(url)
+        try:
+            metadata.create_all(eng)
+            with eng.begin() as conn:
+                conn.execute(insert(counters).values(id=1, value=0))
+            abandoned = eng.connect()
+            abandoned.execute(select(counters).where(counters.c.id == 1).with_for_update())
+            started = time.monotonic()
+            with eng.begin() as conn:  # waits for the abandoned transaction's lock, then gets it
+                conn.exec_driver_sql("SET LOCAL lock_timeout = '10s'")  # without the timeout: an error
+                conn.execute(update(counters).where(counters.c.id == 1).values(value=1))
+            waited = time.monotonic() - started
+            assert 0.5 < waited < 10, waited  # ended by the timeout (1 s), not by anything else
+            with pytest.raises(DBAPIError, match="idle-in-transaction timeout"):  # its session is gone
+                abandoned.execute(select(counters))
+            abandoned.invalidate()
+        finally:
+            eng.dispose()
+
+
+def test_a_client_gives_up_a_lost_server_in_bounded_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every PostgreSQL connection probes a silent server and drops unacknowledged sends after about
+    VIPS_DATABASE_LOST_SECONDS (libpq's keepalives and tcp_user_timeout), and its session carries the
+    idle-transaction timeout."""
+    monkeypatch.setenv("VIPS_DATABASE_LOST_SECONDS", "30")
+    monkeypatch.setenv("VIPS_IDLE_TRANSACTION_TIMEOUT_SECONDS", "45")
+    with fresh_database("postgresql", tmp_path) as url:
+        eng = create_db_engine(url)
+        try:
+            with eng.connect() as conn:
+                params = conn.connection.dbapi_connection.info.get_parameters()  # type: ignore[union-attr]
+                idle = conn.exec_driver_sql("SHOW idle_in_transaction_session_timeout").scalar_one()
+        finally:
+            eng.dispose()
+    assert params["keepalives"] == "1" and params["tcp_user_timeout"] == "30000"
+    assert int(params["keepalives_idle"]) + 3 * int(params["keepalives_interval"]) <= 30
+    assert idle == "45s"

@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import Engine, func, select, update
+from sqlalchemy import Connection, Engine, func, select, update
 from sqlalchemy.exc import OperationalError
 
 from privacy_wall import ledger_db
-from privacy_wall.control_schema import charges, reservations
+from privacy_wall.control_schema import budgets, charges, reservations
 from privacy_wall.sqlengine import create_db_engine
 from service.app import create_app
 from service.models import jobs, releases
@@ -71,6 +71,33 @@ def test_a_finished_job_with_an_open_reservation_is_refunded(engines: tuple[Engi
     assert open_reservations(control) == 1
     reap(control, heartbeat_timeout=60, queued_timeout=300)
     assert open_reservations(control) == 0
+
+
+@pytest.mark.parametrize("engines", ["postgresql"], indirect=True)
+def test_a_job_is_never_seen_ended_with_budget_still_reserved(engines: tuple[Engine, Engine]) -> None:
+    """The reaper's status change and its refund commit together: while the refund waits for the budget
+    row (a charge in flight holds it), readers still see the job running, never failed with budget held."""
+    control, _ = engines
+    job_id = submit(control)
+    with control.begin() as conn:
+        conn.execute(
+            update(jobs)
+            .where(jobs.c.id == job_id)
+            .values(status="running", heartbeat_at=datetime.now(UTC) - timedelta(hours=1))
+        )
+    reaped: list[list[str]] = []
+    with control.connect() as charge_in_flight:
+        with charge_in_flight.begin():
+            charge_in_flight.execute(select(budgets).where(budgets.c.dataset == "t").with_for_update())
+            reaper = threading.Thread(target=lambda: reaped.append(reap(control, heartbeat_timeout=60)))
+            reaper.start()
+            reaper.join(timeout=1.0)
+            assert reaper.is_alive(), "the reaper should be waiting for the budget row"
+            assert job_row(control, job_id).status == "running"
+            assert open_reservations(control) == 1
+        reaper.join(timeout=30)
+    assert reaped == [[job_id]]
+    assert job_row(control, job_id).status == "failed" and open_reservations(control) == 0
 
 
 @pytest.fixture
@@ -171,16 +198,16 @@ def test_recording_a_job_end_is_retried(
 ) -> None:
     control, _ = engines
     job_id = submit(control)
-    real = ledger_db.refund
+    real = ledger_db.close_reservation
     failures = {"left": 2}
 
-    def flaky(engine: Engine, job: str) -> int:
+    def flaky(conn: Connection, job: str) -> int:
         if failures["left"]:
             failures["left"] -= 1
             raise OperationalError("UPDATE", {}, ConnectionError("connection reset"))
-        return real(engine, job)
+        return real(conn, job)
 
-    monkeypatch.setattr(ledger_db, "refund", flaky)
+    monkeypatch.setattr(ledger_db, "close_reservation", flaky)
     monkeypatch.setattr(job_runner, "FINISH_RETRY_WAITS", (0.01, 0.01, 0.01))
     job_runner._finish(control, job_id, "failed", "test")
     assert job_row(control, job_id).status == "failed" and open_reservations(control) == 0

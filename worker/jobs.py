@@ -34,6 +34,8 @@ from privacy_wall.sqlengine import (
     run_writes,
     transaction,
 )
+from service.job_end import end_job
+from service.job_status import TERMINAL
 from service.models import jobs, posteriors, releases
 from service.reaper import heartbeat_is_fresh
 from worker.models.registry import model_setup, public_schema_extra
@@ -42,7 +44,6 @@ from worker.runner import LoopSettings, run_vips
 
 log = logging.getLogger(__name__)
 
-TERMINAL = ("succeeded", "failed", "cancelled")
 #: Errors of an unreachable or lost database (control or sensitive): the job is resumed later, not failed.
 DATABASE_ERRORS = (OperationalError, InterfaceError)
 
@@ -226,13 +227,8 @@ def _finish(control: Engine, job_id: str, status: str, error: str | None = None)
     database stays away the job keeps its stale heartbeat and the reaper fails and refunds it."""
     for wait in (*FINISH_RETRY_WAITS, None):
         try:
-            with control.begin() as conn:
-                conn.execute(  # never over a status someone else ended it with (the reaper)
-                    update(jobs)
-                    .where(jobs.c.id == job_id, jobs.c.status.in_(("queued", "running")))
-                    .values(status=status, error=error, finished_at=_now())
-                )
-            ledger_db.refund(control, job_id)
+            with control.begin() as conn:  # never over a status someone else ended it with (the reaper)
+                end_job(conn, job_id, status, only_if=jobs.c.status.in_(("queued", "running")), error=error)
             return
         except DATABASE_ERRORS:
             if wait is None:
