@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Connection, Engine, func, select, update
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DBAPIError, OperationalError
 
 from privacy_wall import ledger_db
 from privacy_wall.control_schema import budgets, charges, reservations
@@ -164,13 +164,36 @@ def test_an_unreachable_database_at_task_start_is_retried_not_failed(
     assert open_reservations(control) == 0
 
 
+def idle_transaction_ended(control: Engine) -> DBAPIError:
+    """The error a client gets once PostgreSQL ended its transaction for idling past the timeout (a frozen
+    worker): an InternalError, not an OperationalError, after which SQLAlchemy drops the connection."""
+    url = control.url.render_as_string(hide_password=False)
+    engine = create_db_engine(url, connect_args={"options": "-c idle_in_transaction_session_timeout=200"})
+    try:
+        with engine.begin() as conn:
+            conn.execute(select(1))
+            time.sleep(0.6)
+            conn.execute(select(1))
+    except DBAPIError as exc:
+        assert not isinstance(exc, OperationalError) and exc.connection_invalidated
+        return exc
+    finally:
+        engine.dispose()
+    raise AssertionError("the server kept a transaction idle past its timeout")
+
+
+@pytest.mark.parametrize("loss", ["connection closed", "idle transaction ended"])
 def test_a_database_lost_mid_job_resumes_without_paying_twice(
-    engines: tuple[Engine, Engine], monkeypatch: pytest.MonkeyPatch
+    engines: tuple[Engine, Engine], monkeypatch: pytest.MonkeyPatch, loss: str
 ) -> None:
     control, sensitive = engines
+    if loss == "idle transaction ended" and control.dialect.name != "postgresql":
+        pytest.skip("the idle-transaction timeout is PostgreSQL's")
     job_id = submit(control)
 
     def lose_database() -> None:
+        if loss == "idle transaction ended":
+            raise idle_transaction_ended(control)
         raise OperationalError("SELECT", {}, ConnectionError("server closed the connection"))
 
     on_gate_call(monkeypatch, 4, lose_database)

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 from sqlalchemy import Engine, bindparam, func, insert, select, update
-from sqlalchemy.exc import InterfaceError, OperationalError
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
 from privacy_wall import ledger_db
 from privacy_wall.accounting import configured_accountant
@@ -46,6 +46,12 @@ log = logging.getLogger(__name__)
 
 #: Errors of an unreachable or lost database (control or sensitive): the job is resumed later, not failed.
 DATABASE_ERRORS = (OperationalError, InterfaceError)
+
+
+def database_lost(exc: BaseException) -> bool:
+    """A DATABASE_ERRORS error, or any driver error after which SQLAlchemy dropped the connection as dead
+    (PostgreSQL ending a transaction left idle past its timeout raises InternalError so)."""
+    return isinstance(exc, DATABASE_ERRORS) or (isinstance(exc, DBAPIError) and exc.connection_invalidated)
 
 
 def _now() -> datetime:
@@ -266,11 +272,11 @@ def execute_job(job_id: str, control: Engine, sensitive: Engine, *, heartbeat_ti
         ledger_db.refund(control, job_id)
         with reading(control) as conn:
             return str(conn.execute(select(jobs.c.status).where(jobs.c.id == job_id)).scalar_one())
-    except DATABASE_ERRORS as exc:
-        log.warning("job %s: database unavailable (%s); it resumes later", job_id, type(exc).__name__)
-        raise DatabaseUnavailable(job_id, started=True) from exc
-    except Exception as exc:  # the job fails; its unspent reservation is refunded
-        log.exception("job %s failed", job_id)
+    except Exception as exc:
+        if database_lost(exc):
+            log.warning("job %s: database unavailable (%s); it resumes later", job_id, type(exc).__name__)
+            raise DatabaseUnavailable(job_id, started=True) from exc
+        log.exception("job %s failed", job_id)  # the job fails; its unspent reservation is refunded
         _finish(control, job_id, "failed", f"{type(exc).__name__}: {exc}")
         return "failed"
     _finish(control, job_id, "succeeded")
