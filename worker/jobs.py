@@ -202,7 +202,9 @@ def heartbeat(control: Engine, job_id: str, every_seconds: float) -> Iterator[No
                         .where(jobs.c.id == job_id, jobs.c.status == "running")
                         .values(heartbeat_at=_now())
                     )
-            except DATABASE_ERRORS:  # a blip: beat again next time (a long outage lets the reaper act)
+            except DBAPIError as exc:  # a blip: beat again next time (a long outage lets the reaper act)
+                if not database_lost(exc):
+                    raise
                 log.warning("job %s: heartbeat failed (database unavailable)", job_id)
 
     thread = threading.Thread(target=beat, name=f"heartbeat-{job_id}", daemon=True)
@@ -236,8 +238,8 @@ def _finish(control: Engine, job_id: str, status: str, error: str | None = None)
             with control.begin() as conn:  # never over a status someone else ended it with (the reaper)
                 end_job(conn, job_id, status, only_if=jobs.c.status.in_(("queued", "running")), error=error)
             return
-        except DATABASE_ERRORS:
-            if wait is None:
+        except DBAPIError as exc:
+            if wait is None or not database_lost(exc):
                 raise
             log.warning("job %s: recording its end failed (database unavailable); retrying", job_id)
             time.sleep(wait)
@@ -252,7 +254,9 @@ def execute_job(job_id: str, control: Engine, sensitive: Engine, *, heartbeat_ti
     """
     try:
         claimed = _claim(job_id, control, heartbeat_timeout)
-    except DATABASE_ERRORS as exc:
+    except DBAPIError as exc:
+        if not database_lost(exc):
+            raise
         raise DatabaseUnavailable(job_id, started=False) from exc
     if isinstance(claimed, str):
         return claimed
