@@ -19,6 +19,7 @@ from privacy_wall import ledger_db
 from privacy_wall.control_schema import budgets, charges, reservations
 from privacy_wall.sqlengine import create_db_engine
 from service.app import create_app
+from service.job_end import end_job
 from service.models import jobs, releases
 from service.queue import RecordingQueue
 from service.reaper import reap
@@ -302,7 +303,7 @@ def test_a_job_the_reaper_ended_stops_charging(
 
     def reap_it() -> None:  # the reaper fails the job while iteration 3 is computed
         with control.begin() as conn:
-            conn.execute(update(jobs).where(jobs.c.id == job_id).values(status="failed", error="reaped"))
+            end_job(conn, job_id, "failed", only_if=jobs.c.status == "running", error="reaped")
 
     calls = on_gate_call(monkeypatch, 3, reap_it)
     assert job_runner.execute_job(job_id, control, sensitive) == "failed"

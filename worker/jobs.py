@@ -272,8 +272,7 @@ def execute_job(job_id: str, control: Engine, sensitive: Engine, *, heartbeat_ti
     except JobCancelled:
         _finish(control, job_id, "cancelled")
         return "cancelled"
-    except JobNoLongerRunning:
-        ledger_db.refund(control, job_id)
+    except JobNoLongerRunning:  # whoever ended it closed its reservation in the same transaction (end_job)
         with reading(control) as conn:
             return str(conn.execute(select(jobs.c.status).where(jobs.c.id == job_id)).scalar_one())
     except Exception as exc:
