@@ -7,9 +7,9 @@ subsampled releases. An accountant turns a cost into (epsilon, delta):
 
 - `pld` (the default): a composition of releases on the whole dataset is exactly one Gaussian mechanism
   with mu^2 = sum_t 1/sigma_t^2 (Dong, Roth, Su 2022, "Gaussian differential privacy", Cor. 3.3), priced
-  exactly by the analytic Gaussian mechanism (Balle and Wang 2018, Thm 8). With any subsampled release
-  in the composition it prices like `rdp`: we found no published dominating pair for sampling exactly S
-  of N without replacement under replace-one that covers our composition (see `PldAccountant`).
+  exactly by the analytic Gaussian mechanism (Balle and Wang 2018, Thm 8). Subsampled releases are
+  C_q(G_{1/sigma})-DP (ibid., Thm 4.2); their privacy loss distributions compose by FFT
+  (privacy_wall.pld), and the least of that, `rdp` and the unamplified Gaussian is charged.
 - `rdp`: the WOR subsampled Gaussian RDP curve (Wang, Balle, Kasiviswanathan 2019, Thm 27; see
   privacy_wall.wor_rdp) with the improved RDP-to-DP conversion (Balle et al. 2020, Thm 21; Canonne,
   Kamath, Steinke 2020), as dp_accounting's RdpAccountant computes it.
@@ -18,7 +18,7 @@ subsampled releases. An accountant turns a cost into (epsilon, delta):
 
 Conventions (docs/design.md section 2): replace-one neighbours; each iteration samples exactly S of N records
 uniformly without replacement; one Gaussian mechanism with noise multiplier sigma per iteration.
-This is the only module of the project that imports autodp or dp_accounting.
+This module and privacy_wall.pld are the only ones of the project that import autodp or dp_accounting.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from __future__ import annotations
 import enum
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -38,7 +39,9 @@ from numpy.typing import NDArray
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from scipy.optimize import brentq
 
+from privacy_wall import pld
 from privacy_wall.accountant_names import ACCOUNTANT_NAMES, DEFAULT_ACCOUNTANT
+from privacy_wall.pld import Group
 from privacy_wall.wor_rdp import sampled_gaussian_rdp
 
 #: The fixed grid of Renyi orders on which every curve is stored (fractional near 1 for large sigma,
@@ -145,11 +148,14 @@ def event_from_dict(payload: dict[str, Any]) -> Event:
 class PrivacyCost:
     """The additive cost of a composition of releases, priced by the accountant it names.
 
-    `values` has COST_SIZE entries (see the module docstring); inf where no guarantee holds.
+    `values` has COST_SIZE entries (see the module docstring); inf where no guarantee holds. `releases`
+    (the `pld` accountant's only) lists the subsampled releases as (sigma, S, N, count) groups in order of
+    first appearance; adding costs adds counts, so it is as additive as `values`.
     """
 
     values: tuple[float, ...]
     accountant: str
+    releases: tuple[Group, ...] = ()
 
     def __post_init__(self) -> None:
         if len(self.values) != COST_SIZE:
@@ -162,11 +168,28 @@ class PrivacyCost:
         return cls(tuple(0.0 for _ in range(COST_SIZE)), name)
 
     @classmethod
-    def from_array(cls, values: NDArray[np.float64], accountant: str) -> PrivacyCost:
-        return cls(tuple(float(v) for v in values), accountant)
+    def from_array(
+        cls, values: NDArray[np.float64], accountant: str, releases: tuple[Group, ...] = ()
+    ) -> PrivacyCost:
+        return cls(tuple(float(v) for v in values), accountant, releases)
 
     def as_array(self) -> NDArray[np.float64]:
         return np.asarray(self.values, dtype=np.float64)
+
+    def to_json(self) -> dict[str, Any]:
+        """The stored form: values (null for inf) and the release groups."""
+        return {
+            "values": [v if math.isfinite(v) else None for v in self.values],
+            "releases": [list(group) for group in self.releases],
+        }
+
+    @classmethod
+    def from_json(cls, payload: Any, accountant: str) -> PrivacyCost:
+        """Inverse of to_json; a bare list is a cost stored before release groups existed."""
+        values = payload if isinstance(payload, list) else payload["values"]
+        groups = () if isinstance(payload, list) else payload.get("releases", ())
+        releases = tuple((float(g[0]), int(g[1]), int(g[2]), int(g[3])) for g in groups)
+        return cls(tuple(math.inf if v is None else float(v) for v in values), accountant, releases)
 
     @property
     def rdp(self) -> NDArray[np.float64]:
@@ -187,16 +210,22 @@ class PrivacyCost:
 
     def __add__(self, other: PrivacyCost) -> PrivacyCost:
         self._same(other)
-        return PrivacyCost.from_array(self.as_array() + other.as_array(), self.accountant)
+        counts = {group[:3]: group[3] for group in self.releases}
+        for *kind, count in other.releases:
+            key = (float(kind[0]), int(kind[1]), int(kind[2]))
+            counts[key] = counts.get(key, 0) + count
+        releases = tuple((*kind, count) for kind, count in counts.items())
+        return PrivacyCost.from_array(self.as_array() + other.as_array(), self.accountant, releases)
 
-    def __sub__(self, other: PrivacyCost) -> PrivacyCost:
-        self._same(other)
-        return PrivacyCost.from_array(np.maximum(self.as_array() - other.as_array(), 0.0), self.accountant)
-
-    def scaled(self, factor: float) -> PrivacyCost:
+    def scaled(self, factor: int) -> PrivacyCost:
+        """The cost of `factor` repetitions (an integer >= 0)."""
+        if isinstance(factor, bool) or int(factor) != factor or factor < 0:
+            raise ValueError(f"a cost repeats a whole number of times, not {factor!r}")
+        factor = int(factor)
         with np.errstate(invalid="ignore"):
             values = self.as_array() * factor
-        return PrivacyCost.from_array(np.where(np.isnan(values), 0.0, values), self.accountant)
+        releases = tuple((s, n, p, c * factor) for s, n, p, c in self.releases) if factor else ()
+        return PrivacyCost.from_array(np.where(np.isnan(values), 0.0, values), self.accountant, releases)
 
     def epsilon(self, delta: float) -> float:
         """(epsilon, delta)-DP of the composition, by its accountant; inf where nothing is guaranteed."""
@@ -211,12 +240,10 @@ class PrivacyCost:
 
 def sum_costs(costs: list[PrivacyCost], accountant: str) -> PrivacyCost:
     """The cost of the adaptive composition of the given releases."""
-    total = np.zeros(COST_SIZE)
+    total = PrivacyCost.zero(accountant)
     for cost in costs:
-        if cost.accountant != accountant:
-            raise ValueError(f"cannot combine costs of accountants {accountant} and {cost.accountant}")
-        total += cost.as_array()
-    return PrivacyCost.from_array(total, accountant)
+        total = total + cost
+    return total
 
 
 def _fail_closed(values: NDArray[np.float64]) -> NDArray[np.float64]:
@@ -233,6 +260,8 @@ class Accountant(ABC):
 
     name: str
     version: str
+    #: Whether costs list their subsampled releases (PrivacyCost.releases) for this accountant to price.
+    lists_releases = False
 
     @abstractmethod
     def _subsampled_curve(self, sigma: float, sample_size: int, population: int) -> tuple[float, ...]:
@@ -262,7 +291,10 @@ class Accountant(ABC):
             else:
                 values[: len(ORDERS)] = self._subsampled_curve(sigma, sample_size, population)
                 values[_SUBSAMPLED] = 1.0
-        return PrivacyCost.from_array(_fail_closed(values), self.name)
+        releases = (
+            ((sigma, sample_size, population, 1),) if self.lists_releases and values[_SUBSAMPLED] else ()
+        )
+        return PrivacyCost.from_array(_fail_closed(values), self.name, releases)
 
     def zero(self) -> PrivacyCost:
         return PrivacyCost.zero(self.name)
@@ -310,34 +342,51 @@ class RdpAccountant(Accountant):
 
 
 class PldAccountant(RdpAccountant):
-    """Exact for compositions of releases on the whole dataset; like `rdp` once anything is subsampled.
+    """The tight accountant: every composition priced by its privacy loss distribution.
 
-    With S = N the normalised release is a Gaussian mechanism of sensitivity 1 whose dominating pair
-    N(0, sigma^2) vs N(1, sigma^2) is tight; T adaptive releases compose exactly to mu-GDP with
-    mu^2 = sum 1/sigma_t^2 (Dong, Roth, Su 2022, Cor. 3.3), whose (epsilon, delta) curve is the analytic
-    Gaussian mechanism's (Balle and Wang 2018, Thm 8): that is this accountant's answer, exact.
+    Releases on the whole dataset (S = N) are Gaussian mechanisms of sensitivity 1; T adaptive ones compose
+    exactly to mu-GDP with mu^2 = sum 1/sigma_t^2 (Dong, Roth, Su 2022, Cor. 3.3), priced exactly by the
+    analytic Gaussian mechanism (Balle and Wang 2018, Thm 8): with no subsampled release that is the answer.
 
-    Subsampled releases: the pair N(0, s^2) vs (1-q) N(0, s^2) + q N(1, s^2) is reached by one
-    replacement, so no correct accountant charges less (tests hold every accountant above its PLD). We
-    did not find a published theorem that it (with its swap) dominates sampling exactly S of N without
-    replacement under replace-one through composition: Dong, Roth, Su (Thm 4.2) prove C_q(f) for this
-    scheme, a symmetrised trade-off that is not that pair's, and Zhu, Dong, Wang (AISTATS 2022) treat
-    Poisson sampling under add/remove; so such compositions are priced by the RDP curve (a valid bound).
+    Subsampled releases (S < N, exactly S of N without replacement, replace-one) are C_q(G_{1/sigma})-DP
+    (Dong, Roth, Su 2022, Thm 4.2); their symmetrised privacy profile, discretised pessimistically and
+    composed by FFT with the Gaussian part, prices the composition (privacy_wall.pld, which states the
+    argument and its references). Two other valid bounds of the same composition may be smaller and the
+    smaller of valid epsilons is valid: the RDP curve (`rdp`), and the Gaussian one gets by reading every
+    subsampled release as one on the whole dataset (subsampling never costs more). The answer is the least.
     """
 
     name = "pld"
-    version = "pld/gdp-full-batch/rdp-wbk19-thm27-v2/balle20/grid-v1"
+    version = "pld/gdp-full-batch/drs22-cq-connect-dots-v1/min-rdp-v2/grid-v1"
+    lists_releases = True
 
     def epsilon(self, cost: PrivacyCost, delta: float) -> float:
-        if cost.subsampled_releases > 0:
-            return super().epsilon(cost, delta)
         mu2 = cost.gaussian_mu_squared
-        if not math.isfinite(mu2):
+        if not (math.isfinite(mu2) and math.isfinite(cost.subsampled_releases)):
             return math.inf
-        # dp_accounting solves delta(eps) = delta to 1e-12 with brentq; the tolerance is added back so
-        # the answer is never below the exact epsilon.
-        with np.errstate(divide="ignore"):
-            return float(gaussian_mechanism.get_epsilon_gaussian(1.0 / math.sqrt(mu2), delta)) + 1e-12
+        if not cost.releases:
+            if cost.subsampled_releases:
+                raise ValueError("a pld cost with subsampled releases must list them")
+            return _gaussian_epsilon(mu2, delta)
+        if sum(group[3] for group in cost.releases) != cost.subsampled_releases:
+            raise ValueError("a pld cost's release groups do not match its subsampled releases")
+        as_full_batch = mu2 + sum(count / (sigma * sigma) for sigma, _, _, count in cost.releases)
+        groups = cost.releases + (((1.0 / math.sqrt(mu2), 1, 1, 1),) if mu2 > 0 else ())
+        return min(
+            super().epsilon(cost, delta),
+            _gaussian_epsilon(as_full_batch, delta),
+            pld.epsilon(groups, delta),
+        )
+
+
+def _gaussian_epsilon(mu2: float, delta: float) -> float:
+    """Exact epsilon at delta of mu-GDP (the analytic Gaussian mechanism with sigma = 1/mu)."""
+    if not math.isfinite(mu2):
+        return math.inf
+    # dp_accounting solves delta(eps) = delta to 1e-12 with brentq; the tolerance is added back so
+    # the answer is never below the exact epsilon.
+    with np.errstate(divide="ignore"):
+        return float(gaussian_mechanism.get_epsilon_gaussian(1.0 / math.sqrt(mu2), delta)) + 1e-12
 
 
 ACCOUNTANTS: dict[str, Accountant] = {
@@ -456,31 +505,70 @@ def calibrate_sigma(
     if base.epsilon(delta) >= target_epsilon:
         raise CalibrationError("the budget already spent leaves nothing for this job")
 
-    def total(sigma: float) -> float:
-        return (base + chosen.cost(vips_job_event(sigma, sample_size, population, iterations))).epsilon(delta)
+    def fits(sigma: float) -> bool:
+        job = chosen.cost(vips_job_event(sigma, sample_size, population, iterations))
+        return bool((base + job).epsilon(delta) <= target_epsilon)  # NaN does not fit
 
-    # Bracket: the full-batch sigma (closed form, cheap) always suffices, since subsampling only lowers
-    # the cost; the amplified answer lies above roughly q times it. Large-sigma evaluations are the
-    # expensive ones, so the bracket starts narrow.
-    if sample_size == population:
-        hi = _SIGMA_MAX
-    else:
-        hi = calibrate_sigma(target_epsilon, population, population, iterations, delta, base, rel_tol, chosen)
-    if total(hi) > target_epsilon:
-        raise CalibrationError(f"target epsilon is unreachable even with sigma = {hi:g}")
-    lo = max(hi * sample_size / population, _SIGMA_MIN)
-    while lo > _SIGMA_MIN and total(lo) <= target_epsilon:
-        lo, hi = max(lo / 8, _SIGMA_MIN), lo
-    if total(lo) <= target_epsilon:
-        return lo
-    # Bisection on log sigma; epsilon is non-increasing in sigma.
-    while hi / lo > 1 + rel_tol:
-        mid = math.sqrt(lo * hi)
-        if total(mid) <= target_epsilon:
-            hi = mid
+    lo, hi = _bracket(fits, _first_guess(target_epsilon, sample_size, population, iterations, delta, base))
+    if lo is None:
+        return hi
+    # Epsilon is non-increasing in sigma: find the crossing on log sigma (Brent's method), then keep to
+    # the side that fits, bisecting should the step past the root not fit.
+    step = math.log1p(rel_tol)
+    lo_log, hi_log = math.log(lo), math.log(hi)
+
+    def excess(log_sigma: float) -> float:
+        job = chosen.cost(vips_job_event(math.exp(log_sigma), sample_size, population, iterations))
+        value = (base + job).epsilon(delta) - target_epsilon
+        return value if math.isfinite(value) else 1e300
+
+    # The root is within step/4 of the crossing, so step/2 above it fits (unless epsilon is not smooth there).
+    root = brentq(excess, lo_log, hi_log, xtol=step / 4)
+    candidate = min(root + step / 2, hi_log)
+    if fits(math.exp(candidate)):
+        return math.exp(candidate)
+    lo_log = candidate
+    while hi_log - lo_log > step:
+        mid = (lo_log + hi_log) / 2
+        if fits(math.exp(mid)):
+            hi_log = mid
         else:
-            lo = mid
-    return hi
+            lo_log = mid
+    return math.exp(hi_log)
+
+
+def _first_guess(
+    target_epsilon: float, sample_size: int, population: int, iterations: int, delta: float, base: PrivacyCost
+) -> float:
+    """A sigma near the answer, cheap to find: for `pld`, the `rdp` sigma of the same composition (which
+    always fits, as `pld` charges at most what `rdp` does); otherwise 1."""
+    if base.accountant != PldAccountant.name or sample_size == population:
+        return 1.0
+    as_rdp = PrivacyCost(base.values, RdpAccountant.name)
+    try:
+        return calibrate_sigma(target_epsilon, sample_size, population, iterations, delta, as_rdp, 1e-2)
+    except CalibrationError:
+        return 1.0
+
+
+def _bracket(fits: Callable[[float], bool], guess: float) -> tuple[float | None, float]:
+    """(lo, hi) with lo not fitting and hi fitting, grown from the guess by factors of 2; lo None when even
+    the smallest sigma fits. Raises CalibrationError when even the largest does not."""
+    hi = min(max(guess, _SIGMA_MIN), _SIGMA_MAX)
+    lo: float | None = None
+    while not fits(hi):
+        if hi >= _SIGMA_MAX:
+            raise CalibrationError(f"target epsilon is unreachable even with sigma = {_SIGMA_MAX:g}")
+        lo, hi = hi, min(hi * 2.0, _SIGMA_MAX)
+    while lo is None:
+        if hi <= _SIGMA_MIN:
+            return None, hi
+        candidate = max(hi / 2.0, _SIGMA_MIN)
+        if fits(candidate):
+            hi = candidate
+        else:
+            lo = candidate
+    return lo, hi
 
 
 def strong_composition_epsilon(

@@ -77,17 +77,16 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
-def _curve(values: Any, accountant: Accountant | None = None) -> PrivacyCost:
-    name = (accountant or configured_accountant()).name
-    return PrivacyCost(tuple(math.inf if v is None else float(v) for v in values), name)
+def _curve(stored: Any, accountant: Accountant | None = None) -> PrivacyCost:
+    return PrivacyCost.from_json(stored, (accountant or configured_accountant()).name)
 
 
 def _event_cost(payload: dict[str, Any], accountant: Accountant) -> PrivacyCost:
     return accountant.cost(event_from_dict(payload))
 
 
-def _json_curve(curve: PrivacyCost) -> list[float | None]:
-    return [v if math.isfinite(v) else None for v in curve.values]
+def _json_curve(curve: PrivacyCost) -> dict[str, Any]:
+    return curve.to_json()
 
 
 def _lock_budget(conn: Connection, dataset: str) -> Any:
@@ -99,8 +98,16 @@ def _lock_budget(conn: Connection, dataset: str) -> Any:
 
 
 def _current(row: Any) -> bool:
-    """Whether the budget row was priced by the configured accountant."""
-    return bool(row.accountant == configured_accountant().version)
+    """Whether the budget row was priced by the configured accountant on today's grid of orders."""
+    return bool(row.accountant == configured_accountant().version and _same_orders(row.orders))
+
+
+def _same_orders(stored: Any) -> bool:
+    return (
+        isinstance(stored, list)
+        and len(stored) == len(ORDERS)
+        and all(float(a) == float(b) for a, b in zip(stored, ORDERS, strict=True))
+    )
 
 
 def _reserved_curve(conn: Connection, row: Any) -> PrivacyCost:
@@ -141,12 +148,23 @@ def _committed_curve(conn: Connection, row: Any) -> PrivacyCost:
 
 def _old_epsilon(row: Any) -> float:
     """The spend as the row's own accountant priced it (an unknown or pre-0002 accountant: the paper's
-    classic conversion of the stored RDP curve, which is what ledgers before migration 0002 used)."""
-    stored = [math.inf if v is None else float(v) for v in row.committed_curve]
-    name = next((a.name for a in ACCOUNTANTS.values() if a.version == row.accountant), "paper")
-    if len(stored) == len(ORDERS):
-        stored = [*stored, 0.0, 1.0 if any(stored) else 0.0]  # an RDP curve alone: priced as RDP
-    return PrivacyCost(tuple(stored), name).epsilon(row.delta)
+    classic conversion of the stored RDP curve, which is what ledgers before migration 0002 used); inf
+    when the stored cost is on another grid of orders."""
+    stored = row.committed_curve
+    if row.accountant == _PLD_BEFORE_0006:  # S = N alone: the exact Gaussian; anything subsampled: RDP
+        name = "rdp" if len(stored) == len(ORDERS) + 2 and stored[-1] else "pld"
+    else:
+        name = next((a.name for a in ACCOUNTANTS.values() if a.version == row.accountant), "paper")
+        if isinstance(stored, list) and len(stored) == len(ORDERS):
+            stored = [*stored, 0.0, 1.0 if any(stored) else 0.0]  # an RDP curve alone: priced as RDP
+    try:
+        return PrivacyCost.from_json(stored, name).epsilon(row.delta)
+    except ValueError:
+        return math.inf
+
+
+#: The `pld` accountant before migration 0006 (the RDP curve as soon as anything was subsampled).
+_PLD_BEFORE_0006 = "pld/gdp-full-batch/rdp-wbk19-thm27-v2/balle20/grid-v1"
 
 
 def reprice(conn: Connection, row: Any, accountant: Accountant | None = None) -> Any:
@@ -156,7 +174,7 @@ def reprice(conn: Connection, row: Any, accountant: Accountant | None = None) ->
     accountant version than the configured one.
     """
     accountant = accountant or configured_accountant()
-    if row.accountant == accountant.version:
+    if row.accountant == accountant.version and _same_orders(row.orders):
         return row
     committed = _committed_from_events(conn, row.dataset, accountant)
     for job_id, event in conn.execute(

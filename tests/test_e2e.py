@@ -103,10 +103,12 @@ def full_flow(service: Service, tmp_path: Path) -> None:
     assert summary["jobs"][0]["epsilon_spent"] == pytest.approx(job["epsilon_spent"])
     quote = json.loads(
         service.vips(
-            "fit", "--dataset", "synth", "--model", "blr", "--iterations", "8", "--epsilon", "2", "--dry-run",
+            "fit", "--dataset", "synth", "--model", "blr", "--iterations", "8", "--epsilon", "3", "--dry-run",
             key=analyst,
         ).stdout
     )  # fmt: skip
+    # A job of epsilon 3 on top of one of about 2 cannot fit a cap of 3 (a composition costs more than
+    # either of its parts); a second job of 2 may, as the PLD composes the two below 3.
     assert quote["admissible"] is False and quote["largest_epsilon"] > 0
     assert quote["epsilon_remaining"] == pytest.approx(3 - job["epsilon_spent"])
     refused = service.vips(

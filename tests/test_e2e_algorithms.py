@@ -72,7 +72,9 @@ def test_algorithms_share_one_budget_over_http(tmp_path: Path) -> None:
             + privacy_cost(SubsampledGaussianEvent(jobs[2]["sigma"], 500, N)).scaled(10)
         )
         assert ledger["budget"]["epsilon_spent"] == pytest.approx(curve.epsilon(DELTA), rel=1e-9)
-        assert ledger["budget"]["epsilon_spent"] <= 8.0
+        # A full-batch and two minibatch jobs compose to at most the sum of their own epsilons (issue 20).
+        own = [job["epsilon_spent"] for job in jobs]
+        assert max(own) <= ledger["budget"]["epsilon_spent"] <= sum(own)
         regression_flow(service, tmp_path, analyst)
 
 

@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import Engine
 
 from privacy_wall import ledger_db
-from privacy_wall.accounting import SubsampledGaussianEvent, privacy_cost
+from privacy_wall.accounting import SubsampledGaussianEvent, calibrate_sigma, privacy_cost
 from privacy_wall.ledger import BudgetExceeded, Charge, DuplicateCharge
 from privacy_wall.sqlengine import create_db_engine
 from tests.dbservers import fresh_database
@@ -251,3 +251,89 @@ def test_migration_0002_reprices_existing_ledgers(tmp_path: Path) -> None:
         assert change.epsilon_spent_after < change.epsilon_spent_before
     finally:
         eng.dispose()
+
+
+def test_migration_0006_reprices_ledgers_of_the_old_pld(tmp_path: Path) -> None:
+    """A ledger the `pld` of revision 0005 priced (its RDP curve, as soon as anything was subsampled),
+    upgraded to head: re-priced by the PLD of its events, recorded, and the figure only goes down."""
+    from alembic import command
+    from sqlalchemy import insert, select
+
+    from privacy_wall.accounting import ORDERS, event_to_dict
+    from privacy_wall.control_schema import accountant_changes, budgets, charges
+    from vips.migrate import alembic_config
+
+    url = f"sqlite:///{tmp_path / 'control.db'}"
+    command.upgrade(alembic_config("control", url), "0005")
+    eng = create_db_engine(url)
+    old_version = "pld/gdp-full-batch/rdp-wbk19-thm27-v2/balle20/grid-v1"
+    full_batch = SubsampledGaussianEvent(20.0, 10_000, 10_000)
+    events = [EVENT] * 30 + [full_batch] * 5
+    old = privacy_cost(EVENT, "rdp").scaled(30) + privacy_cost(full_batch, "rdp").scaled(5)
+    try:
+        with eng.begin() as conn:  # what 0005's code wrote: a bare list of the additive vector
+            conn.execute(
+                insert(budgets).values(
+                    dataset="d", epsilon=3.0, delta=DELTA, committed_curve=list(old.values),
+                    orders=ORDERS.tolist(), accountant=old_version, updated_at=ledger_db._now(),
+                )
+            )  # fmt: skip
+            for t, event in enumerate(events):
+                conn.execute(
+                    insert(charges).values(
+                        dataset="d", job_id="j" if t < 30 else "k", iteration=t, attempt=0,
+                        event=event_to_dict(event), curve=list(privacy_cost(event, "rdp").values),
+                        accountant=old_version, created_at=ledger_db._now(),
+                    )
+                )  # fmt: skip
+        upgrade("control", url)
+        status = ledger_db.budget_status(eng, "d")
+        expected = privacy_cost(EVENT).scaled(30) + privacy_cost(full_batch).scaled(5)
+        assert status.epsilon_spent == pytest.approx(expected.epsilon(DELTA), rel=1e-12)
+        with eng.connect() as conn:
+            (change,) = conn.execute(select(accountant_changes)).all()
+            stored = conn.execute(select(budgets.c.committed_curve)).scalar_one()
+        assert change.old_accountant == old_version
+        assert change.epsilon_spent_before == pytest.approx(old.epsilon(DELTA), rel=1e-12)
+        assert change.epsilon_spent_after == pytest.approx(status.epsilon_spent, rel=1e-12)
+        assert change.epsilon_spent_after < 0.8 * change.epsilon_spent_before
+        assert stored["releases"] == [[1.0, 100, 10_000, 30]]
+    finally:
+        eng.dispose()
+
+
+def test_a_ledger_on_another_grid_of_orders_is_repriced(engine: Engine) -> None:
+    """The stored order grid is checked on every read, not only the accountant's version."""
+    from sqlalchemy import select, update
+
+    from privacy_wall.control_schema import accountant_changes, budgets
+
+    ledger_db.set_budget(engine, "d", 5.0, DELTA)
+    ledger_db.reserve(engine, "d", "job", EVENT, 10)
+    ledger_db.commit_charge(engine, Charge("d", "job", 1, EVENT))
+    expected = ledger_db.budget_status(engine, "d")
+    with engine.begin() as conn:
+        conn.execute(update(budgets).values(orders=[2.0, 4.0, 8.0]))
+    assert ledger_db.budget_status(engine, "d").epsilon_spent == pytest.approx(
+        expected.epsilon_spent, rel=1e-12
+    )
+    ledger_db.commit_charge(engine, Charge("d", "job", 2, EVENT))
+    with engine.connect() as conn:
+        assert len(conn.execute(select(accountant_changes)).all()) == 1
+        assert len(conn.execute(select(budgets.c.orders)).scalar_one()) > 3
+
+
+def test_a_full_batch_and_a_minibatch_job_cost_at_most_their_sum(engine: Engine) -> None:
+    """Two jobs of epsilon 0.3 (full-batch VIPS, T = 10; DPVI-like batch 100 of 2,000, T = 200) on one
+    dataset leave between 0.3 and 0.6 spent (issue 20: the RDP fallback charged more than the sum)."""
+    population = 2_000
+    ledger_db.set_budget(engine, "d", 1.0, DELTA)
+    for job, (size, iterations) in enumerate([(population, 10), (100, 200)]):
+        sigma = calibrate_sigma(0.3, size, population, iterations, DELTA)
+        event = SubsampledGaussianEvent(sigma, size, population)
+        assert privacy_cost(event).scaled(iterations).epsilon(DELTA) <= 0.3
+        ledger_db.reserve(engine, "d", f"job{job}", event, iterations)
+        for t in range(iterations):
+            ledger_db.commit_charge(engine, Charge("d", f"job{job}", t, event))
+    spent = ledger_db.budget_status(engine, "d").epsilon_spent
+    assert 0.3 <= spent <= 0.6

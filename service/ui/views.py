@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Generic, TypeVar
 
-import numpy as np
 from sqlalchemy import Engine, Row, func, select
 
 from privacy_wall.accounting import PrivacyCost, configured_accountant
@@ -127,11 +126,11 @@ def spend_curve(engine: Engine, dataset: str, delta: float) -> SpendCurve:
     costs = job_costs(engine, [r.id for r in ordered])
     curve = SpendCurve([], [], [], min((aware(r.created_at) for r in ordered), default=None))
     if ordered:
-        accountant = costs[ordered[0].id].accountant
-        prefixes = np.cumsum([costs[row.id].as_array() for row in ordered], axis=0)
-        for row, prefix in zip(ordered, prefixes, strict=True):
+        prefix = PrivacyCost.zero(costs[ordered[0].id].accountant)
+        for row in ordered:  # each prefix extends the last by one job (the accountant caches compositions)
+            prefix = prefix + costs[row.id]
             curve.ends.append(aware(row.finished_at) or now)
-            curve.cumulative.append(PrivacyCost.from_array(prefix, accountant).epsilon(delta))
+            curve.cumulative.append(prefix.epsilon(delta))
             curve.job_ids.append(row.id)
     _curves.put(key, curve)
     return curve
