@@ -20,6 +20,7 @@ from dp_accounting import dp_event
 from dp_accounting.pld import privacy_loss_distribution as pld
 from dp_accounting.rdp import rdp_privacy_accountant as rdp
 
+from privacy_wall import pld as tight
 from privacy_wall.accounting import ACCOUNTANTS, calibrate_sigma, epsilon
 
 # (label, sigma, S, N, T, delta)
@@ -29,11 +30,17 @@ SETTINGS = [
     ("Adult batch", 14.46, 32_561, 32_561, 10, 1e-5),
     ("S=50 of 398, T=2000", 4.0, 50, 398, 2000, 1e-5),
     ("T=100,000", 2.0, 100, 60_000, 100_000, 1e-5),
+    *[
+        (f"sigma 2.765, S={size} of 2,786", 2.765, size, 2_786, 20, 1e-4)
+        for size in (500, 1_000, 2_000, 2_700, 2_786)
+    ],
 ]
 CALIBRATIONS = [
     ("Adult batch eps 0.8", 0.8, 32_561, 32_561, 10, 1e-5),
     ("S=50 of 398, T=2000, eps 1", 1.0, 50, 398, 2000, 1e-5),
     ("LDA eps 1.9", 1.9, 20_000, 400_000, 20, 1e-4),
+    ("README LDA eps 2.4 (S=2000 of 2786)", 2.4, 2_000, 2_786, 20, 1e-4),
+    ("S=1 of 2786, T=20, eps 0.1", 0.1, 1, 2_786, 20, 1e-4),
 ]
 
 
@@ -101,20 +108,45 @@ def main() -> None:
             cells.append(f"sigma {value:.4g} ({seconds * 1e3:.0f} ms)")
         print(f"| {label} | " + " | ".join(cells) + " |")
     print()
-    quote, reserve, spent = ledger_with_events(10_000, 100)
+    for cap in (None, 1e6):
+        first, quote, reserve, spent, held = ledger_with_events(10_000, 100, cap)
+        print(
+            f"Ledger of 10,000 charges from 100 jobs with distinct sigmas (SQLite, cap {cap}): first read "
+            f"{first * 1e3:.0f} ms, quote {quote * 1e3:.1f} ms, reservation {reserve * 1e3:.1f} ms (new "
+            f"schedules, medians of 5), epsilon spent {spent:.4g}; PMFs cached: {held / 2**20:.1f} MiB"
+        )
+    calibrate = ["privacy", "sigma", "--epsilon", "1", "--batch-size", "50", "--population", "398"]
+    calibrate += ["--iterations", "2000", "--delta", "1e-5"]
+    one = ["privacy", "epsilon", "--sigma", "4", "--batch-size", "50", "--population", "398"]
+    one += ["--iterations", "1", "--delta", "1e-5"]
     print(
-        f"Ledger of 10,000 charges from 100 jobs with distinct sigmas (SQLite): quote {quote * 1e3:.1f} ms, "
-        f"reservation {reserve * 1e3:.1f} ms (new schedules, medians of 5), epsilon spent {spent:.4g}"
+        f"`vips {' '.join(calibrate)}`: {cli_seconds(calibrate):.2f} s wall; "
+        f"`vips {' '.join(one)}`: {cli_seconds(one):.2f} s (medians of 5)"
     )
+
+
+def cli_seconds(argv: list[str], repeats: int = 5) -> float:
+    """Median wall seconds of `vips ARGV` in a fresh process (imports included)."""
+    import subprocess
+    import sys
+
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "vips.cli", *argv], check=True, capture_output=True)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
 
 
 if __name__ == "__main__":
     main()
 
 
-def ledger_with_events(charges: int, jobs: int) -> tuple[float, float, float]:
-    """A SQLite ledger holding `charges` charges of `jobs` jobs with distinct sigmas: the median seconds of
-    a quote and of a reservation of a new schedule, and the epsilon spent."""
+def ledger_with_events(charges: int, jobs: int, cap: float | None) -> tuple[float, float, float, float, int]:
+    """A SQLite ledger holding `charges` charges of `jobs` jobs with distinct sigmas: the seconds of the
+    first read (composing the ledger), the median seconds of a quote and of a reservation of a new
+    schedule, the epsilon spent and the bytes of composed PMFs cached. With a cap the quote also prices the
+    largest epsilon that still fits (a calibration)."""
     import tempfile
     from pathlib import Path
 
@@ -128,13 +160,17 @@ def ledger_with_events(charges: int, jobs: int) -> tuple[float, float, float]:
         url = f"sqlite:///{Path(folder) / 'control.db'}"
         upgrade("control", url)
         engine = create_db_engine(url)
-        ledger_db.set_budget(engine, "d", None, 1e-5)
+        ledger_db.set_budget(engine, "d", None, 1e-5)  # the cap is set once the charges are in
         per_job = charges // jobs
         for j in range(jobs):
             event = SubsampledGaussianEvent(2.0 + j / jobs, 100, 60_000)
             ledger_db.reserve(engine, "d", f"job{j}", event, per_job)
             for t in range(per_job):
                 ledger_db.commit_charge(engine, Charge("d", f"job{j}", t, event))
+        ledger_db.set_budget(engine, "d", cap, 1e-5)
+        start = time.perf_counter()
+        ledger_db.budget_status(engine, "d")
+        first = time.perf_counter() - start
         quotes, reserves = [], []
         for k in range(5):
             event = SubsampledGaussianEvent(1.5 + 1e-3 * k, 200, 60_000)
@@ -146,4 +182,4 @@ def ledger_with_events(charges: int, jobs: int) -> tuple[float, float, float]:
             reserves.append(time.perf_counter() - start)
         spent = ledger_db.budget_status(engine, "d").epsilon_spent
         engine.dispose()
-    return statistics.median(quotes), statistics.median(reserves), spent
+    return first, statistics.median(quotes), statistics.median(reserves), spent, tight.cached_bytes()

@@ -120,7 +120,9 @@ def _reserved_curve(conn: Connection, row: Any) -> PrivacyCost:
             reservations.c.per_iteration_curve,
             reservations.c.iterations,
             reservations.c.committed,
-        ).where(reservations.c.dataset == row.dataset, reservations.c.open.is_(True))
+        )
+        .where(reservations.c.dataset == row.dataset, reservations.c.open.is_(True))
+        .order_by(reservations.c.created_at, reservations.c.job_id)  # one order: composed prefixes are cached
     )
     current = _current(row)
     for event, curve, iterations, committed in rows:
@@ -131,8 +133,9 @@ def _reserved_curve(conn: Connection, row: Any) -> PrivacyCost:
 
 def _committed_from_events(conn: Connection, dataset: str, accountant: Accountant) -> PrivacyCost:
     """The committed cost recomputed from the dataset's charges, identical events counted once."""
-    counts: Counter[str] = Counter()
-    for (event,) in conn.execute(select(charges.c.event).where(charges.c.dataset == dataset)):
+    counts: Counter[str] = Counter()  # in order of first charge, as the running sum adds them
+    query = select(charges.c.event).where(charges.c.dataset == dataset).order_by(charges.c.id)
+    for (event,) in conn.execute(query):
         counts[json.dumps(event, sort_keys=True)] += 1
     total = accountant.zero()
     for key, n in counts.items():

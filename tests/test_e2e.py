@@ -120,7 +120,7 @@ def full_flow(service: Service, tmp_path: Path) -> None:
         "--iterations",
         "8",
         "--epsilon",
-        "2",
+        "3",
         key=analyst,
         check=False,
     )
