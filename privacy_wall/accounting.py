@@ -23,6 +23,7 @@ This module and privacy_wall.pld are the only ones of the project that import au
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import math
 from abc import ABC, abstractmethod
@@ -349,11 +350,16 @@ class PldAccountant(RdpAccountant):
     analytic Gaussian mechanism (Balle and Wang 2018, Thm 8): with no subsampled release that is the answer.
 
     Subsampled releases (S < N, exactly S of N without replacement, replace-one) are C_q(G_{1/sigma})-DP
-    (Dong, Roth, Su 2022, Thm 4.2); their symmetrised privacy profile, discretised pessimistically and
-    composed by FFT with the Gaussian part, prices the composition (privacy_wall.pld, which states the
-    argument and its references). Two other valid bounds of the same composition may be smaller and the
-    smaller of valid epsilons is valid: the RDP curve (`rdp`), and the Gaussian one gets by reading every
-    subsampled release as one on the whole dataset (subsampling never costs more). The answer is the least.
+    (Dong, Roth, Su 2022, Thm 4.2: C_q(f) = min{f_q, f_q^-1}**, f_q = q f + (1 - q) Id, q = S/N). The
+    privacy profile of C_q(f) is the larger of the hockey-stick curves of ((1-q) N(0, s^2) + q N(1, s^2),
+    N(0, s^2)) and of its swap at every real eps; a pessimistic connect-the-dots PMF of that symmetrised
+    profile (Doroshenko et al. 2022) dominates it; adaptive releases compose (Dong, Roth, Su, Thm 3.2) by FFT
+    convolution with the Gaussian part (privacy_wall.pld, which states the argument in full). Composing
+    the two ordered pairs separately and taking the larger epsilon would NOT be valid here.
+
+    Two other valid bounds of the same composition may be smaller, and the smaller of valid epsilons is
+    valid: the RDP curve (`rdp`), and the Gaussian one gets by reading every subsampled release as one on
+    the whole dataset (subsampling never costs more). The answer is the least of the three.
     """
 
     name = "pld"
@@ -372,11 +378,10 @@ class PldAccountant(RdpAccountant):
             raise ValueError("a pld cost's release groups do not match its subsampled releases")
         as_full_batch = mu2 + sum(count / (sigma * sigma) for sigma, _, _, count in cost.releases)
         groups = cost.releases + (((1.0 / math.sqrt(mu2), 1, 1, 1),) if mu2 > 0 else ())
-        return min(
-            super().epsilon(cost, delta),
-            _gaussian_epsilon(as_full_batch, delta),
-            pld.epsilon(groups, delta),
-        )
+        bounds = [super().epsilon(cost, delta), _gaussian_epsilon(as_full_batch, delta)]
+        with contextlib.suppress(OverflowError):  # noise so small no loss scale is finite: the others stand
+            bounds.append(pld.epsilon(groups, delta))
+        return min(bounds)
 
 
 def _gaussian_epsilon(mu2: float, delta: float) -> float:

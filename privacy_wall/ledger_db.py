@@ -213,8 +213,10 @@ def reprice(conn: Connection, row: Any, accountant: Accountant | None = None) ->
 
 
 def _status(conn: Connection, row: Any) -> BudgetStatus:
-    committed = _committed_curve(conn, row)
-    reserved = _reserved_curve(conn, row)
+    return _status_of(row, _committed_curve(conn, row), _reserved_curve(conn, row))
+
+
+def _status_of(row: Any, committed: PrivacyCost, reserved: PrivacyCost) -> BudgetStatus:
     return BudgetStatus(
         dataset=row.dataset,
         epsilon_budget=row.epsilon,
@@ -225,9 +227,8 @@ def _status(conn: Connection, row: Any) -> BudgetStatus:
 
 
 def _check(row: Any, conn: Connection, extra: PrivacyCost) -> tuple[BudgetStatus, float]:
-    status = _status(conn, row)
-    after = (_committed_curve(conn, row) + _reserved_curve(conn, row) + extra).epsilon(row.delta)
-    return status, after
+    committed, reserved = _committed_curve(conn, row), _reserved_curve(conn, row)
+    return _status_of(row, committed, reserved), (committed + reserved + extra).epsilon(row.delta)
 
 
 def _refuse(status: BudgetStatus, after: float) -> BudgetExceeded:
@@ -288,8 +289,10 @@ def quote(engine: Engine, dataset: str, event: SubsampledGaussianEvent, iteratio
     job_curve = configured_accountant().cost(event).scaled(iterations)
     with reading(engine) as conn:
         row = _budget_row(conn, dataset)
-        status, after = _check(row, conn, job_curve)
-        base = _committed_curve(conn, row) + _reserved_curve(conn, row)
+        committed, reserved = _committed_curve(conn, row), _reserved_curve(conn, row)
+    status = _status_of(row, committed, reserved)
+    base = committed + reserved
+    after = (base + job_curve).epsilon(status.delta)
     admissible = status.epsilon_budget is None or after <= status.epsilon_budget  # NaN: not admissible
     largest = _largest_epsilon(base, status, event.sample_size, event.population, iterations)
     return Quote(status, job_curve.epsilon(status.delta), after, admissible, largest)
@@ -302,8 +305,9 @@ def _budget_row(conn: Connection, dataset: str) -> Any:
     return row
 
 
-#: Relative tolerance on sigma when pricing the headroom (tens of milliseconds with the default accountant).
-_HEADROOM_TOLERANCE = 1e-6
+#: Relative tolerance on sigma when pricing the headroom: the epsilon quoted is at most ~1e-4 (relative)
+#: below the largest that fits, never above it (tens of milliseconds with the default accountant).
+_HEADROOM_TOLERANCE = 1e-4
 
 
 def _largest_epsilon(
