@@ -52,8 +52,9 @@ COARSEST_GRID = 2.0**-10
 MAX_POINTS = 2**20
 #: The largest composed PMF the grid plans for (the grid is coarsened beyond it: epsilons in the thousands).
 MAX_COMPOSED = 2**22
-#: Composed PMFs kept per process (bytes of their probability arrays).
-CACHE_BYTES = 256 * 2**20
+#: Composed PMFs kept per process (bytes of their probability arrays; self-composed groups and single
+#: releases a quarter of that each).
+CACHE_BYTES = 128 * 2**20
 
 
 def log_profile(sigma: float, q: float, eps: NDArray[np.float64]) -> NDArray[np.float64]:
@@ -138,47 +139,8 @@ def grid(groups: tuple[Group, ...]) -> float:
     return h
 
 
-@lru_cache(maxsize=512)
-def release_pmf(sigma: float, sample_size: int, population: int, h: float) -> pld_pmf.DensePLDPmf:
-    """The pessimistic connect-the-dots PMF of one release on the grid h."""
-    q = sample_size / population
-    top = math.ceil(_upper_loss(sigma, q) / h)
-    ks = np.arange(-top, top + 1, dtype=np.float64)
-    deltas = profile(sigma, q, ks * h)
-    pmf = pld_pmf.create_pmf_pessimistic_connect_dots_fixed_gap(h, -top, top, deltas).to_dense_pmf()
-    return _cut(pmf, RELEASE_TAIL)
-
-
-def _cut(pmf: pld_pmf.DensePLDPmf, tail: float) -> pld_pmf.DensePLDPmf:
-    """`pmf` with at most `tail` of mass cut from each end, pessimistically: the lower cut is added to the
-    lowest kept loss, the upper cut to the mass at +infinity."""
-    probs = np.maximum(np.asarray(pmf._probs, dtype=np.float64), 0.0)
-    start = int(np.searchsorted(np.cumsum(probs), tail, side="right"))
-    end = len(probs) - int(np.searchsorted(np.cumsum(probs[::-1]), tail, side="right"))
-    end = max(end, start + 1)
-    kept = probs[start:end].copy()
-    kept[0] += probs[:start].sum()
-    return pld_pmf.DensePLDPmf(
-        pmf._discretization,
-        pmf._lower_loss + start,
-        kept,
-        pmf._infinity_mass + float(probs[end:].sum()),
-        pessimistic_estimate=True,
-    )
-
-
-@lru_cache(maxsize=512)
-def group_pmf(group: Group, h: float) -> pld_pmf.DensePLDPmf:
-    """`count` adaptive releases of one kind, by FFT self-composition."""
-    sigma, size, population, count = group
-    single = release_pmf(sigma, size, population, h)
-    if count == 1:
-        return single
-    return single.self_compose(count, tail_mass_truncation=COMPOSITION_TAIL)
-
-
-class _ComposedCache:
-    """Composed PMFs keyed by (groups in order, h), least recently used evicted beyond CACHE_BYTES."""
+class _PmfCache:
+    """PMFs keyed by (groups in order, h), least recently used evicted beyond `max_bytes`."""
 
     def __init__(self, max_bytes: int) -> None:
         self._max_bytes = max_bytes
@@ -209,12 +171,61 @@ class _ComposedCache:
                 self._bytes -= 8 * evicted.size
 
 
-_COMPOSED = _ComposedCache(CACHE_BYTES)
+_COMPOSED = _PmfCache(CACHE_BYTES)
+_GROUPS = _PmfCache(CACHE_BYTES // 4)
+_RELEASES = _PmfCache(CACHE_BYTES // 4)
+
+
+def release_pmf(sigma: float, sample_size: int, population: int, h: float) -> pld_pmf.DensePLDPmf:
+    """The pessimistic connect-the-dots PMF of one release on the grid h (cached)."""
+    key = (((sigma, sample_size, population, 1),), h)
+    found = _RELEASES.get(key)
+    if found is not None:
+        return found
+    q = sample_size / population
+    top = math.ceil(_upper_loss(sigma, q) / h)
+    ks = np.arange(-top, top + 1, dtype=np.float64)
+    deltas = profile(sigma, q, ks * h)
+    pmf = pld_pmf.create_pmf_pessimistic_connect_dots_fixed_gap(h, -top, top, deltas).to_dense_pmf()
+    pmf = _cut(pmf, RELEASE_TAIL)
+    _RELEASES.put(key, pmf)
+    return pmf
+
+
+def _cut(pmf: pld_pmf.DensePLDPmf, tail: float) -> pld_pmf.DensePLDPmf:
+    """`pmf` with at most `tail` of mass cut from each end, pessimistically: the lower cut is added to the
+    lowest kept loss, the upper cut to the mass at +infinity."""
+    probs = np.maximum(np.asarray(pmf._probs, dtype=np.float64), 0.0)
+    start = int(np.searchsorted(np.cumsum(probs), tail, side="right"))
+    end = len(probs) - int(np.searchsorted(np.cumsum(probs[::-1]), tail, side="right"))
+    end = max(end, start + 1)
+    kept = probs[start:end].copy()
+    kept[0] += probs[:start].sum()
+    return pld_pmf.DensePLDPmf(
+        pmf._discretization,
+        pmf._lower_loss + start,
+        kept,
+        pmf._infinity_mass + float(probs[end:].sum()),
+        pessimistic_estimate=True,
+    )
+
+
+def group_pmf(group: Group, h: float) -> pld_pmf.DensePLDPmf:
+    """`count` adaptive releases of one kind, by FFT self-composition (cached)."""
+    sigma, size, population, count = group
+    if count == 1:
+        return release_pmf(sigma, size, population, h)
+    found = _GROUPS.get(((group,), h))
+    if found is not None:
+        return found
+    pmf = release_pmf(sigma, size, population, h).self_compose(count, tail_mass_truncation=COMPOSITION_TAIL)
+    _GROUPS.put(((group,), h), pmf)
+    return pmf
 
 
 def cached_bytes() -> int:
-    """Bytes the composed-PMF cache holds now (at most CACHE_BYTES)."""
-    return _COMPOSED.bytes
+    """Bytes the PMF caches hold now (at most 1.5 CACHE_BYTES)."""
+    return _COMPOSED.bytes + _GROUPS.bytes + _RELEASES.bytes
 
 
 def composed_pmf(groups: tuple[Group, ...], h: float) -> pld_pmf.DensePLDPmf:
@@ -225,9 +236,9 @@ def composed_pmf(groups: tuple[Group, ...], h: float) -> pld_pmf.DensePLDPmf:
     if found is not None:
         return found
     start = len(groups) - 1
-    while start > 0 and _COMPOSED.get((groups[:start], h)) is None:
+    while start > 0 and _cached_on(groups[:start], h) is None:
         start -= 1
-    pmf = _COMPOSED.get((groups[:start], h)) if start > 0 else None
+    pmf = _cached_on(groups[:start], h) if start > 0 else None
     for end in range(start, len(groups)):
         part = group_pmf(groups[end], h)
         pmf = part if pmf is None else pmf.compose(part, tail_mass_truncation=COMPOSITION_TAIL)
@@ -235,6 +246,37 @@ def composed_pmf(groups: tuple[Group, ...], h: float) -> pld_pmf.DensePLDPmf:
             _COMPOSED.put((groups[: end + 1], h), pmf)
     assert pmf is not None
     return pmf
+
+
+def _cached_on(groups: tuple[Group, ...], h: float) -> pld_pmf.DensePLDPmf | None:
+    """The cached composition of the groups on the grid h, or one on a finer grid (up to 2^-6 h) moved
+    onto h by rounding every loss up (pessimistic), so a coarser grid never recomposes a ledger."""
+    found = _COMPOSED.get((groups, h))
+    for k in range(1, 7):
+        if found is not None:
+            return found
+        finer = _COMPOSED.get((groups, h / 2**k))
+        if finer is not None:
+            found = coarsened(finer, 2**k)
+            _COMPOSED.put((groups, h), found)
+    return found
+
+
+def coarsened(pmf: pld_pmf.DensePLDPmf, factor: int) -> pld_pmf.DensePLDPmf:
+    """The PMF on a grid `factor` times coarser, each loss rounded up to it (which only adds privacy loss)."""
+    probs = np.asarray(pmf._probs, dtype=np.float64)
+    lower = int(pmf._lower_loss)
+    first = -((-lower) // factor)  # ceil(lower / factor)
+    last = -((-(lower + len(probs) - 1)) // factor)
+    targets = -((-(lower + np.arange(len(probs)))) // factor) - first
+    merged = np.bincount(targets, weights=probs, minlength=last - first + 1)
+    return pld_pmf.DensePLDPmf(
+        pmf._discretization * factor,
+        first,
+        merged,
+        pmf._infinity_mass,
+        pessimistic_estimate=True,
+    )
 
 
 def epsilon(groups: tuple[Group, ...], delta: float) -> float:
