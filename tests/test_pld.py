@@ -4,6 +4,7 @@ calibration at every sampling rate (issue 20)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -38,24 +39,14 @@ def hockey_stick(sigma: float, q: float, eps: float) -> float:
         return float(norm.pdf(x, 0, sigma))
 
     span = (-12 * sigma - 1, 12 * sigma + 2)
-    points = [0.0, 0.5, 1.0]
-    a = integrate.quad(
-        lambda x: max(mixture(x) - math.exp(eps) * base(x), 0.0),
-        *span,
-        points=points,
-        limit=400,
-        epsabs=1e-14,
-        epsrel=1e-10,
-    )[0]
-    b = integrate.quad(
-        lambda x: max(base(x) - math.exp(eps) * mixture(x), 0.0),
-        *span,
-        points=points,
-        limit=400,
-        epsabs=1e-14,
-        epsrel=1e-10,
-    )[0]
-    return max(a, b)
+
+    def integral(p: Callable[[float], float], r: Callable[[float], float]) -> float:
+        excess = lambda x: max(p(x) - math.exp(eps) * r(x), 0.0)  # noqa: E731
+        return float(
+            integrate.quad(excess, *span, points=[0.0, 0.5, 1.0], limit=400, epsabs=1e-14, epsrel=1e-10)[0]
+        )
+
+    return max(integral(mixture, base), integral(base, mixture))
 
 
 @pytest.mark.parametrize("sigma", [0.5, 1.0, 2.765, 10.0])

@@ -297,10 +297,18 @@ def gaussian_dp_epsilon(mu: float, delta: float) -> float:
 def clopper_pearson_epsilon(name: str, broken: bool = False) -> float:
     """The epsilon lower bound at CP_DELTA from the canary's releases. The threshold is the selection
     releases' best; the bound uses only the other releases, so the choice does not bias it."""
-    under_d = scalars(name, 0, CP_RELEASES, broken)
-    under_d_prime = scalars(name, 1, CP_RELEASES, broken)
+    return selected_threshold_bound(
+        scalars(name, 0, CP_RELEASES, broken),
+        scalars(name, 1, CP_RELEASES, broken),
+        np.linspace(0.01, 0.99, 99),
+    )
+
+
+def selected_threshold_bound(under_d: Array, under_d_prime: Array, quantiles: Array) -> float:
+    """The epsilon lower bound at CP_DELTA of the threshold (among the pooled selection releases' quantiles)
+    that the first CP_SELECTION releases make best, computed on the other releases only."""
     pick_d, pick_d_prime = under_d[:CP_SELECTION], under_d_prime[:CP_SELECTION]
-    candidates = np.quantile(np.concatenate([pick_d, pick_d_prime]), np.linspace(0.01, 0.99, 99))
+    candidates = np.quantile(np.concatenate([pick_d, pick_d_prime]), quantiles)
     threshold = max(
         candidates, key=lambda t: epsilon_lower_bound(pick_d, pick_d_prime, float(t), CP_DELTA, ALPHA)
     )
@@ -450,15 +458,11 @@ def subsampled_scalars(which: int, releases: int, broken: bool = False) -> Array
 
 
 def subsampled_epsilon_bound(broken: bool = False) -> float:
-    under_d = subsampled_scalars(0, CP_RELEASES, broken)
-    under_d_prime = subsampled_scalars(1, CP_RELEASES, broken)
-    pick_d, pick_d_prime = under_d[:CP_SELECTION], under_d_prime[:CP_SELECTION]
-    candidates = np.quantile(np.concatenate([pick_d, pick_d_prime]), np.linspace(0.5, 0.995, 100))
-    threshold = max(
-        candidates, key=lambda t: epsilon_lower_bound(pick_d, pick_d_prime, float(t), CP_DELTA, ALPHA)
-    )
-    return epsilon_lower_bound(
-        under_d[CP_SELECTION:], under_d_prime[CP_SELECTION:], float(threshold), CP_DELTA, ALPHA
+    """The threshold is searched in the upper half: D' differs from D only in its upper tail."""
+    return selected_threshold_bound(
+        subsampled_scalars(0, CP_RELEASES, broken),
+        subsampled_scalars(1, CP_RELEASES, broken),
+        np.linspace(0.5, 0.995, 100),
     )
 
 
