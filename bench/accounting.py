@@ -147,7 +147,7 @@ def ledger_with_events(charges: int, jobs: int, cap: float | None) -> tuple[floa
     from pathlib import Path
 
     from privacy_wall import ledger_db
-    from privacy_wall.accounting import SubsampledGaussianEvent
+    from privacy_wall.accounting import SubsampledGaussianEvent, clear_caches
     from privacy_wall.ledger import Charge
     from privacy_wall.sqlengine import create_db_engine
     from vips.migrate import upgrade
@@ -163,6 +163,7 @@ def ledger_with_events(charges: int, jobs: int, cap: float | None) -> tuple[floa
             ledger_db.reserve(engine, "d", f"job{j}", event, per_job)
             for t in range(per_job):
                 ledger_db.commit_charge(engine, Charge("d", f"job{j}", t, event))
+        clear_caches()  # the first read after a restart: nothing composed yet
         start = time.perf_counter()
         ledger_db.set_budget(engine, "d", cap, 1e-5)  # prices the ledger: its composition, once
         first = time.perf_counter() - start

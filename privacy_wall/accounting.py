@@ -366,6 +366,7 @@ class PldAccountant(RdpAccountant):
     version = "pld/gdp-full-batch/drs22-cq-connect-dots-v1/min-rdp-v2/grid-v1"
     lists_releases = True
 
+    @lru_cache(maxsize=256)  # noqa: B019 (a module-level singleton; costs are values: one ledger state each)
     def epsilon(self, cost: PrivacyCost, delta: float) -> float:
         mu2 = cost.gaussian_mu_squared
         if not (math.isfinite(mu2) and math.isfinite(cost.subsampled_releases)):
@@ -378,12 +379,24 @@ class PldAccountant(RdpAccountant):
             raise ValueError("a pld cost's release groups do not match its subsampled releases")
         as_full_batch = mu2 + sum(count / (sigma * sigma) for sigma, _, _, count in cost.releases)
         groups = cost.releases + (((1.0 / math.sqrt(mu2), 1, 1, 1),) if mu2 > 0 else ())
-        bounds = [super().epsilon(cost, delta), _gaussian_epsilon(as_full_batch, delta)]
+        bounds = [super().epsilon(cost, delta)]
         with contextlib.suppress(OverflowError):  # noise so small no loss scale is finite: the others stand
             bounds.append(pld.epsilon(groups, delta))
+        if _gaussian_delta(as_full_batch, min(bounds)) <= delta:  # else its epsilon is larger: skip solving
+            bounds.append(_gaussian_epsilon(as_full_batch, delta))
         return min(bounds)
 
 
+def _gaussian_delta(mu2: float, eps: float) -> float:
+    """delta at eps of mu-GDP: the profile of privacy_wall.pld at q = 1 (0 at eps = inf, 1 at mu = inf)."""
+    if eps == math.inf or mu2 <= 0.0:
+        return 0.0
+    if not math.isfinite(mu2):
+        return 1.0
+    return float(pld.profile(1.0 / math.sqrt(mu2), 1.0, np.array([eps]))[0])
+
+
+@lru_cache(maxsize=4096)
 def _gaussian_epsilon(mu2: float, delta: float) -> float:
     """Exact epsilon at delta of mu-GDP (the analytic Gaussian mechanism with sigma = 1/mu)."""
     if not math.isfinite(mu2):
@@ -392,6 +405,13 @@ def _gaussian_epsilon(mu2: float, delta: float) -> float:
     # the answer is never below the exact epsilon.
     with np.errstate(divide="ignore"):
         return float(gaussian_mechanism.get_epsilon_gaussian(1.0 / math.sqrt(mu2), delta)) + 1e-12
+
+
+def clear_caches() -> None:
+    """Forget every cached price and PMF (benchmarks measure cold pricing with it)."""
+    PldAccountant.epsilon.cache_clear()
+    _gaussian_epsilon.cache_clear()
+    pld.clear_caches()
 
 
 ACCOUNTANTS: dict[str, Accountant] = {
@@ -510,67 +530,101 @@ def calibrate_sigma(
     if base.epsilon(delta) >= target_epsilon:
         raise CalibrationError("the budget already spent leaves nothing for this job")
 
-    def fits(sigma: float) -> bool:
-        job = chosen.cost(vips_job_event(sigma, sample_size, population, iterations))
-        return bool((base + job).epsilon(delta) <= target_epsilon)  # NaN does not fit
+    prices: dict[float, float] = {}  # sigma -> epsilon of spent + job: each sigma is priced once
 
-    lo, hi = _bracket(fits, _first_guess(target_epsilon, sample_size, population, iterations, delta, base))
+    def price(sigma: float) -> float:
+        if sigma not in prices:
+            job = chosen.cost(vips_job_event(sigma, sample_size, population, iterations))
+            prices[sigma] = (base + job).epsilon(delta)
+        return prices[sigma]
+
+    def fits(sigma: float) -> bool:
+        return bool(price(sigma) <= target_epsilon)  # NaN does not fit
+
+    lo, hi = _bracket(fits, *_first_guess(target_epsilon, sample_size, population, iterations, delta, base))
     if lo is None:
         return hi
     # Epsilon is non-increasing in sigma: find the crossing on log sigma (Brent's method), then keep to
     # the side that fits, bisecting should the step past the root not fit.
     step = math.log1p(rel_tol)
     lo_log, hi_log = math.log(lo), math.log(hi)
+    sigma_at = {lo_log: lo, hi_log: hi}  # the ends as priced, not exp(log(.)) an ulp away
+
+    def at(log_sigma: float) -> float:
+        return sigma_at.get(log_sigma, math.exp(log_sigma))
 
     def excess(log_sigma: float) -> float:
-        job = chosen.cost(vips_job_event(math.exp(log_sigma), sample_size, population, iterations))
-        value = (base + job).epsilon(delta) - target_epsilon
-        return value if math.isfinite(value) else 1e300
+        value = price(at(log_sigma))  # about a power of sigma: its log is nearly linear in log sigma
+        return math.log(value / target_epsilon) if 0 < value < math.inf else (1e300 if value else -1e300)
 
     # The root is within step/4 of the crossing, so step/2 above it fits (unless epsilon is not smooth there).
     root = brentq(excess, lo_log, hi_log, xtol=step / 4)
     candidate = min(root + step / 2, hi_log)
-    if fits(math.exp(candidate)):
-        return math.exp(candidate)
+    if fits(at(candidate)):
+        return at(candidate)
     lo_log = candidate
     while hi_log - lo_log > step:
         mid = (lo_log + hi_log) / 2
-        if fits(math.exp(mid)):
+        if fits(at(mid)):
             hi_log = mid
         else:
             lo_log = mid
-    return math.exp(hi_log)
+    return at(hi_log)
 
 
 def _first_guess(
     target_epsilon: float, sample_size: int, population: int, iterations: int, delta: float, base: PrivacyCost
-) -> float:
-    """A sigma near the answer, cheap to find: for `pld`, the `rdp` sigma of the same composition (which
-    always fits, as `pld` charges at most what `rdp` does); otherwise 1."""
+) -> tuple[float, float | None]:
+    """A sigma near the answer, cheap to find, and one known to fit (or None). For `pld` with subsampling:
+    the central-limit guess (the composed privacy loss is about mu-GDP, mu^2 its variance: sum over
+    releases of q^2 (e^{1/sigma^2} - 1), plus sum 1/sigma^2 on the whole dataset; Dong, Roth, Su 2022,
+    Thm 3.5), and the `rdp` sigma of the same composition, which fits as `pld` charges at most what `rdp`
+    does. The answer lies between them when the first does not fit. Other accountants: 1, None."""
     if base.accountant != PldAccountant.name or sample_size == population:
-        return 1.0
+        return 1.0, None
     as_rdp = PrivacyCost(base.values, RdpAccountant.name)
     try:
-        return calibrate_sigma(target_epsilon, sample_size, population, iterations, delta, as_rdp, 1e-2)
+        fitting: float | None = calibrate_sigma(
+            target_epsilon, sample_size, population, iterations, delta, as_rdp, 1e-2
+        )
     except CalibrationError:
-        return 1.0
+        fitting = None
+    with contextlib.suppress(ValueError, ArithmeticError):
+        target_mu2 = 1.0 / gaussian_mechanism.get_sigma_gaussian(target_epsilon, delta) ** 2
+        spent_mu2 = base.gaussian_mu_squared + sum(
+            count * pld.loss_scale(sigma, size / population) ** 2
+            for sigma, size, population, count in base.releases
+        )
+        left = (target_mu2 - spent_mu2) / (iterations * (sample_size / population) ** 2)
+        if left > 0 and math.isfinite(left):
+            guess = 1.0 / math.sqrt(math.log1p(left))
+            if fitting is None or guess < fitting:
+                return guess, fitting
+    return (fitting, fitting) if fitting is not None else (1.0, None)
 
 
-def _bracket(fits: Callable[[float], bool], guess: float) -> tuple[float | None, float]:
-    """(lo, hi) with lo not fitting and hi fitting, grown from the guess by factors of 2; lo None when even
-    the smallest sigma fits. Raises CalibrationError when even the largest does not."""
+def _bracket(
+    fits: Callable[[float], bool], guess: float, fitting: float | None = None
+) -> tuple[float | None, float]:
+    """(lo, hi) with lo not fitting and hi fitting: (guess, fitting) when the guess does not fit and a
+    larger sigma is known to; else grown from the guess by factors 1.1, 1.1^2, 1.1^4, ... (a close guess
+    costs few evaluations, a far one few more). lo is None when even the smallest sigma fits; raises
+    CalibrationError when even the largest does not."""
     hi = min(max(guess, _SIGMA_MIN), _SIGMA_MAX)
     lo: float | None = None
+    factor = 1.1
+    if fitting is not None and hi < fitting and not fits(hi):
+        return hi, fitting
     while not fits(hi):
         if hi >= _SIGMA_MAX:
             raise CalibrationError(f"target epsilon is unreachable even with sigma = {_SIGMA_MAX:g}")
-        lo, hi = hi, min(hi * 2.0, _SIGMA_MAX)
+        lo, hi, factor = hi, min(hi * factor, _SIGMA_MAX), factor * factor
     while lo is None:
         if hi <= _SIGMA_MIN:
             return None, hi
-        candidate = max(hi / 2.0, _SIGMA_MIN)
+        candidate = max(hi / factor, _SIGMA_MIN)
         if fits(candidate):
-            hi = candidate
+            hi, factor = candidate, factor * factor
         else:
             lo = candidate
     return lo, hi

@@ -121,7 +121,11 @@ def _reserved_curve(conn: Connection, row: Any) -> PrivacyCost:
             reservations.c.iterations,
             reservations.c.committed,
         )
-        .where(reservations.c.dataset == row.dataset, reservations.c.open.is_(True))
+        .where(
+            reservations.c.dataset == row.dataset,
+            reservations.c.open.is_(True),
+            reservations.c.committed < reservations.c.iterations,  # fully committed: nothing left to add
+        )
         .order_by(reservations.c.created_at, reservations.c.job_id)  # one order: composed prefixes are cached
     )
     current = _current(row)

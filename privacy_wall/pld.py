@@ -38,6 +38,7 @@ from functools import lru_cache
 import numpy as np
 from dp_accounting.pld import pld_pmf
 from numpy.typing import NDArray
+from scipy import fft as scipy_fft
 from scipy.special import log_ndtr
 
 #: A group of identical releases: (sigma, sample_size, population, count).
@@ -101,18 +102,20 @@ def loss_scale(sigma: float, q: float) -> float:
 
 @lru_cache(maxsize=4096)
 def _upper_loss(sigma: float, q: float) -> float:
-    """The smallest eps (to 1e-6 relative) with delta(eps) <= RELEASE_TAIL for one release."""
+    """An eps with delta(eps) <= RELEASE_TAIL for one release, within 1e-5 (relative) of the smallest: the
+    first power of two past it, then two rounds of 256 evenly spaced points (the profile falls in eps).
+    Any such eps is valid (the mass above it goes to +infinity); a tighter one only trims points."""
     log_tail = math.log(RELEASE_TAIL)
-    hi = 1e-6
-    while log_profile(sigma, q, np.array([hi]))[0] > log_tail:
-        hi *= 2.0
+    powers = 1e-6 * 2.0 ** np.arange(64, dtype=np.float64)
+    below = log_profile(sigma, q, powers) <= log_tail
+    if not below.any():
+        raise OverflowError("one release's privacy loss has no finite scale")
+    hi = float(powers[np.argmax(below)])
     lo = hi / 2.0
-    while hi - lo > 1e-6 * hi:
-        mid = (lo + hi) / 2.0
-        if log_profile(sigma, q, np.array([mid]))[0] > log_tail:
-            lo = mid
-        else:
-            hi = mid
+    for _ in range(2):
+        points = np.linspace(lo, hi, 257)
+        first = int(np.argmax(log_profile(sigma, q, points) <= log_tail))  # points[-1] = hi always qualifies
+        lo, hi = float(points[max(first - 1, 0)]), float(points[first])
     return hi
 
 
@@ -159,6 +162,11 @@ class _PmfCache:
     def bytes(self) -> int:
         return self._bytes
 
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+            self._bytes = 0
+
     def put(self, key: tuple[tuple[Group, ...], float], pmf: pld_pmf.DensePLDPmf) -> None:
         size = 8 * pmf.size
         with self._lock:
@@ -185,11 +193,28 @@ def release_pmf(sigma: float, sample_size: int, population: int, h: float) -> pl
     q = sample_size / population
     top = math.ceil(_upper_loss(sigma, q) / h)
     ks = np.arange(-top, top + 1, dtype=np.float64)
-    deltas = profile(sigma, q, ks * h)
-    pmf = pld_pmf.create_pmf_pessimistic_connect_dots_fixed_gap(h, -top, top, deltas).to_dense_pmf()
-    pmf = _cut(pmf, RELEASE_TAIL)
+    pmf = _cut(connect_the_dots(h, -top, profile(sigma, q, ks * h)), RELEASE_TAIL)
     _RELEASES.put(key, pmf)
     return pmf
+
+
+def connect_the_dots(h: float, lowest: int, deltas: NDArray[np.float64]) -> pld_pmf.DensePLDPmf:
+    """The pessimistic connect-the-dots PMF on losses (lowest + i) h of the profile values `deltas` there
+    (Doroshenko et al. 2022, Alg. 1): dp_accounting's `create_pmf_pessimistic_connect_dots_fixed_gap`
+    (same formula, same output: tested) built as one array instead of through a dict of every point.
+    Masses: p_1 = 1 - d_1 + (d_2 - d_1)/(e^h - 1); p_i = ((d_{i+1} - d_i) - e^h (d_i - d_{i-1}))/(e^h - 1);
+    p_n = (d_n - d_{n-1})/(e^-h - 1); d_n at +infinity; deltas made non-increasing first, negatives cut."""
+    deltas = np.minimum.accumulate(np.asarray(deltas, dtype=np.float64))
+    if len(deltas) < 2 or deltas[0] > 1.0 or deltas[-1] < 0.0:
+        raise ValueError("connect-the-dots needs at least two profile values in [0, 1]")
+    steps = np.diff(deltas)
+    probs = np.empty_like(deltas)
+    probs[0] = 1.0 - deltas[0] + steps[0] / math.expm1(h)
+    probs[1:-1] = (steps[1:] - steps[:-1] * math.exp(h)) / math.expm1(h)
+    probs[-1] = steps[-1] / math.expm1(-h)
+    return pld_pmf.DensePLDPmf(
+        h, lowest, np.maximum(probs, 0.0), float(deltas[-1]), pessimistic_estimate=True
+    )
 
 
 def _cut(pmf: pld_pmf.DensePLDPmf, tail: float) -> pld_pmf.DensePLDPmf:
@@ -218,9 +243,56 @@ def group_pmf(group: Group, h: float) -> pld_pmf.DensePLDPmf:
     found = _GROUPS.get(((group,), h))
     if found is not None:
         return found
-    pmf = release_pmf(sigma, size, population, h).self_compose(count, tail_mass_truncation=COMPOSITION_TAIL)
+    pmf = _self_composed(release_pmf(sigma, size, population, h), count)
     _GROUPS.put(((group,), h), pmf)
     return pmf
+
+
+def _self_composed(pmf: pld_pmf.DensePLDPmf, count: int) -> pld_pmf.DensePLDPmf:
+    """`pmf` composed with itself `count` times: dp_accounting's `DensePLDPmf.self_compose` (FFT power,
+    at most COMPOSITION_TAIL cut from each end by its Chernoff bounds, the cut counted at +infinity),
+    with the bounds' moment generating functions computed as powers of one exponential (`_self_bounds`)."""
+    probs = np.asarray(pmf._probs, dtype=np.float64)
+    lower, upper = _self_bounds(probs, count, COMPOSITION_TAIL)
+    size = upper - lower + 1
+    fast = scipy_fft.next_fast_len(max(size, len(probs)), real=True)
+    power = scipy_fft.irfft(scipy_fft.rfft(probs, fast) ** count, fast)
+    kept = np.roll(power, -lower)[:size]  # the transform wraps modulo `fast`: the window of interest
+    infinity = COMPOSITION_TAIL - math.expm1(count * math.log1p(-pmf._infinity_mass))
+    return pld_pmf.DensePLDPmf(
+        pmf._discretization, pmf._lower_loss * count + lower, kept, infinity, pessimistic_estimate=True
+    )
+
+
+def _self_bounds(probs: NDArray[np.float64], count: int, tail: float) -> tuple[int, int]:
+    """dp_accounting's `compute_self_convolve_bounds` on its orders +-k/n (k = 1..20, n points): for the
+    sum I of `count` indices drawn from `probs`, P(I >= b) <= tail/2 where b = (count log M(t) + log(2/tail))
+    / t for t > 0 (Chernoff; likewise below for t < 0), M(t) = sum_i p_i e^{t i}. With t = k/n the terms are
+    p_i x_i^k, x_i = e^{i/n} in [1, e]: products of moderate numbers, no log-sum-exp needed."""
+    n = len(probs)
+    upper, lower = (n - 1) * count, 0
+    rising = np.exp(np.arange(n) / n)
+    falling = 1.0 / rising
+    log_two_over_tail = math.log(2.0 / tail)
+    up_terms, down_terms = probs.copy(), probs.copy()
+    with np.errstate(divide="ignore"):
+        for k in range(1, 21):
+            up_terms *= rising
+            down_terms *= falling
+            order = k / n
+            bound = (count * math.log(float(up_terms.sum())) + log_two_over_tail) / order
+            if math.isfinite(bound):
+                upper = min(upper, math.ceil(bound))
+            bound = (count * math.log(float(down_terms.sum())) + log_two_over_tail) / -order
+            if math.isfinite(bound):
+                lower = max(lower, math.floor(bound))
+    return lower, upper
+
+
+def clear_caches() -> None:
+    """Forget every cached PMF (benchmarks measure cold compositions with it)."""
+    for cache in (_COMPOSED, _GROUPS, _RELEASES):
+        cache.clear()
 
 
 def cached_bytes() -> int:
@@ -289,11 +361,14 @@ def epsilon(groups: tuple[Group, ...], delta: float) -> float:
 def epsilon_for_delta(pmf: pld_pmf.DensePLDPmf, delta: float) -> float:
     """The smallest eps >= 0 with delta_pmf(eps) <= delta: dp_accounting's `get_epsilon_for_delta`, with its
     loop over losses done by suffix sums (delta(eps) = m_inf + sum_{l > eps} p_l (1 - e^{eps - l}))."""
-    probs = np.asarray(pmf._probs, dtype=np.float64)
     infinity = float(pmf._infinity_mass)
     if infinity > delta:
         return math.inf
-    losses = (pmf._lower_loss + np.arange(len(probs))) * pmf._discretization
+    zero = max(0, -int(pmf._lower_loss))  # losses below 0 never enter delta(eps) for eps >= 0
+    probs = np.asarray(pmf._probs, dtype=np.float64)[zero:]
+    if not len(probs):
+        return 0.0
+    losses = (pmf._lower_loss + zero + np.arange(len(probs))) * pmf._discretization
     with np.errstate(over="ignore", invalid="ignore", under="ignore"):
         upper = infinity + np.cumsum(probs[::-1])[::-1]  # mass at losses >= l_k, and at +infinity
         lower = np.cumsum((probs * np.exp(-losses))[::-1])[::-1]  # the same under the other distribution
@@ -301,7 +376,11 @@ def epsilon_for_delta(pmf: pld_pmf.DensePLDPmf, delta: float) -> float:
         if not (np.isfinite(at_loss).all() and np.isfinite(lower).all()):
             return float(pmf.get_epsilon_for_delta(delta))
         above = np.nonzero(at_loss > delta)[0]
-        k = int(above[-1]) + 1 if len(above) else 0  # delta(l_{k-1}) > delta >= delta(l_k)
+        if not len(above) and zero > 0:
+            return 0.0  # delta(0) <= delta
+        k = (
+            min(int(above[-1]) + 1, len(probs) - 1) if len(above) else 0
+        )  # delta(l_{k-1}) > delta >= delta(l_k)
         if lower[k] <= 0.0:
             return max(0.0, float(losses[k]))
         return max(0.0, math.log((upper[k] - delta) / lower[k]))

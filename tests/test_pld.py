@@ -285,3 +285,32 @@ def test_epsilon_for_delta_is_dp_accountings(groups: tuple[pld.Group, ...]) -> N
         assert pld.epsilon_for_delta(pmf, delta) == pytest.approx(
             pmf.get_epsilon_for_delta(delta), rel=1e-12, abs=1e-15
         )
+
+
+@pytest.mark.parametrize(
+    ("sigma", "q"), [(0.6, 200 / 60_000), (1.24, 0.05), (2.765, 2_000 / 2_786), (5.0, 1.0)]
+)
+def test_connect_the_dots_is_dp_accountings(sigma: float, q: float) -> None:
+    """The array-built connect-the-dots PMF has dp_accounting's masses, offset and mass at +infinity."""
+    h = 2.0**-12
+    top = math.ceil(pld._upper_loss(sigma, q) / h)
+    deltas = pld.profile(sigma, q, np.arange(-top, top + 1) * h)
+    ours = pld.connect_the_dots(h, -top, deltas)
+    theirs = pld_pmf.create_pmf_pessimistic_connect_dots_fixed_gap(h, -top, top, deltas).to_dense_pmf()
+    assert ours._lower_loss == theirs._lower_loss
+    assert ours._infinity_mass == theirs._infinity_mass
+    np.testing.assert_array_equal(ours._probs, np.asarray(theirs._probs))
+
+
+@pytest.mark.parametrize(
+    ("group", "h"), [((1.5, 200, 60_000, 100), 2.0**-14), ((0.8, 20_000, 400_000, 20), 2.0**-12)]
+)
+def test_self_composition_is_dp_accountings(group: pld.Group, h: float) -> None:
+    """The group's FFT power keeps dp_accounting's Chernoff window and masses (to FFT rounding)."""
+    sigma, size, population, count = group
+    release = pld.release_pmf(sigma, size, population, h)
+    ours = pld._self_composed(release, count)
+    theirs = release.self_compose(count, tail_mass_truncation=pld.COMPOSITION_TAIL)
+    assert ours._lower_loss == theirs._lower_loss
+    assert ours._infinity_mass == theirs._infinity_mass
+    np.testing.assert_allclose(ours._probs, np.asarray(theirs._probs), rtol=0, atol=1e-15)
