@@ -20,7 +20,8 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 COPY --from=build /wheels /wheels
 RUN pip install --no-cache-dir /wheels/*.whl \
  && rm -rf /wheels \
- && useradd --system --create-home --home-dir /var/lib/vips vips
+ && useradd --system --create-home --home-dir /var/lib/vips vips \
+ && chmod 700 /var/lib/vips  # the server-side verbs refuse a store others can read
 # Alembic reads its script folders from the working directory (vips.migrate), so they ship beside it.
 WORKDIR /opt/vips
 COPY alembic.ini ./

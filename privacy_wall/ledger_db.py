@@ -353,27 +353,51 @@ def reserve(
     engine: Engine, dataset: str, job_id: str, event: SubsampledGaussianEvent, iterations: int
 ) -> BudgetStatus:
     """Admit a job by reserving its whole curve atomically, or raise BudgetExceeded reserving nothing."""
+    per_iteration = _reservation_cost(event, iterations)
+    with engine.begin() as conn:
+        return _reserve(conn, dataset, job_id, event, iterations, per_iteration)
+
+
+def reserve_within(
+    conn: Connection, dataset: str, job_id: str, event: SubsampledGaussianEvent, iterations: int
+) -> BudgetStatus:
+    """`reserve` inside the caller's transaction, so what the caller writes with it (the job's row) commits
+    together with the reservation or not at all. On BudgetExceeded nothing was written: roll back."""
+    return _reserve(conn, dataset, job_id, event, iterations, _reservation_cost(event, iterations))
+
+
+def _reservation_cost(event: SubsampledGaussianEvent, iterations: int) -> PrivacyCost:
+    """One iteration's cost (priced before the budget is locked)."""
     if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
         raise ValueError("iterations must be an integer >= 1")
-    per_iteration = configured_accountant().cost(event)
-    with engine.begin() as conn:
-        row = _lock_budget(conn, dataset)
-        status, after = _check(row, conn, per_iteration.scaled(iterations))
-        if status.epsilon_budget is not None and not after <= status.epsilon_budget:
-            raise _refuse(status, after)
-        conn.execute(
-            insert(reservations).values(
-                job_id=job_id,
-                dataset=dataset,
-                event=event_to_dict(event),
-                per_iteration_curve=_json_curve(per_iteration),
-                iterations=iterations,
-                committed=0,
-                open=True,
-                created_at=_now(),
-            )
+    return configured_accountant().cost(event)
+
+
+def _reserve(
+    conn: Connection,
+    dataset: str,
+    job_id: str,
+    event: SubsampledGaussianEvent,
+    iterations: int,
+    per_iteration: PrivacyCost,
+) -> BudgetStatus:
+    row = _lock_budget(conn, dataset)
+    status, after = _check(row, conn, per_iteration.scaled(iterations))
+    if status.epsilon_budget is not None and not after <= status.epsilon_budget:
+        raise _refuse(status, after)
+    conn.execute(
+        insert(reservations).values(
+            job_id=job_id,
+            dataset=dataset,
+            event=event_to_dict(event),
+            per_iteration_curve=_json_curve(per_iteration),
+            iterations=iterations,
+            committed=0,
+            open=True,
+            created_at=_now(),
         )
-        return _status(conn, row)
+    )
+    return _status(conn, row)
 
 
 def refund(engine: Engine, job_id: str) -> int:

@@ -21,9 +21,10 @@ from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.db import create_control_engine
-from service.jobs import BudgetRefused, ServiceError, SpecError
-from service.limits import BodyLimit, ErrorBoundary, validation_errors
+from service.errors import BudgetRefused, ServiceError, SpecError
+from service.limits import BodyLimit, ErrorBoundary, HeaderLimit, validation_errors
 from service.periodic import run_every
+from service.proxies import ForwardedHeaders
 from service.queue import CeleryQueue, JobQueue
 from service.reaper import start_reaper_thread
 from service.routes import budgets, datasets, health, jobs, keys, posteriors
@@ -77,7 +78,7 @@ async def _service_error(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, ServiceError)
     if isinstance(exc, BudgetRefused):
         return JSONResponse(jsonable_encoder(exc.refusal), status_code=exc.status_code)
-    return JSONResponse({"detail": exc.detail}, status_code=exc.status_code)
+    return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)
 
 
 async def _spec_error(_: Request, exc: Exception) -> JSONResponse:
@@ -117,6 +118,7 @@ def create_app(
                 settings.reaper_interval_seconds,
                 settings.heartbeat_timeout_seconds,
                 settings.queued_timeout_seconds,
+                queue.holds,
             )
             if settings.reaper_interval_seconds > 0
             else None
@@ -155,7 +157,10 @@ def create_app(
     # Unexpected errors: a JSON 500 that keeps the connection usable; bodies above the limit: 413.
     app.add_middleware(ErrorBoundary)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(HeaderLimit, max_bytes=settings.max_header_bytes)
     app.add_middleware(DocsPolicy)
+    # Outermost: scheme and client from X-Forwarded-* only when the peer is in VIPS_TRUSTED_PROXIES.
+    app.add_middleware(ForwardedHeaders, networks=settings.trusted_networks())
     app.include_router(health.router)
     for resource in (datasets, budgets, jobs, posteriors, keys):
         app.include_router(resource.router, prefix=API_PREFIX)

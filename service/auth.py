@@ -60,7 +60,7 @@ AdminKey = Annotated[Principal, Depends(require_role("admin"))]
 AnalystKey = Annotated[Principal, Depends(require_role("analyst"))]
 CustodianKey = Annotated[Principal, Depends(require_role("custodian", "admin"))]
 JobReaderKey = Annotated[Principal, Depends(require_role("analyst", "client", "custodian", "admin"))]
-JobOwnerKey = Annotated[Principal, Depends(require_role("analyst", "admin"))]
+JobCancellerKey = Annotated[Principal, Depends(require_role("analyst", "custodian", "admin"))]
 ReleaseReaderKey = Annotated[Principal, Depends(require_role("analyst", "custodian", "admin"))]
 
 
@@ -103,6 +103,14 @@ def sees_job(principal: Principal, job: Any, dataset: Any = None) -> bool:
 def controls_job(principal: Principal, job: Any) -> bool:
     """May this key cancel the job? The analyst who owns it, or an admin."""
     return principal.role == "admin" or (principal.role == "analyst" and job.owner == principal.key_id)
+
+
+def cancels_job(principal: Principal, job: Any, dataset: Any = None) -> bool:
+    """May this key cancel the job? Whoever controls it, and the custodian of its dataset (`dataset` is the
+    job's dataset row); never a client."""
+    return controls_job(principal, job) or (
+        principal.role == "custodian" and sees_job(principal, job, dataset)
+    )
 
 
 def reads_releases(principal: Principal, job: Any, dataset: Any = None) -> bool:

@@ -1,4 +1,5 @@
-"""Bounded requests: a body-size cap (413) and short 422s, plus a 500 that keeps the connection open.
+"""Bounded requests: header-size (431) and body-size (413) caps and short 422s, plus a 500 that keeps
+the connection open.
 
 `BodyLimit` reads a request body (with or without Content-Length, e.g. chunked) up to the configured
 limit before the app sees it, and answers 413 with a JSON detail as soon as the body is larger.
@@ -39,6 +40,26 @@ async def _send_json(send: Send, status: int, body: dict[str, Any]) -> None:
         }
     )
     await send({"type": "http.response.body", "body": payload})
+
+
+class HeaderLimit:
+    """Answer 431 to a request whose header fields add up to more than `max_bytes` (names and values).
+
+    The server's h11 parser already refuses a head it cannot complete within that many bytes
+    (service.http_server), but one that arrives whole in a single read is parsed whatever its size."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            size = sum(len(name) + len(value) for name, value in scope.get("headers", ()))
+            if size > self.max_bytes:
+                detail = f"the request's header fields are larger than the limit of {self.max_bytes} bytes"
+                await _send_json(send, 431, {"detail": detail})
+                return
+        await self.app(scope, receive, send)
 
 
 class BodyLimit:

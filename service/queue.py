@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from celery import Celery
 
 from service.settings import RUN_JOB_TASK, WORKER_STALE_SECONDS, ServiceSettings
+
+log = logging.getLogger(__name__)
 
 #: How long the readiness probe waits for the broker, and for workers to answer a ping, in seconds.
 BROKER_PROBE_TIMEOUT_SECONDS = 3.0
@@ -24,6 +29,11 @@ class JobQueue(Protocol):
 
     def check(self) -> None:
         """Raise if the broker cannot be reached (the readiness probe)."""
+        ...
+
+    def holds(self, job_id: str) -> bool | None:
+        """Whether the broker still holds the job's task (waiting, or delivered and not acknowledged);
+        None when that cannot be told (the broker is unreachable)."""
         ...
 
     def check_workers(self) -> None:
@@ -43,7 +53,36 @@ class CeleryQueue:
         self._celery.conf.update(self._config)
 
     def send_run_job(self, job_id: str) -> None:
-        self._celery.send_task(RUN_JOB_TASK, args=[job_id])
+        send_run_job(self._celery, job_id)
+
+    def holds(self, job_id: str) -> bool | None:
+        try:
+            return any(job_id in message for message in self._messages())
+        except Exception as exc:  # unreachable or unreadable: cannot tell, so nothing is reaped for it
+            log.warning("could not read the broker's queue (%s)", type(exc).__name__)
+            return None
+
+    def _messages(self) -> Iterator[str]:
+        """Every message the broker holds for the default queue, as text: the file-system broker's
+        files, or Redis's queue lists (one per priority step) and its unacknowledged deliveries."""
+        options = self._config.get("broker_transport_options", {})
+        if self._config["broker_url"] == "filesystem://":
+            for path in Path(options["data_folder_out"]).iterdir():
+                with contextlib.suppress(FileNotFoundError):  # consumed while we looked
+                    yield path.read_text(errors="replace")
+            return
+        import redis
+
+        client = redis.Redis.from_url(self._config["broker_url"], socket_timeout=BROKER_PROBE_TIMEOUT_SECONDS)
+        try:
+            queue = self._celery.conf.task_default_queue
+            lists = [queue, *(f"{queue}\x06\x16{step}" for step in (3, 6, 9))]  # kombu's priority lists
+            held: list[bytes] = [m for key in lists for m in cast(list[bytes], client.lrange(key, 0, -1))]
+            held += cast(list[bytes], client.hvals("unacked"))
+            for message in held:
+                yield message.decode(errors="replace")
+        finally:
+            client.close()
 
     def check(self) -> None:
         options = self._config.get("broker_transport_options", {})
@@ -71,6 +110,11 @@ class CeleryQueue:
         self._celery.close()
 
 
+def send_run_job(celery: Celery, job_id: str, countdown: float | None = None) -> None:
+    """Queue the job's task, by name, with the job id as the task id (so the broker's messages name it)."""
+    celery.send_task(RUN_JOB_TASK, args=[job_id], task_id=job_id, countdown=countdown)
+
+
 class RecordingQueue:
     """A queue that records the job ids it was given (tests, dry setups); `fail` makes sending raise."""
 
@@ -91,6 +135,9 @@ class RecordingQueue:
     def check_workers(self) -> None:
         if not self.workers:
             raise RuntimeError("no worker answered a ping")
+
+    def holds(self, job_id: str) -> bool | None:
+        return None if self.fail else job_id in self.sent
 
     def close(self) -> None:
         return None

@@ -4,8 +4,10 @@ process (every `reaper_interval_seconds`), in every worker, and as Celery beat's
 A job is reaped (failed with a message that says why, its unspent reservation refunded) when
 - it is `running` and no worker has reported progress for `heartbeat_timeout_seconds` (its worker died,
   or lost the database for that long), or
-- it is still `queued` after `queued_timeout_seconds`: no worker took its task (the broker lost it, e.g.
-  Redis restarted without persistence, or no worker is running).
+- it is still `queued` `queued_timeout_seconds` after its submission (or after a worker last deferred
+  it, service.settings: a key at its running limit) and the broker no longer holds its task (the broker
+  lost it, e.g. Redis restarted without persistence). A job whose task waits in the broker behind a
+  backlog is never reaped; where the broker cannot be read, nothing queued is reaped.
 Every update is conditional on the status it read, so concurrent reapers (several API processes and
 workers) reap each job once. Charges are never undone: a reaped job keeps what it released.
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -44,13 +47,20 @@ def lost_worker_message(timeout_seconds: float) -> str:
 
 def unstarted_message(timeout_seconds: float) -> str:
     return (
-        f"no worker started this job within {timeout_seconds:g} s of its submission (its task was lost, e.g. "
-        "the broker restarted, or no worker is running); the job was failed and its budget refunded"
+        f"no worker started this job within {timeout_seconds:g} s and the job queue no longer holds it (it "
+        "was lost, e.g. the broker restarted without its data); the job was failed and its budget refunded: "
+        "submit it again"
     )
 
 
-def reap(control: Engine, heartbeat_timeout: float, queued_timeout: float | None = None) -> list[str]:
-    """Fail stale running jobs (and queued ones older than queued_timeout); return the ids reaped."""
+def reap(
+    control: Engine,
+    heartbeat_timeout: float,
+    queued_timeout: float | None = None,
+    holds: Callable[[str], bool | None] | None = None,
+) -> list[str]:
+    """Fail stale running jobs, and queued ones quiet for queued_timeout whose task `holds` says the broker
+    no longer has (without `holds`, by age alone); return the ids reaped."""
     now = datetime.now(UTC)
     with control.connect() as conn:
         rows = conn.execute(
@@ -63,8 +73,10 @@ def reap(control: Engine, heartbeat_timeout: float, queued_timeout: float | None
         if row.status == "running" and not heartbeat_is_fresh(row, heartbeat_timeout):
             doomed.append((row.id, "running", lost_worker_message(heartbeat_timeout)))
         elif row.status == "queued" and queued_timeout is not None:
-            created = aware(row.created_at)
-            if created is not None and created < now - timedelta(seconds=queued_timeout):
+            signs = [aware(row.created_at), aware(row.heartbeat_at)]  # submitted; last deferred by a worker
+            last = max((sign for sign in signs if sign is not None), default=None)
+            quiet = last is not None and last < now - timedelta(seconds=queued_timeout)
+            if quiet and (holds is None or holds(row.id) is False):
                 doomed.append((row.id, "queued", unstarted_message(queued_timeout)))
     reaped = []
     for job_id, status, message in doomed:
@@ -100,7 +112,11 @@ def fail_running_jobs(control: Engine, message: str) -> list[str]:
 
 
 def start_reaper_thread(
-    control: Engine, interval: float, heartbeat_timeout: float, queued_timeout: float | None
+    control: Engine,
+    interval: float,
+    heartbeat_timeout: float,
+    queued_timeout: float | None,
+    holds: Callable[[str], bool | None] | None = None,
 ) -> threading.Event:
     """Reap every `interval` seconds in a daemon thread until the returned event is set."""
-    return run_every(interval, lambda: reap(control, heartbeat_timeout, queued_timeout), "reaper")
+    return run_every(interval, lambda: reap(control, heartbeat_timeout, queued_timeout, holds), "reaper")

@@ -210,6 +210,15 @@ LARGEST_EPSILON = (
 )
 
 
+class ResourceEstimate(BaseModel):
+    """What a job is estimated to need (service.resources); submission refuses one above the server's
+    limits VIPS_MAX_JOB_MEMORY_MB, VIPS_MAX_RELEASE_MB and VIPS_MAX_JOB_STORED_MB."""
+
+    memory_bytes: int = Field(description="peak memory of the worker running the job")
+    release_bytes: int = Field(description="stored size of one release")
+    stored_bytes: int = Field(description="stored size of all releases and the posterior")
+
+
 class JobQuote(BaseModel):
     """A dry run: what the job would cost and what would remain; nothing is reserved."""
 
@@ -228,6 +237,7 @@ class JobQuote(BaseModel):
     epsilon_remaining: float | None = Field(description="budget minus reserved now; null without a cap")
     admissible: bool
     largest_epsilon: float | None = Field(default=None, description=LARGEST_EPSILON)
+    resources: ResourceEstimate | None = Field(default=None, description="the job's estimated resources")
 
 
 class BudgetRefusal(BaseModel):

@@ -7,11 +7,15 @@ control database and a file-system Celery broker that needs no Redis.
 
 from __future__ import annotations
 
+import os
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from service.proxies import Network, parse_networks
 
 #: Embedded mode: the worker touches its alive file this often; /readyz wants it fresher than the stale age.
 WORKER_ALIVE_SECONDS = 2.0
@@ -21,6 +25,16 @@ RUN_JOB_TASK = "vips.run_job"
 REAP_TASK = "vips.reap"
 
 
+@lru_cache
+def default_job_memory_mb() -> float:
+    """Half of this machine's physical memory in MiB (read once); 4096 where the OS does not say."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return 4096.0
+    return total / 2 / (1 << 20) if total > 0 else 4096.0
+
+
 class ServiceSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="VIPS_", extra="ignore")
 
@@ -28,11 +42,18 @@ class ServiceSettings(BaseSettings):
     control_database_url: str | None = None
     broker_url: str | None = None
     heartbeat_timeout_seconds: float = 60.0
-    #: A job still queued this long after submission was never started by a worker: failed and refunded.
+    #: A job queued this long after submission (or after a worker last deferred it) whose task the broker
+    #: no longer holds was lost: failed and refunded. One whose task waits in the broker is never reaped.
     queued_timeout_seconds: float = 300.0
     #: How often the API process (and each worker, and Celery beat) runs the reaper (service.reaper).
     reaper_interval_seconds: float = 10.0
     max_iterations: int = 100_000
+    #: Resource limits (service.resources): a job whose estimated worker memory, size of one stored
+    #: release, or total stored bytes (releases and posterior) exceed them is refused with a 422 at
+    #: submission. Memory defaults to half of this machine's physical memory.
+    max_job_memory_mb: float = Field(default_factory=lambda: default_job_memory_mb(), gt=0)
+    max_release_mb: float = Field(default=64.0, gt=0)
+    max_job_stored_mb: float = Field(default=1024.0, gt=0)
     #: Requests pricing a job (calibration, quotes) run the accountant in at most `pricing_slots` threads of
     #: the request pool at once; a request that waits `pricing_wait_seconds` for a slot gets a 503.
     pricing_slots: int = 2
@@ -42,10 +63,47 @@ class ServiceSettings(BaseSettings):
     ui_warm_interval_seconds: float = 5.0
     #: Request bodies above this many bytes are refused (413) before they are parsed.
     max_body_bytes: int = 1 << 20
+    #: Peers (comma-separated addresses and CIDR networks) whose X-Forwarded-Proto and X-Forwarded-For
+    #: are believed (service.proxies): the reverse proxies in front of the API. Default: loopback only.
+    trusted_proxies: str = "127.0.0.1,::1"
+    #: A key keeps at most this many dashboard sessions; signing in once more closes its oldest.
+    max_sessions_per_key: int = Field(default=10, ge=1)
+    #: Fair queues (docs/design.md section 3): a key may have at most max_queued_per_key jobs queued
+    #: (429 above it) and max_running_per_key running; a worker defers a job of a key at its running limit
+    #: for defer_seconds and takes another key's. A job running longer than max_job_seconds is stopped
+    #: (failed, its unspent budget refunded). Pricing requests (quotes, calibrations) of one key are
+    #: limited to pricing_rate_per_key per second, bursts of pricing_burst_per_key (429 above it).
+    max_queued_per_key: int = 20
+    max_running_per_key: int = 1
+    defer_seconds: float = 2.0
+    max_job_seconds: float = 86_400.0
+    pricing_rate_per_key: float = 5.0
+    pricing_burst_per_key: int = 20
+    #: Jobs one `vips worker` runs at once (threads) unless --concurrency says otherwise; above
+    #: max_running_per_key, so one key's long job never holds every slot.
+    worker_concurrency: int = 2
+    #: Per connection (service.http_server): a request head above max_header_bytes is refused (400); the
+    #: head must arrive within header_timeout_seconds, the body within body_timeout_seconds of it, else
+    #: the connection is closed; idle kept-alive connections close after keep_alive_seconds; a server
+    #: process closes new connections beyond max_connections.
+    max_header_bytes: int = 16 * 1024
+    header_timeout_seconds: float = 10.0
+    body_timeout_seconds: float = 30.0
+    keep_alive_seconds: float = 5.0
+    max_connections: int = 256
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _valid_networks(cls, value: str) -> str:
+        parse_networks(value)  # a typo fails at startup, not as a silently untrusted proxy
+        return value
 
     @property
     def embedded(self) -> bool:
         return self.broker_url is None
+
+    def trusted_networks(self) -> tuple[Network, ...]:
+        return parse_networks(self.trusted_proxies)
 
     def worker_alive_path(self) -> Path:
         """Embedded mode: the file the worker touches every WORKER_ALIVE_SECONDS (read by /readyz)."""

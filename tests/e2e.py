@@ -127,7 +127,9 @@ def embedded_service(home: Path) -> Iterator[Service]:
     env = {**_clean_env(), "VIPS_HOME": str(home)}
     service = Service(f"http://127.0.0.1:{port}", env)
     log = home / "test-up.log"
-    home.mkdir(parents=True, exist_ok=True)
+    # `vips up` refuses a VIPS_HOME open to others and chmods nothing: the harness's log is private too.
+    home.mkdir(mode=0o700, parents=True, exist_ok=True)
+    log.touch(mode=0o600)
     service.processes["up"] = start_vips(["up", "--port", str(port)], env, log)
     try:
         _wait_ready(service.url, service.processes, [log, home / "worker.log"])
@@ -138,10 +140,10 @@ def embedded_service(home: Path) -> Iterator[Service]:
 
 @contextmanager
 def production_service(
-    tmp_path: Path, heartbeat_timeout: float = 60.0, api_workers: int = 1
+    tmp_path: Path, heartbeat_timeout: float = 60.0, api_workers: int = 1, env: dict[str, str] | None = None
 ) -> Iterator[Service]:
     """`vips serve` (`api_workers` processes) and `vips worker` on fresh PostgreSQL databases and a
-    private Redis database."""
+    private Redis database; `env` adds settings to every process."""
     import redis
 
     require_redis()
@@ -156,6 +158,7 @@ def production_service(
             **_clean_env(),
             "VIPS_HOME": str(tmp_path / "home"),
             "VIPS_HEARTBEAT_TIMEOUT_SECONDS": str(heartbeat_timeout),
+            **(env or {}),
         }
         wall_env = {**base, "VIPS_CONTROL_DATABASE_URL": control, "VIPS_SENSITIVE_DATABASE_URL": sensitive}
         api_env = {**base, "VIPS_CONTROL_DATABASE_URL": control, "VIPS_BROKER_URL": broker}

@@ -25,6 +25,11 @@ from vips.cli import build_parser
 
 ROOT = Path(__file__).resolve().parent.parent
 SENSITIVE_DB = "sensitive-db"
+#: docker-compose.yml has no default for these (`${VAR:?message}`): the checks set their own.
+PASSWORDS = {
+    "VIPS_CONTROL_DB_PASSWORD": "compose-check-control-secret",
+    "VIPS_SENSITIVE_DB_PASSWORD": "compose-check-sensitive-secret",
+}
 
 
 def compose_command() -> list[str] | None:
@@ -38,22 +43,33 @@ def compose_command() -> list[str] | None:
     return [legacy] if legacy is not None else None
 
 
-@pytest.fixture(scope="module")
-def compose() -> dict[str, Any]:
-    """docker-compose.yml as resolved by Compose (anchors, merges and variable defaults applied)."""
+def compose_config(
+    tmp_path: Path, variables: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`config` of docker-compose.yml with exactly `variables` set: no VIPS_ variable of this process's
+    environment and no .env of the checkout (an empty --env-file stands in for it)."""
     command = compose_command()
     if command is None:
         if os.environ.get("CI") == "true":
             pytest.fail("no Compose CLI under CI; .ci/run should have installed Debian's docker-compose")
         pytest.skip("SKIPPED: no `docker compose` or `docker-compose` to resolve docker-compose.yml")
     env = {k: v for k, v in os.environ.items() if not k.startswith("VIPS_")}
-    done = subprocess.run(
-        [*command, "-f", str(ROOT / "docker-compose.yml"), "config"],
+    env.update(variables or {})
+    no_dotenv = tmp_path / "empty.env"
+    no_dotenv.touch()
+    return subprocess.run(
+        [*command, "-f", str(ROOT / "docker-compose.yml"), "--env-file", str(no_dotenv), "config"],
         capture_output=True,
         text=True,
         cwd=ROOT,
         env=env,
     )
+
+
+@pytest.fixture(scope="module")
+def compose(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """docker-compose.yml as resolved by Compose (anchors and merges applied, the passwords set)."""
+    done = compose_config(tmp_path_factory.mktemp("compose"), PASSWORDS)
     assert done.returncode == 0, f"Compose rejects docker-compose.yml:\n{done.stderr}"
     resolved: dict[str, Any] = yaml.safe_load(done.stdout)
     return resolved
@@ -102,6 +118,29 @@ def test_the_api_cannot_reach_the_sensitive_database(compose: dict[str, Any]) ->
     assert compose["networks"]["sensitive"].get("internal") is True
     members = {name for name, service in services.items() if networks(service) & networks(sensitive)}
     assert members == {SENSITIVE_DB, "worker", "migrate"}
+
+
+def test_the_database_passwords_come_from_the_environment(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    assert environment(services["control-db"])["POSTGRES_PASSWORD"] == PASSWORDS["VIPS_CONTROL_DB_PASSWORD"]
+    assert environment(services[SENSITIVE_DB])["POSTGRES_PASSWORD"] == PASSWORDS["VIPS_SENSITIVE_DB_PASSWORD"]
+    assert (
+        f":{PASSWORDS['VIPS_SENSITIVE_DB_PASSWORD']}@"
+        in environment(services["worker"])["VIPS_SENSITIVE_DATABASE_URL"]
+    )
+    assert (
+        f":{PASSWORDS['VIPS_CONTROL_DB_PASSWORD']}@"
+        in environment(services["api"])["VIPS_CONTROL_DATABASE_URL"]
+    )
+
+
+@pytest.mark.parametrize("missing", sorted(PASSWORDS))
+def test_compose_refuses_to_run_without_a_database_password(tmp_path: Path, missing: str) -> None:
+    """No fallback password: without the variable, Compose stops and names it."""
+    done = compose_config(tmp_path, {k: v for k, v in PASSWORDS.items() if k != missing})
+    assert done.returncode != 0, f"Compose resolved docker-compose.yml without {missing}"
+    assert missing in done.stderr, done.stderr
+    assert "vips-control" not in done.stdout and "vips-sensitive" not in done.stdout
 
 
 def test_only_the_api_publishes_a_port(compose: dict[str, Any]) -> None:

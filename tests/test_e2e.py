@@ -170,7 +170,11 @@ def test_fifty_concurrent_submissions_admit_exactly_k(tmp_path: Path) -> None:
     event = SubsampledGaussianEvent(2.0, batch, 2000)
     per_job = privacy_cost(event).scaled(iterations)
     cap = (per_job.scaled(k).epsilon(DELTA) + per_job.scaled(k + 1).epsilon(DELTA)) / 2
-    with production_service(tmp_path) as service:
+    one_key_at_once = {
+        "VIPS_PRICING_BURST_PER_KEY": str(submissions),
+        "VIPS_MAX_QUEUED_PER_KEY": str(submissions),
+    }
+    with production_service(tmp_path, env=one_key_at_once) as service:
         synthetic_csv(tmp_path / "train.csv")
         service.vips(
             "data",

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 from sqlalchemy import Engine, func, insert, select, update
+from sqlalchemy.exc import DataError
 
 from privacy_wall import ledger_db
 from privacy_wall.accounting import SubsampledGaussianEvent, privacy_cost
@@ -250,3 +251,121 @@ def test_reaper_fails_stale_jobs_and_refunds(
     with control.connect() as conn:
         assert conn.execute(select(func.count()).select_from(charges)).scalar_one() == 3
     assert np.isfinite(status.epsilon_spent)
+
+
+NOISED = "0.8137264"  # stands for a noised value: it must never reach the job's stored error
+
+
+def test_a_failed_job_stores_a_message_for_users_and_logs_the_technical_detail(
+    engines: tuple[Engine, Engine], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """GET /v1/jobs/ID returns `error` to every key that reads the job (client keys included): it says
+    what failed and where to look, never the exception's text (SQL, the values it carried)."""
+    control, sensitive = engines
+    statement = (
+        "INSERT INTO releases (job_id, iteration, statistics) VALUES (%(p_job_id)s, %(p_iteration)s, ...)"
+    )
+    real_store = job_runner.run_writes
+    calls = {"n": 0}
+
+    def refused_store(*args: Any, **kwargs: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 3:  # the database refuses release 3, quoting the statement and its values
+            raise DataError(
+                statement, {"p_statistics": {"mean": [float(NOISED)]}}, Exception(f"{NOISED} too large")
+            )
+        return real_store(*args, **kwargs)
+
+    monkeypatch.setattr(job_runner, "run_writes", refused_store)
+    job_id = submit(control)
+    with caplog.at_level("ERROR", logger=job_runner.__name__):
+        assert job_runner.execute_job(job_id, control, sensitive) == "failed"
+    error = job_row(control, job_id).error
+    assert error == (
+        "the job failed while storing release 3: the database refused a value (out of range, or larger "
+        f"than it accepts); the worker's log has the details (job {job_id}), ask the service's operator"
+    )
+    assert "INSERT" in caplog.text and NOISED in caplog.text and "DataError" in caplog.text
+    # Refunded: what stays spent is the three charges.
+    status = ledger_db.budget_status(control, "t")
+    assert status.epsilon_reserved == pytest.approx(status.epsilon_spent, rel=1e-12)
+    monkeypatch.undo()
+
+    def numbers_and_sql() -> None:
+        raise RuntimeError(f"SELECT value FROM rows WHERE value > {NOISED}")
+
+    on_gate_call(monkeypatch, 2, numbers_and_sql)
+    other = submit(control)
+    assert job_runner.execute_job(other, control, sensitive) == "failed"
+    error = job_row(control, other).error
+    assert error.startswith("the job failed while computing release 2: an unexpected error; ")
+    assert other in error
+    for leak in (NOISED, "SELECT", "RuntimeError", "INSERT"):
+        assert leak not in error
+
+
+def test_a_key_at_its_running_limit_has_its_next_job_deferred(engines: tuple[Engine, Engine]) -> None:
+    """One key, one running job (fresh heartbeat): its next job is deferred, not started, and vouched for
+    (heartbeat_at) so the reaper leaves it; once the first ends, the deferred one runs. Another key's job
+    is never held back by this key's."""
+    control, sensitive = engines
+    first, second = submit(control), submit(control)
+    with control.begin() as conn:
+        conn.execute(
+            update(jobs).where(jobs.c.id == first).values(status="running", heartbeat_at=datetime.now(UTC))
+        )
+        conn.execute(
+            insert(api_keys).values(
+                id="k2", key_hash="1" * 64, role="analyst", created_at=datetime.now(UTC), revoked=False
+            )
+        )
+    other = submit(control)
+    with control.begin() as conn:
+        conn.execute(update(jobs).where(jobs.c.id == other).values(owner="k2"))
+    assert job_runner.execute_job(second, control, sensitive, max_running_per_key=1) == "deferred"
+    row = job_row(control, second)
+    assert row.status == "queued" and row.heartbeat_at is not None and count_charges(control, second) == 0
+    with control.begin() as conn:  # submitted long ago, deferred just now: a worker holds it
+        conn.execute(
+            update(jobs).where(jobs.c.id == second).values(created_at=datetime.now(UTC) - timedelta(hours=1))
+        )
+    assert reap(control, heartbeat_timeout=60, queued_timeout=300, holds=lambda _: False) == []
+    assert job_runner.execute_job(other, control, sensitive, max_running_per_key=1) == "succeeded"
+    assert job_runner.execute_job(second, control, sensitive, max_running_per_key=2) == "succeeded"
+    with control.begin() as conn:
+        conn.execute(
+            update(jobs).where(jobs.c.id == first).values(heartbeat_at=datetime.now(UTC) - timedelta(hours=1))
+        )
+    third = submit(control)  # the first job's worker died (stale heartbeat): it no longer counts
+    assert job_runner.execute_job(third, control, sensitive, max_running_per_key=1) == "succeeded"
+
+
+def count_charges(control: Engine, job_id: str) -> int:
+    with control.connect() as conn:
+        return int(conn.execute(select(func.count()).where(charges.c.job_id == job_id)).scalar_one())
+
+
+def test_a_job_over_the_wall_time_limit_stops_and_keeps_only_what_it_released(
+    engines: tuple[Engine, Engine], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """VIPS_MAX_JOB_SECONDS: the job stops before the first release past its deadline; every release is
+    charged once, the rest of its reservation is refunded, and the error says what happened."""
+    control, sensitive = engines
+    job_id = submit(control, iterations=6)
+    real = Gate.release
+
+    def slow_third(self: Gate, *args: Any, **kwargs: Any) -> Any:
+        if kwargs["iteration"] == 3:
+            monkeypatch.setattr(job_runner, "_now", lambda: datetime.now(UTC) + timedelta(seconds=120))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Gate, "release", slow_third)
+    assert job_runner.execute_job(job_id, control, sensitive, max_job_seconds=60) == "failed"
+    row = job_row(control, job_id)
+    assert "VIPS_MAX_JOB_SECONDS" in row.error and "before release 4" in row.error
+    assert charge_keys(control, job_id) == [(1, 0), (2, 0), (3, 0)]
+    assert stored_iterations(control, job_id) == [1, 2, 3]
+    status = ledger_db.budget_status(control, "t")
+    assert status.epsilon_reserved == pytest.approx(status.epsilon_spent, rel=1e-12)
+    expected = privacy_cost(SubsampledGaussianEvent(3.0, 100, 400)).scaled(3).epsilon(DELTA)
+    assert status.epsilon_spent == pytest.approx(expected, rel=1e-9)

@@ -63,6 +63,49 @@ def test_a_queued_job_no_worker_started_is_failed_and_refunded(engines: tuple[En
     assert ledger_db.budget_status(control, "t").epsilon_spent == 0.0
 
 
+@pytest.mark.parametrize(("held", "reaped"), [(True, False), (None, False), (False, True)])
+def test_a_queued_job_is_reaped_only_when_the_broker_lost_its_task(
+    engines: tuple[Engine, Engine], held: bool | None, reaped: bool
+) -> None:
+    """Past the queued timeout a job waiting behind a backlog (its task still in the broker) stays queued,
+    as it does when the broker cannot be read; only a task the broker no longer holds is failed."""
+    control, _ = engines
+    job_id = submit(control)
+    long_ago = datetime.now(UTC) - timedelta(seconds=600)
+    with control.begin() as conn:
+        conn.execute(update(jobs).where(jobs.c.id == job_id).values(created_at=long_ago))
+    asked: list[str] = []
+
+    def holds(asked_id: str) -> bool | None:
+        asked.append(asked_id)
+        return held
+
+    assert reap(control, heartbeat_timeout=60, queued_timeout=300, holds=holds) == (
+        [job_id] if reaped else []
+    )
+    assert asked == [job_id]
+    assert job_row(control, job_id).status == ("failed" if reaped else "queued")
+    assert open_reservations(control) == (0 if reaped else 1)
+
+
+def test_a_job_a_worker_deferred_recently_is_not_reaped(engines: tuple[Engine, Engine]) -> None:
+    """A worker that defers a job (its key at the running limit) vouches for it with heartbeat_at: the
+    job's task is held by that worker, not by the broker, and the job is not lost."""
+    control, _ = engines
+    job_id = submit(control)
+    with control.begin() as conn:
+        conn.execute(
+            update(jobs)
+            .where(jobs.c.id == job_id)
+            .values(created_at=datetime.now(UTC) - timedelta(seconds=600), heartbeat_at=datetime.now(UTC))
+        )
+    assert reap(control, heartbeat_timeout=60, queued_timeout=300, holds=lambda _: False) == []
+    with control.begin() as conn:
+        stale = datetime.now(UTC) - timedelta(seconds=400)
+        conn.execute(update(jobs).where(jobs.c.id == job_id).values(heartbeat_at=stale))
+    assert reap(control, heartbeat_timeout=60, queued_timeout=300, holds=lambda _: False) == [job_id]
+
+
 def test_a_finished_job_with_an_open_reservation_is_refunded(engines: tuple[Engine, Engine]) -> None:
     """A job marked failed while its refund could not be written (the database went away in between)."""
     control, _ = engines
@@ -124,9 +167,14 @@ def api_without_workers(tmp_path: Path) -> Iterator[Api]:
 
 
 def test_the_api_reaps_without_any_worker(api_without_workers: Api) -> None:
+    """A queued job whose task the broker lost (the recording queue forgets it) and a running job whose
+    worker died are both failed and refunded by the API's own reaper; a queued job whose task the broker
+    still holds waits (no worker is running: nothing was lost)."""
     api = api_without_workers
     queued = api.submit().json()["id"]
     running = api.submit().json()["id"]
+    waiting = api.submit().json()["id"]
+    api.queue.sent.remove(queued)  # the broker restarted without it
     with api.engine.begin() as conn:  # a worker took this one, then died
         conn.execute(
             update(jobs).where(jobs.c.id == running).values(status="running", heartbeat_at=datetime.now(UTC))
@@ -142,7 +190,8 @@ def test_the_api_reaps_without_any_worker(api_without_workers: Api) -> None:
     assert first["status"] == second["status"] == "failed"
     assert "no worker started this job" in first["error"]
     assert "no worker reported progress" in second["error"]
-    assert open_reservations(api.engine) == 0
+    assert api.call("GET", f"/v1/jobs/{waiting}", "analyst").json()["status"] == "queued"
+    assert open_reservations(api.engine) == 1  # the waiting job's
 
 
 # --- database outages ------------------------------------------------------------------------------------

@@ -9,10 +9,13 @@ missing CSRF token; a screenshot of each page is not blank. A missing browser is
 
 from __future__ import annotations
 
+import html
 import json
 import shutil
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -237,6 +240,59 @@ def test_a_wrong_key_sees_nothing(browser: Browser, site: Site) -> None:
         assert page.url.endswith("/ui/signin")
     assert page.context.cookies() == []
     page.context.close()
+
+
+class _AttackerPage(BaseHTTPRequestHandler):
+    """Another site's page: a form that signs the visitor in to the service with the attacker's key."""
+
+    page = b""
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html; charset=utf-8")
+        self.end_headers()
+        self.wfile.write(self.page)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_another_sites_page_cannot_sign_the_custodian_in_as_someone_else(
+    browser: Browser, site: Site
+) -> None:
+    """Login CSRF: a page on another site (localhost is another site than 127.0.0.1) posts the sign-in
+    form with the attacker's key; the service refuses it and the custodian's session stays. (A plain
+    context: the attacker's host is meant to be foreign, so test_no_request_left_the_services_host must
+    not count it.)"""
+    context = browser.new_context()
+    page = context.new_page()
+    page.goto(f"{site.service.url}/ui/signin")
+    page.fill("input[name=api_key]", site.keys["custodian"])
+    page.press("input[name=api_key]", "Enter")
+    page.wait_for_url(f"{site.service.url}/ui")
+    (session,) = [c["value"] for c in context.cookies() if c["name"] == "vips_session"]
+
+    attacker = site.keys["other_client"]
+    handler = type("Page", (_AttackerPage,), {"page": (
+        f'<form method="post" action="{site.service.url}/ui/signin">'
+        f'<input name="api_key" value="{html.escape(attacker)}"></form>'
+        "<script>document.forms[0].submit()</script>"
+    ).encode()})  # fmt: skip
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        with page.expect_response(f"{site.service.url}/ui/signin") as refused:
+            page.goto(f"http://localhost:{server.server_address[1]}/")
+        assert refused.value.status == 403
+        page.wait_for_load_state()
+        assert "another site" in page.inner_text("main")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert [c["value"] for c in context.cookies() if c["name"] == "vips_session"] == [session]
+    page.goto(f"{site.service.url}/ui")
+    assert page.locator("table.data tbody td a").all_inner_texts() == ["synth"]  # still the custodian
+    context.close()
 
 
 def test_the_budget_form_refuses_an_analyst_and_a_missing_csrf_token(browser: Browser, site: Site) -> None:

@@ -243,7 +243,13 @@ def _add_server(commands: argparse._SubParsersAction[_Parser]) -> None:
         help="API processes (about one per core serves most reads)",
     )
     parser = commands.add_parser("worker", help="a Celery worker that runs jobs through the privacy wall")
-    parser.add_argument("--concurrency", type=_positive_int, default=1, help="jobs run at once (threads)")
+    parser.add_argument(
+        "--concurrency",
+        type=_positive_int,
+        default=None,
+        help="jobs run at once (threads; default VIPS_WORKER_CONCURRENCY, 2: one key's long job never holds "
+        "every slot, as a key runs at most VIPS_MAX_RUNNING_PER_KEY jobs at once)",
+    )
     parser.set_defaults(handler="server:run_worker")
     parser = commands.add_parser("beat", help="Celery beat: queues the periodic reaper (production)")
     parser.set_defaults(handler="server:run_beat")
@@ -426,6 +432,25 @@ def _handler(target: str) -> Handler:
     return handler
 
 
+#: The modules of vips.commands whose verbs act on this machine's store (migrate, data ingest, admin, up,
+#: serve, worker, beat). They run under umask 077, so that whatever they create (VIPS_HOME, the SQLite files,
+#: logs, the file broker) is private to its owner; client-side verbs keep the user's umask for the files
+#: they write for the user (posteriors, predictions).
+_SERVER_SIDE = ("server", "admin")
+
+
+def _run(target: str, args: argparse.Namespace) -> int:
+    """Run the verb's handler; a server-side verb under umask 077 (restored after, for in-process callers)."""
+    handler = _handler(target)
+    if target.partition(":")[0] not in _SERVER_SIDE:
+        return handler(args)
+    previous = os.umask(0o077)
+    try:
+        return handler(args)
+    finally:
+        os.umask(previous)
+
+
 def _fail(message: str, code: int) -> int:
     print(f"vips: error: {message}", file=sys.stderr)
     return code
@@ -444,7 +469,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         _check_names(args)
-        return _handler(args.handler)(args)
+        return _run(args.handler, args)
     except SystemExit as exc:  # --help and --version exit through argparse
         return exc.code if isinstance(exc.code, int) else 0
     except CliError as exc:

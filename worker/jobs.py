@@ -13,18 +13,19 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
-from sqlalchemy import Engine, bindparam, func, insert, select, update
-from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from sqlalchemy import Connection, Engine, bindparam, func, insert, select, update
+from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, InterfaceError, OperationalError
 
 from privacy_wall import ledger_db
 from privacy_wall.accounting import configured_accountant
 from privacy_wall.control_schema import budgets, charges, datasets
 from privacy_wall.db_store import DatabaseStore
-from privacy_wall.gate import Gate, Release
+from privacy_wall.gate import Gate, PrivacyError, Release
+from privacy_wall.ledger import BudgetExceeded
 from privacy_wall.queries.base import Array, Query
 from privacy_wall.sqlengine import (
     Bind,
@@ -36,8 +37,9 @@ from privacy_wall.sqlengine import (
 )
 from service.job_end import end_job
 from service.job_status import TERMINAL
-from service.models import jobs, posteriors, releases
+from service.models import api_keys, jobs, posteriors, releases
 from service.reaper import heartbeat_is_fresh
+from service.timestamps import aware
 from worker.models.registry import model_setup, public_schema_extra
 from worker.posterior import Privacy, build_posterior
 from worker.runner import LoopSettings, run_vips
@@ -62,8 +64,54 @@ class JobCancelled(Exception):
     """The analyst cancelled the job between iterations."""
 
 
+class JobOverTime(Exception):
+    """The job reached the server's wall-time limit before computing release `iteration`."""
+
+    def __init__(self, iteration: int) -> None:
+        super().__init__(f"over time before release {iteration}")
+        self.iteration = iteration
+
+
+def over_time_message(limit_seconds: float, iteration: int) -> str:
+    return (
+        f"the job ran longer than this server allows ({limit_seconds:g} s, VIPS_MAX_JOB_SECONDS) and was "
+        f"stopped before release {iteration}; what it released stays charged and the rest of its budget "
+        "was refunded: submit fewer iterations, or ask the operator for a longer limit"
+    )
+
+
 class JobNoLongerRunning(Exception):
     """Someone else ended the job (the reaper failed it while this worker was cut off): stop charging."""
+
+
+class Stage:
+    """What a running job is doing, named in the error a failure stores (failure_message)."""
+
+    def __init__(self) -> None:
+        self.doing = "starting"
+
+
+#: Why a job failed, by the exception's type (first match), as users read it in the job's `error`.
+_FAILURE_REASONS: tuple[tuple[type[BaseException] | tuple[type[BaseException], ...], str], ...] = (
+    (DataError, "the database refused a value (out of range, or larger than it accepts)"),
+    (IntegrityError, "the database refused a write that conflicts with what it holds"),
+    (DBAPIError, "the database reported an error"),
+    (BudgetExceeded, "the dataset's privacy budget has no room for the charge"),
+    (PrivacyError, "the privacy wall refused the request"),
+    (MemoryError, "the worker ran out of memory (a smaller batch size needs less)"),
+    ((ArithmeticError, np.linalg.LinAlgError), "a numerical error in the model's computation"),
+)
+
+
+def failure_message(job_id: str, stage: Stage, exc: BaseException) -> str:
+    """The `error` a failed job stores, written for its readers (client keys included): what failed and
+    where to look. Never the exception's text, which may quote SQL and the values it carried (released
+    statistics); that goes to the worker's log only (execute_job)."""
+    reason = next((text for kinds, text in _FAILURE_REASONS if isinstance(exc, kinds)), "an unexpected error")
+    return (
+        f"the job failed while {stage.doing}: {reason}; the worker's log has the details (job {job_id}), "
+        "ask the service's operator"
+    )
 
 
 # Run once per iteration of every job: built once, with bound parameters.
@@ -98,8 +146,18 @@ class StoredReleases:
     so a cancel that arrives during iteration t stops the job before iteration t + 1 is charged.
     """
 
-    def __init__(self, gate: Gate, reads: Bind, relaxed: Bind, job_id: str) -> None:
+    def __init__(
+        self,
+        gate: Gate,
+        reads: Bind,
+        relaxed: Bind,
+        job_id: str,
+        stage: Stage,
+        deadline: datetime | None = None,
+    ) -> None:
         self._gate = gate
+        self._deadline = deadline  # no new release after it (JobOverTime)
+        self._stage = stage  # what the job is doing, for the message of a failure
         self._reads = reads
         self._relaxed = relaxed
         self._job_id = job_id
@@ -150,11 +208,17 @@ class StoredReleases:
         if job_id != self._job_id:
             raise ValueError("this releaser serves one job")
         if iteration in self._stored:
-            return self._replay(iteration, sigma, batch_size)
+            self._stage.doing = f"reading stored release {iteration}"
+            stored = self._replay(iteration, sigma, batch_size)
+            self._stage.doing = f"updating the model with release {iteration}"
+            return stored
         if self._cancel:
             raise JobCancelled
         if self._stopped:
             raise JobNoLongerRunning
+        if self._deadline is not None and _now() >= self._deadline:
+            raise JobOverTime(iteration)
+        self._stage.doing = f"computing release {iteration}"
         release = self._gate.release(
             query,
             params,
@@ -166,6 +230,7 @@ class StoredReleases:
         )
         self._attempts[iteration] = self._attempts.get(iteration, 0) + 1
         now = _now()
+        self._stage.doing = f"storing release {iteration}"
         with transaction(self._relaxed) as conn:
             progress = run_writes(
                 conn,
@@ -185,6 +250,7 @@ class StoredReleases:
         else:
             self._cancel = bool(running)
         self._stored.add(iteration)
+        self._stage.doing = f"updating the model with release {iteration}"
         return release
 
 
@@ -245,15 +311,26 @@ def _finish(control: Engine, job_id: str, status: str, error: str | None = None)
             time.sleep(wait)
 
 
-def execute_job(job_id: str, control: Engine, sensitive: Engine, *, heartbeat_timeout: float = 60.0) -> str:
-    """Run (or resume) a job to a terminal status and return it.
+def execute_job(
+    job_id: str,
+    control: Engine,
+    sensitive: Engine,
+    *,
+    heartbeat_timeout: float = 60.0,
+    max_running_per_key: int | None = None,
+    max_job_seconds: float | None = None,
+) -> str:
+    """Run (or resume) a job to a terminal status and return it, or "deferred" (not started: its key
+    already runs `max_running_per_key` jobs; the caller queues it again).
 
     A job that is running with a fresh heartbeat belongs to another worker and is left alone; one whose
     heartbeat went stale (its worker died, the broker redelivered the task) is resumed. An unreachable
-    database raises DatabaseUnavailable (the task retries it later) instead of failing the job.
+    database raises DatabaseUnavailable (the task retries it later) instead of failing the job. A job
+    still running `max_job_seconds` after it first started stops before its next release: failed, what
+    it released stays charged, the rest of its reservation is refunded.
     """
     try:
-        claimed = _claim(job_id, control, heartbeat_timeout)
+        claimed = _claim(job_id, control, heartbeat_timeout, max_running_per_key)
     except DBAPIError as exc:
         if not database_lost(exc):
             raise
@@ -264,14 +341,21 @@ def execute_job(job_id: str, control: Engine, sensitive: Engine, *, heartbeat_ti
     if job.cancel_requested:
         _finish(control, job_id, "cancelled")
         return "cancelled"
+    stage = Stage()
+    started = aware(job.started_at) or _now()
+    deadline = started + timedelta(seconds=max_job_seconds) if max_job_seconds else None
     try:
         with heartbeat(control, job_id, heartbeat_timeout / 4):
-            document = _run(job, control, sensitive)
+            document = _run(job, control, sensitive, stage, deadline)
+        stage.doing = "storing the posterior"
         with control.begin() as conn:
             conn.execute(insert(posteriors).values(job_id=job_id, document=document, created_at=_now()))
     except JobCancelled:
         _finish(control, job_id, "cancelled")
         return "cancelled"
+    except JobOverTime as over:
+        _finish(control, job_id, "failed", over_time_message(max_job_seconds or 0.0, over.iteration))
+        return "failed"
     except JobNoLongerRunning:  # whoever ended it closed its reservation in the same transaction (end_job)
         with reading(control) as conn:
             return str(conn.execute(select(jobs.c.status).where(jobs.c.id == job_id)).scalar_one())
@@ -279,15 +363,19 @@ def execute_job(job_id: str, control: Engine, sensitive: Engine, *, heartbeat_ti
         if database_lost(exc):
             log.warning("job %s: database unavailable (%s); it resumes later", job_id, type(exc).__name__)
             raise DatabaseUnavailable(job_id, started=True) from exc
-        log.exception("job %s failed", job_id)  # the job fails; its unspent reservation is refunded
-        _finish(control, job_id, "failed", f"{type(exc).__name__}: {exc}")
+        # The job fails and its unspent reservation is refunded. The exception's type, text and traceback
+        # go to this log only; the job's `error` is a message for its readers (failure_message).
+        log.exception("job %s failed while %s", job_id, stage.doing)
+        _finish(control, job_id, "failed", failure_message(job_id, stage, exc))
         return "failed"
     _finish(control, job_id, "succeeded")
     return "succeeded"
 
 
-def _claim(job_id: str, control: Engine, heartbeat_timeout: float) -> Any:
-    """Mark the job running and return its row, or the status to return without running it."""
+def _claim(job_id: str, control: Engine, heartbeat_timeout: float, max_running_per_key: int | None) -> Any:
+    """Mark the job running and return its row, or the status to return without running it: "deferred"
+    when it has not started and its key already runs `max_running_per_key` jobs (it then records, in
+    heartbeat_at, that a worker holds its task, so the reaper knows the job is not lost)."""
     with control.begin() as conn:
         job = conn.execute(select(jobs).where(jobs.c.id == job_id).with_for_update()).one_or_none()
         if job is None:
@@ -297,6 +385,15 @@ def _claim(job_id: str, control: Engine, heartbeat_timeout: float) -> Any:
             return str(job.status)
         if job.status == "running" and heartbeat_is_fresh(job, heartbeat_timeout):
             return "running"
+        at_limit = (
+            job.status == "queued"
+            and max_running_per_key is not None
+            and not job.cancel_requested
+            and _running_of_key(conn, job.owner, heartbeat_timeout) >= max_running_per_key
+        )
+        if at_limit:
+            conn.execute(update(jobs).where(jobs.c.id == job_id).values(heartbeat_at=_now()))
+            return "deferred"
         conn.execute(
             update(jobs)
             .where(jobs.c.id == job_id, jobs.c.status.in_(("queued", "running")))
@@ -305,7 +402,24 @@ def _claim(job_id: str, control: Engine, heartbeat_timeout: float) -> Any:
     return job
 
 
-def _run(job: Any, control: Engine, sensitive: Engine) -> dict[str, Any]:
+def _running_of_key(conn: Connection, owner: str, heartbeat_timeout: float) -> int:
+    """Jobs of this key running now (a fresh heartbeat), counted with the key's row locked, so two workers
+    claiming two jobs of one key at once see each other (SQLite: BEGIN IMMEDIATE serialises them)."""
+    conn.execute(select(api_keys.c.id).where(api_keys.c.id == owner).with_for_update())
+    fresh = _now() - timedelta(seconds=heartbeat_timeout)
+    return int(
+        conn.execute(
+            select(func.count()).where(
+                jobs.c.owner == owner, jobs.c.status == "running", jobs.c.heartbeat_at > fresh
+            )
+        ).scalar_one()
+    )
+
+
+def _run(
+    job: Any, control: Engine, sensitive: Engine, stage: Stage, deadline: datetime | None = None
+) -> dict[str, Any]:
+    stage.doing = "setting up the model"
     options = dict(job.options)
     setup = model_setup(job.model, options, sigma=job.sigma, algorithm=job.algorithm)
     # One connection of each kind for the whole job: no pool checkout (and its ping) per iteration.
@@ -315,13 +429,14 @@ def _run(job: Any, control: Engine, sensitive: Engine) -> dict[str, Any]:
         relaxed_connection(control) as relaxed,
         sensitive.connect() as rows,
     ):
+        stage.doing = "opening the dataset"
         store = DatabaseStore(autocommit_reads(rows), job.dataset)
         gate = Gate(store, ledger_db.SqlLedger(writes))
         settings = LoopSettings(
             job.iterations, job.batch_size, job.sigma, options.get("tau0", 0.0), options.get("kappa", 1.0)
         )
         result = run_vips(
-            StoredReleases(gate, autocommit_reads(reads), relaxed, job.id),
+            StoredReleases(gate, autocommit_reads(reads), relaxed, job.id, stage, deadline),
             setup.query,
             setup.model,
             settings,
@@ -329,6 +444,7 @@ def _run(job: Any, control: Engine, sensitive: Engine) -> dict[str, Any]:
             dimension=store.info.dimension,
             population=store.info.population,
         )
+    stage.doing = "building the posterior"
     with reading(control) as conn:
         delta = conn.execute(select(budgets.c.delta).where(budgets.c.dataset == job.dataset)).scalar_one()
         schema = conn.execute(select(datasets.c.schema).where(datasets.c.name == job.dataset)).scalar_one()

@@ -5,11 +5,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from celery.signals import worker_ready
 
+from service.queue import CeleryQueue, send_run_job
 from service.reaper import reap, start_reaper_thread
 from service.settings import REAP_TASK, RUN_JOB_TASK, WORKER_ALIVE_SECONDS, get_settings
 from worker.celery_app import app
@@ -34,32 +36,53 @@ def run_job(self: Any, job_id: str) -> str:
     backoff (never acknowledged away); past the retries the reaper fails the job and refunds it."""
     settings = get_settings()
     try:
-        return execute_job(
-            job_id, control_engine(), sensitive_engine(), heartbeat_timeout=settings.heartbeat_timeout_seconds
+        status = execute_job(
+            job_id,
+            control_engine(),
+            sensitive_engine(),
+            heartbeat_timeout=settings.heartbeat_timeout_seconds,
+            max_running_per_key=settings.max_running_per_key,
+            max_job_seconds=settings.max_job_seconds or None,
         )
     except DatabaseUnavailable as exc:
         delay = retry_delay(self.request.retries, exc.started, settings.heartbeat_timeout_seconds)
         log.warning("%s; retry %d in %g s", exc, self.request.retries + 1, delay)
         raise self.retry(exc=exc, countdown=delay, max_retries=MAX_DATABASE_RETRIES) from None
+    if status == "deferred":  # its key runs enough jobs: this slot goes to the next task, this one waits
+        send_run_job(app, job_id, countdown=settings.defer_seconds)
+    return status
+
+
+@lru_cache
+def broker_queue() -> CeleryQueue:
+    """This process's reader of the broker's queue: the reaper asks it whether a queued job's task is lost."""
+    return CeleryQueue(get_settings())
 
 
 @app.task(name=REAP_TASK, ignore_result=True)
 def reap_jobs() -> list[str]:
     """Celery beat's periodic reaper pass (service.reaper)."""
     settings = get_settings()
-    return reap(control_engine(), settings.heartbeat_timeout_seconds, settings.queued_timeout_seconds)
+    return reap(
+        control_engine(),
+        settings.heartbeat_timeout_seconds,
+        settings.queued_timeout_seconds,
+        broker_queue().holds,
+    )
 
 
 @worker_ready.connect
 def _start_reaper(**_: object) -> None:
     """Reap once at start-up (jobs of a worker that died before this one started), then periodically."""
     settings = get_settings()
-    reap(control_engine(), settings.heartbeat_timeout_seconds, settings.queued_timeout_seconds)
+    holds = broker_queue().holds
+    reap(control_engine(), settings.heartbeat_timeout_seconds, settings.queued_timeout_seconds, holds)
     start_reaper_thread(
         control_engine(),
         settings.reaper_interval_seconds,
         settings.heartbeat_timeout_seconds,
         settings.queued_timeout_seconds,
+        holds,
     )
     if settings.embedded:
         threading.Thread(

@@ -12,10 +12,12 @@ from sqlalchemy import select
 from privacy_wall import ledger_db
 from privacy_wall.sqlengine import reading
 from service.auth import AUTH_RESPONSES, CustodianKey
+from service.budgets import budget_or_none, finite
 from service.deps import EngineDep
-from service.jobs import Conflict, SpecError, budget_or_none, epsilon_spent, finite
+from service.errors import Conflict, SpecError
+from service.job_costs import epsilon_spent
 from service.models import jobs
-from service.params import DatasetNamePath
+from service.params import DatasetNamePath, decimal_digits
 from service.routes.datasets import budget_public, visible_dataset
 from service.schemas import (
     BudgetPublic,
@@ -52,7 +54,8 @@ def _after(cursor: str | None) -> int | None:
     """The charge id a cursor stands for (it is the last id of the previous page, opaque to clients)."""
     if cursor is None:
         return None
-    if not cursor.isdigit() or len(cursor) > 18:
+    after = decimal_digits(cursor)
+    if after is None:
         raise RequestValidationError(
             [
                 {
@@ -63,7 +66,7 @@ def _after(cursor: str | None) -> int | None:
                 }
             ]
         )
-    return int(cursor)
+    return after
 
 
 @router.get("/{name}/ledger", response_model=LedgerPublic, responses={404: {"model": Message}})

@@ -11,8 +11,9 @@ from privacy_wall import ledger_db
 from privacy_wall.control_schema import datasets
 from privacy_wall.sqlengine import reading
 from service.auth import AUTH_RESPONSES, CurrentKey, owns_dataset, sees_dataset
+from service.budgets import budget_or_none, load_dataset
 from service.deps import EngineDep
-from service.jobs import NotFound, budget_or_none, load_dataset
+from service.errors import NotFound
 from service.keys import Principal
 from service.params import DatasetNamePath
 from service.schemas import BudgetPublic, DatasetDetail, DatasetPublic, Message

@@ -6,34 +6,28 @@ from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Response, status
 
+from service.admission import plan_job, quote_job
 from service.auth import (
     AUTH_RESPONSES,
     AnalystKey,
-    JobOwnerKey,
+    JobCancellerKey,
     JobReaderKey,
     ReleaseReaderKey,
-    controls_job,
+    cancels_job,
     reads_releases,
 )
+from service.budgets import load_dataset
 from service.deps import EngineDep, QueueDep, SettingsDep
+from service.errors import NotFound
+from service.job_control import cancel_job
+from service.job_outputs import job_releases
+from service.job_reads import list_jobs, to_public, visible_job
 from service.job_status import JobStatus
-from service.jobs import (
-    NotFound,
-    cancel_job,
-    job_releases,
-    list_jobs,
-    load_dataset,
-    plan_job,
-    previous_submission,
-    pricing_slot,
-    quote_job,
-    submit_job,
-    to_public,
-    visible_job,
-)
 from service.params import INT_MAX, DatasetNameQuery, JobIdPath, Offset
+from service.pricing import pricing_slot, take_pricing_request
 from service.routes.datasets import visible_dataset
 from service.schemas import BudgetRefusal, JobCreate, JobPublic, JobQuote, Message, ReleasePublic
+from service.submission import previous_submission, submit_job
 
 router = APIRouter(prefix="/jobs", tags=["jobs"], responses=AUTH_RESPONSES)
 
@@ -46,6 +40,10 @@ router = APIRouter(prefix="/jobs", tags=["jobs"], responses=AUTH_RESPONSES)
         200: {"model": JobQuote, "description": "dry run: the quote; nothing is reserved or queued"},
         404: {"model": Message},
         409: {"model": BudgetRefusal, "description": "the budget cannot admit the job (or none is set)"},
+        429: {
+            "model": Message,
+            "description": "this key has its most queued jobs, or prices too often (Retry-After says when)",
+        },
         503: {
             "model": Message,
             "description": "the job queue is unavailable or the accountant busy; nothing stays reserved",
@@ -74,8 +72,9 @@ def submit(
 
     Give `sigma` (noise multiplier) or `epsilon` (the job's own target; the server reports the sigma it
     chose). With `dry_run` the answer is a quote (200) and nothing is reserved. With an
-    `Idempotency-Key` header, a retried submission returns the job the key first created (header
-    `Idempotent-Replayed: true`) and never reserves twice; the same key with another spec is a 409.
+    `Idempotency-Key` header, a retried submission, also one racing the first, returns the job the key
+    first created (202, header `Idempotent-Replayed: true`) and never reserves twice nor is refused for
+    the first one's reservation; the same key with another spec is a 409.
     """
     dataset = visible_dataset(engine, principal, spec.dataset)
     if idempotency_key is not None and not spec.dry_run:
@@ -83,12 +82,17 @@ def submit(
         if previous is not None:
             response.headers["Idempotent-Replayed"] = "true"
             return to_public(engine, [previous])[0]
+    take_pricing_request(settings, principal.key_id)
     plan = plan_job(engine, spec, dataset, settings)
     if spec.dry_run:
         response.status_code = status.HTTP_200_OK
         with pricing_slot(settings):  # the headroom is priced by calibration (tens of milliseconds)
             return quote_job(engine, spec, plan)
-    job = submit_job(engine, queue, principal, spec, plan, idempotency_key)
+    job, replayed = submit_job(
+        engine, queue, principal, spec, plan, idempotency_key, max_queued=settings.max_queued_per_key
+    )
+    if replayed:  # a concurrent submission with this key won: its job, as for any replay
+        response.headers["Idempotent-Replayed"] = "true"
     return to_public(engine, [job])[0]
 
 
@@ -126,11 +130,12 @@ def job(job_id: JobIdPath, engine: EngineDep, principal: JobReaderKey) -> JobPub
     response_model=JobPublic,
     responses={404: {"model": Message}, 409: {"model": Message}},
 )
-def cancel(job_id: JobIdPath, engine: EngineDep, principal: JobOwnerKey) -> JobPublic:
+def cancel(job_id: JobIdPath, engine: EngineDep, principal: JobCancellerKey) -> JobPublic:
     """Cancel: a queued job stops now and its reservation is refunded; a running one stops before its
-    next release."""
+    next release. The job's analyst, the custodian of its dataset and admins may cancel it."""
     row = visible_job(engine, principal, job_id)
-    if not controls_job(principal, row):
+    dataset = load_dataset(engine, row.dataset) if principal.role == "custodian" else None
+    if not cancels_job(principal, row, dataset):
         raise NotFound(f"job {job_id} not found")
     cancel_job(engine, row)
     return to_public(engine, [visible_job(engine, principal, row.id)])[0]

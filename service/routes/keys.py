@@ -6,8 +6,9 @@ from fastapi import APIRouter, status
 
 from service.auth import AUTH_RESPONSES, AdminKey
 from service.deps import EngineDep
-from service.jobs import NotFound, SpecError
+from service.errors import NotFound, SpecError
 from service.keys import InvalidKeyRequest, create_key, key_record, list_keys, revoke_key
+from service.params import KeyIdPath
 from service.schemas import KeyCreate, KeyCreated, KeyPublic, Message
 
 router = APIRouter(prefix="/keys", tags=["keys"], responses=AUTH_RESPONSES)
@@ -50,7 +51,7 @@ def keys(engine: EngineDep, _admin: AdminKey) -> list[KeyPublic]:
 
 
 @router.delete("/{key_id}", response_model=KeyPublic, responses={404: {"model": Message}})
-def revoke(key_id: str, engine: EngineDep, _admin: AdminKey) -> KeyPublic:
+def revoke(key_id: KeyIdPath, engine: EngineDep, _admin: AdminKey) -> KeyPublic:
     """Revoke a key: from now on it answers 401. Revoking a revoked key again changes nothing."""
     if not revoke_key(engine, key_id):
         raise NotFound(f"key {key_id} not found")

@@ -8,7 +8,8 @@ from fastapi.responses import JSONResponse
 
 from service.auth import AUTH_RESPONSES, JobReaderKey
 from service.deps import EngineDep
-from service.jobs import job_posterior, visible_job
+from service.job_outputs import job_posterior
+from service.job_reads import visible_job
 from service.params import JobIdPath
 from service.schemas import Message, Posterior
 

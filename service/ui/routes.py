@@ -1,8 +1,11 @@
 """The dashboard at /ui: server-rendered pages (Jinja2), no script, nothing from another host.
 
 Sign in with an API key (a form whose input is `api_key`); the session cookie is HttpOnly,
-SameSite=Strict and expires (service.ui.sessions). Every state-changing form carries the session's CSRF
-token. Each page reads through the API's own functions, so a key sees what it sees over /v1.
+SameSite=Strict, Secure over https (as the trusted proxies report it: service.proxies) and expires
+(service.ui.sessions). Every state-changing request, the sign-in included, must come from this site's
+own pages (`cross_site`: Sec-Fetch-Site, Origin, Referer), and every form of a signed-in page also
+carries the session's CSRF token. Each page reads through the API's own functions, so a key sees what it
+sees over /v1.
 """
 
 from __future__ import annotations
@@ -10,36 +13,95 @@ from __future__ import annotations
 import hmac
 import json
 import math
+from collections.abc import Callable, Coroutine
 from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import urlsplit
 
 from fastapi import APIRouter, Form, Query, Request
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
+from fastapi.routing import APIRoute
 from fastapi.templating import Jinja2Templates
 from pydantic import ValidationError
 
 from privacy_wall.accounting import epsilon
+from privacy_wall.names import NAME_RULE, is_dataset_name
 from service.auth import owns_dataset, reads_releases, sees_dataset
-from service.deps import EngineDep
-from service.jobs import (
-    Conflict,
-    NotFound,
-    ServiceError,
-    SpecError,
-    job_posterior,
-    load_dataset,
-    to_public,
-    visible_job,
-)
+from service.budgets import load_dataset
+from service.deps import EngineDep, SettingsDep
+from service.errors import Conflict, NotFound, ServiceError, SpecError
+from service.job_outputs import job_posterior
+from service.job_reads import to_public, visible_job
 from service.keys import Principal, authenticate
+from service.params import JOB_ID_RULE, decimal_number, is_job_id
 from service.routes.budgets import set_budget
 from service.routes.datasets import list_datasets, show_dataset
 from service.schemas import BudgetPublic, BudgetUpdate
 from service.ui import views
 from service.ui.sessions import COOKIE, UiSession, close_session, find_session, open_session
 
-router = APIRouter(prefix="/ui", include_in_schema=False)
+
+def _origin(url: str) -> tuple[str, str, int] | None:
+    """(scheme, host, port) of a URL, the port made explicit; None if it names no http(s) origin."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return None
+    return parts.scheme, parts.hostname, port or (443 if parts.scheme == "https" else 80)
+
+
+def cross_site(request: Request) -> str | None:
+    """Why a state-changing request is not from this site's own pages, or None if nothing says so.
+
+    Browsers mark where a request comes from with headers a page cannot set: Sec-Fetch-Site (over https
+    and on localhost) must be same-origin (or none: typed by the user); Origin, or without it Referer,
+    must be this service's own origin, as the request's Host and scheme (the scheme as a trusted proxy
+    reports it) give it; "Origin: null" (a sandboxed or privacy-stripped sender) is refused. A request
+    with none of them comes from no browser (curl, a script) and cannot have been forged by a page.
+    """
+    site = request.headers.get("sec-fetch-site")
+    if site is not None and site not in ("same-origin", "none"):
+        return "this request was sent from another site's page"
+    own = _origin(str(request.base_url))
+    origin = request.headers.get("origin")
+    sender = origin if origin is not None else request.headers.get("referer")
+    if sender is None:
+        return None
+    if _origin(sender) != own:
+        return (
+            "this request was not sent from this site's own page (its Origin is not this service's: "
+            "behind a reverse proxy, pass the Host header through and list the proxy in "
+            "VIPS_TRUSTED_PROXIES so its X-Forwarded-Proto is believed)"
+        )
+    return None
+
+
+#: Methods that change nothing; every other request to /ui passes `cross_site` first.
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+class SameOriginRoute(APIRoute):
+    """Every /ui route: a state-changing request from another site is refused (403) before its handler
+    runs (nothing is read, no session is opened or closed, no cookie is set)."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def same_origin_only(request: Request) -> Response:
+            if request.method not in SAFE_METHODS:
+                refused = cross_site(request)
+                if refused is not None:
+                    return _error(request, None, 403, refused)
+            return await handler(request)
+
+        return same_origin_only
+
+
+router = APIRouter(prefix="/ui", include_in_schema=False, route_class=SameOriginRoute)
 
 HERE = Path(__file__).parent
 templates = Jinja2Templates(directory=HERE / "templates")
@@ -52,7 +114,9 @@ SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'none'; img-src 'self' data:; style-src 'self'; "
     "form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
     "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
+    # same-origin: nothing to other hosts, while this site's own forms carry their true Origin (under
+    # no-referrer a browser sends "Origin: null", which `cross_site` refuses)
+    "Referrer-Policy": "same-origin",
     "Cache-Control": "no-store",
 }
 
@@ -133,12 +197,15 @@ def signin_form(request: Request) -> HTMLResponse:
 
 @router.post("/signin")
 def signin(
-    request: Request, engine: EngineDep, api_key: Annotated[str, Form(max_length=256)] = ""
+    request: Request,
+    engine: EngineDep,
+    settings: SettingsDep,
+    api_key: Annotated[str, Form(max_length=256)] = "",
 ) -> Response:
     principal = authenticate(engine, api_key.strip())
     if principal is None:
         return _page(request, "signin.html", 401, session=None, failed=True)
-    token, _ = open_session(engine, principal, SESSION_LIFETIME)
+    token, _ = open_session(engine, principal, SESSION_LIFETIME, max_sessions=settings.max_sessions_per_key)
     response = RedirectResponse("/ui", status_code=303)
     response.set_cookie(
         COOKIE,
@@ -178,6 +245,14 @@ def datasets_page(request: Request, engine: EngineDep) -> Response:
     return _guarded(request, engine, render)
 
 
+def _dataset_name(name: str) -> str:
+    """The path's dataset name if it follows the rule; otherwise a 404 that does not echo it (it never
+    reaches the database: a path may be any length)."""
+    if not is_dataset_name(name):
+        raise NotFound(f"no such dataset: {NAME_RULE}")
+    return name
+
+
 def _dataset_context(engine: EngineDep, principal: Principal, name: str, page: int) -> dict[str, Any]:
     dataset = show_dataset(name, engine, principal)
     row = load_dataset(engine, name)
@@ -202,7 +277,7 @@ def dataset_page(
     request: Request, engine: EngineDep, name: str, page: Annotated[int, Query(ge=0, le=100_000)] = 0
 ) -> Response:
     def render(session: UiSession) -> Response:
-        context = _dataset_context(engine, session.principal, name, page)
+        context = _dataset_context(engine, session.principal, _dataset_name(name), page)
         return _page(request, "dataset.html", session=session, problem=None, **context)
 
     return _guarded(request, engine, render)
@@ -224,7 +299,7 @@ def budget_form(
             return _error(
                 request, session, 403, "this form is missing its CSRF token: reload the page and retry"
             )
-        row = load_dataset(engine, name)
+        row = load_dataset(engine, _dataset_name(name))
         if row is None or not owns_dataset(session.principal, row):
             if row is not None and sees_dataset(session.principal, row):
                 return _error(
@@ -248,10 +323,10 @@ def budget_form(
 
 
 def _number(field: str, text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        raise ValueError(f"{field}: {text.strip()[:20]} is not a number") from None
+    number = decimal_number(text)
+    if number is None:
+        raise ValueError(f"{field}: {text.strip()[:20]} is not a number")
+    return number
 
 
 def _problem(exc: Exception) -> str:
@@ -270,7 +345,7 @@ def _with_problem(
 @router.get("/datasets/{name}/epsilon.svg")
 def spend_plot(request: Request, engine: EngineDep, name: str) -> Response:
     def render(session: UiSession) -> Response:
-        dataset = show_dataset(name, engine, session.principal)
+        dataset = show_dataset(_dataset_name(name), engine, session.principal)
         budget = dataset.budget
         delta = budget.delta if budget is not None else 1e-5
         svg = views.spend_plot(engine, name, budget.epsilon if budget else None, delta)
@@ -283,6 +358,8 @@ def spend_plot(request: Request, engine: EngineDep, name: str) -> Response:
 
 
 def _job(engine: EngineDep, principal: Principal, job_id: str) -> tuple[Any, Any]:
+    if not is_job_id(job_id):  # checked before any query, without echoing a path of any length
+        raise NotFound(f"no such job: {JOB_ID_RULE}")
     job = visible_job(engine, principal, job_id)
     return job, load_dataset(engine, job.dataset)
 

@@ -2,7 +2,9 @@
 
 The control database keeps the token's sha256 (never the token), the key it acts for, a CSRF token that
 every state-changing form must echo, and an expiry. A session is only as good as its key: a revoked or
-expired key ends every session it opened at the next request.
+expired key ends every session it opened at the next request. A key holds at most `max_sessions` live
+sessions (VIPS_MAX_SESSIONS_PER_KEY): signing in once more closes its oldest, so repeated sign-ins never
+grow the table without bound.
 """
 
 from __future__ import annotations
@@ -34,8 +36,13 @@ def _hash(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
 
-def open_session(engine: Engine, principal: Principal, lifetime: timedelta) -> tuple[str, UiSession]:
-    """A new session for the principal: (the cookie's token, the session). Expired sessions go too."""
+def open_session(
+    engine: Engine, principal: Principal, lifetime: timedelta, *, max_sessions: int = 10
+) -> tuple[str, UiSession]:
+    """A new session for the principal: (the cookie's token, the session). Expired sessions go too, and
+    the key's oldest sessions beyond the newest `max_sessions` (this one included)."""
+    if max_sessions < 1:
+        raise ValueError("max_sessions must be at least 1")
     token, csrf = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
     now = datetime.now(UTC)
     with engine.begin() as conn:
@@ -49,6 +56,19 @@ def open_session(engine: Engine, principal: Principal, lifetime: timedelta) -> t
                 expires_at=now + lifetime,
             )
         )
+        # the key's other sessions, newest first: all but the newest max_sessions - 1 of them close
+        stale = (
+            conn.execute(
+                select(ui_sessions.c.token_hash)
+                .where(ui_sessions.c.key_id == principal.key_id, ui_sessions.c.token_hash != _hash(token))
+                .order_by(ui_sessions.c.created_at.desc(), ui_sessions.c.expires_at.desc())
+                .offset(max_sessions - 1)
+            )
+            .scalars()
+            .all()
+        )
+        if stale:
+            conn.execute(delete(ui_sessions).where(ui_sessions.c.token_hash.in_(stale)))
     return token, UiSession(principal, csrf)
 
 

@@ -16,7 +16,8 @@ from privacy_wall.accounting import PrivacyCost, configured_accountant
 from privacy_wall.control_schema import budgets, charges
 from privacy_wall.sqlengine import reading
 from service.auth import owns_dataset
-from service.jobs import job_costs, to_public
+from service.job_costs import job_costs
+from service.job_reads import to_public
 from service.keys import Principal
 from service.models import jobs, releases
 from service.posterior_summary import Coefficient, TopicWords, coefficients, top_words

@@ -10,8 +10,10 @@ import argparse
 import os
 import shlex
 import signal
+import stat
 import subprocess
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from types import FrameType
 
@@ -25,13 +27,57 @@ from vips.errors import RuntimeFailure
 from vips.migrate import History, upgrade
 from vips.supervisor import WorkerSupervisor
 
+#: The files of an embedded (SQLite) database: the database itself and its journals, when present.
+_SQLITE_SUFFIXES = ("", "-wal", "-shm", "-journal")
+
+
+def _refuse_if_shared(path: Path, what: str, fix: str) -> None:
+    mode = stat.S_IMODE(path.stat().st_mode)
+    if mode & 0o077:
+        raise RuntimeFailure(
+            f"{what} {path} is open to group or others (mode {mode:04o}); the store must be private to "
+            f"its owner: run `chmod {fix} {shlex.quote(str(path))}` and try again"
+        )
+
+
+def require_private_store(wall: WallSettings, databases: Iterable[History]) -> None:
+    """Refuse (RuntimeFailure) a store other local users could read or write: VIPS_HOME must be 0700
+    and each embedded database file of `databases` (with its -wal, -shm or -journal file) 0600, where they
+    exist. Databases given by URL (PostgreSQL) have no file here; when all of them do, VIPS_HOME holds
+    nothing of theirs and is not checked. What the server-side verbs create comes out private under the
+    umask 077 they run with (vips.cli)."""
+    urls = {"control": wall.control_database_url, "sensitive": wall.sensitive_database_url}
+    embedded = [database for database in databases if urls[database] is None]
+    home = wall.home.resolve()
+    if not embedded or not home.exists():
+        return
+    _refuse_if_shared(home, "VIPS_HOME", "700")
+    for database in embedded:
+        for suffix in _SQLITE_SUFFIXES:
+            path = home / f"{database}.db{suffix}"
+            if path.exists():
+                _refuse_if_shared(path, "the database file", "600")
+
+
+def _private_home(wall: WallSettings, databases: tuple[History, ...]) -> Path:
+    """VIPS_HOME, checked (require_private_store) and created 0700 if it does not exist yet."""
+    require_private_store(wall, databases)
+    home = wall.home.resolve()
+    home.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return home
+
+
+def migrate(databases: tuple[History, ...], home: Path | None = None) -> None:
+    """Bring `databases` of this configuration to their Alembic heads, creating embedded ones."""
+    wall = WallSettings() if home is None else WallSettings(home=home)
+    _private_home(wall, databases)
+    for database in databases:
+        upgrade(database, wall.sensitive_url() if database == "sensitive" else wall.control_url())
+
 
 def migrate_all(home: Path | None = None) -> None:
     """Bring both databases of this configuration to their Alembic heads."""
-    wall = WallSettings() if home is None else WallSettings(home=home)
-    wall.home.mkdir(parents=True, exist_ok=True)
-    upgrade("control", wall.control_url())
-    upgrade("sensitive", wall.sensitive_url())
+    migrate(("control", "sensitive"), home)
 
 
 def open_store(databases: tuple[History, ...] = ("control", "sensitive")) -> WallSettings:
@@ -40,6 +86,7 @@ def open_store(databases: tuple[History, ...] = ("control", "sensitive")) -> Wal
     run in the wrong directory never starts a second, empty store. Databases given by URL are
     production's, migrated as a deployment step (`vips migrate`)."""
     wall = WallSettings()
+    require_private_store(wall, databases)
     urls: dict[History, str | None] = {
         "control": wall.control_database_url,
         "sensitive": wall.sensitive_database_url,
@@ -59,12 +106,7 @@ def open_store(databases: tuple[History, ...] = ("control", "sensitive")) -> Wal
 
 
 def run_migrate(args: argparse.Namespace) -> int:
-    wall = WallSettings()
-    wall.home.mkdir(parents=True, exist_ok=True)
-    if args.database in ("control", "all"):
-        upgrade("control", wall.control_url())
-    if args.database in ("sensitive", "all"):
-        upgrade("sensitive", wall.sensitive_url())
+    migrate(("control", "sensitive") if args.database == "all" else (args.database,))
     print(f"vips: {args.database} database(s) at the latest migration", file=sys.stderr)
     return 0
 
@@ -74,12 +116,21 @@ def _serve(settings: ServiceSettings, host: str, port: int, workers: int = 1) ->
     import uvicorn
 
     from service.app import create_app
+    from service.http_server import uvicorn_options
 
+    # forwarded headers are read by the app, from VIPS_TRUSTED_PROXIES only (service.proxies)
+    limits = {**uvicorn_options(settings), "proxy_headers": False}
     if workers == 1:
-        uvicorn.run(create_app(settings), host=host, port=port, log_level="warning")
+        uvicorn.run(create_app(settings), host=host, port=port, log_level="warning", **limits)
         return
     uvicorn.run(
-        "service.app:create_app", factory=True, host=host, port=port, workers=workers, log_level="warning"
+        "service.app:create_app",
+        factory=True,
+        host=host,
+        port=port,
+        workers=workers,
+        log_level="warning",
+        **limits,
     )
 
 
@@ -98,9 +149,11 @@ def worker_argv(concurrency: int) -> list[str]:
 
 
 def run_worker(args: argparse.Namespace) -> int:
+    require_private_store(WallSettings(), ("control", "sensitive"))
     from worker.celery_app import app
 
-    app.worker_main(worker_argv(args.concurrency))
+    concurrency = args.concurrency if args.concurrency is not None else ServiceSettings().worker_concurrency
+    app.worker_main(worker_argv(concurrency))
     return 0
 
 
@@ -144,17 +197,12 @@ def run_up(args: argparse.Namespace) -> int:
     """The embedded mode. Its boundary, as far as one user's machine allows: only the worker process
     (and the migration, a child process) opens sensitive.db; VIPS_HOME is 0700 and every file in it
     0600, so other local users cannot read the rows. The API and the worker still run as the same
-    user, so they are not separated from each other the way production's networks separate them."""
+    user, so they are not separated from each other the way production's networks separate them.
+    A VIPS_HOME or database file open to others is refused (require_private_store), never chmod-ed."""
     settings = ServiceSettings()
     if settings.broker_url or settings.control_database_url:
         raise RuntimeFailure("vips up is the embedded mode: unset VIPS_BROKER_URL and the database URLs")
-    os.umask(0o077)  # files this process and its children create: owner only
-    home = settings.home.resolve()
-    home.mkdir(parents=True, exist_ok=True)
-    home.chmod(0o700)
-    for path in home.iterdir():
-        if path.is_file():
-            path.chmod(0o600)
+    home = _private_home(WallSettings(home=settings.home), ("control", "sensitive"))
     env = {**os.environ, "VIPS_HOME": str(home)}
     migrated = subprocess.run([sys.executable, "-m", "vips.cli", "migrate", "all"], env=env, check=False)
     if migrated.returncode != 0:

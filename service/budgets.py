@@ -1,0 +1,48 @@
+"""Datasets and their budgets as the API reads them: the dataset row, its budget status, the uncapped
+budget a public dataset gets on first use, and JSON's view of an unbounded epsilon."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from sqlalchemy import Engine, Row, select
+from sqlalchemy.exc import IntegrityError
+
+from privacy_wall import ledger_db
+from privacy_wall.control_schema import datasets
+from privacy_wall.sqlengine import reading
+from service.errors import Conflict
+
+#: The delta of the budget row created on a public dataset's first use (no epsilon cap).
+PUBLIC_DEFAULT_DELTA = 1e-5
+
+
+def finite(value: float | None) -> float | None:
+    """JSON has no infinity: an unbounded epsilon (sigma 0) is reported as null."""
+    return value if value is not None and math.isfinite(value) else None
+
+
+def load_dataset(engine: Engine, name: str) -> Row[Any] | None:
+    with reading(engine) as conn:
+        return conn.execute(select(datasets).where(datasets.c.name == name)).one_or_none()
+
+
+def budget_or_none(engine: Engine, name: str) -> ledger_db.BudgetStatus | None:
+    try:
+        return ledger_db.budget_status(engine, name)
+    except ledger_db.UnknownDataset:
+        return None
+
+
+def ensure_budget(engine: Engine, dataset: Row[Any]) -> ledger_db.BudgetStatus:
+    """The dataset's budget; a public dataset gets an uncapped one on first use; a private one needs one."""
+    status = budget_or_none(engine, dataset.name)
+    if status is not None:
+        return status
+    if not dataset.public:
+        raise Conflict(f"the custodian has not set a budget for dataset {dataset.name}")
+    try:
+        return ledger_db.set_budget(engine, dataset.name, None, PUBLIC_DEFAULT_DELTA)
+    except IntegrityError:  # a concurrent first use created it
+        return ledger_db.budget_status(engine, dataset.name)

@@ -1,0 +1,211 @@
+"""What a job will cost the worker and the control database, estimated before admission (issue 21).
+
+From the dataset's public shape (kind, rows N, dimension d / vocabulary V / pixels J, as the `datasets`
+row holds them) and the spec (batch size S, iterations T, model options), each model's function below
+counts three numbers of float64 values, read off the model's code (worker.models.*) and its wall query
+(privacy_wall.queries.*):
+
+- working: the numpy arrays alive at the job's busiest moment (E-step, M-step, noise, post-processing);
+- release: the values of one stored release (the post-processed statistics the gate returns);
+- posterior: the values of the posterior document stored at the end.
+
+The estimates (`estimate`) are then
+  memory_bytes  = WORKER_BASE_BYTES + 8 working + SERIALISED_BYTES_PER_VALUE max(release, posterior)
+  release_bytes = BYTES_PER_STORED_VALUE release
+  stored_bytes  = BYTES_PER_STORED_VALUE (T release + posterior)
+where SERIALISED_BYTES_PER_VALUE counts what storing a document costs on top of its arrays: tolist()'s
+Python floats, the JSON text, and the driver's copy of that text. The worker stores releases and
+posteriors as JSON today; when it stores binary, change BYTES_PER_STORED_VALUE (and the serialisation
+constant) only. tests/test_resources.py checks the estimates against peaks measured with tracemalloc.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from service.errors import Loc
+
+#: Bytes one stored float64 takes: JSON today (repr of up to 17 significant digits, sign, exponent, ", ").
+BYTES_PER_STORED_VALUE = 24
+#: A float in a list from ndarray.tolist(): a 24-byte float object and an 8-byte list slot.
+PYTHON_FLOAT_BYTES = 32
+#: Storing a document: its Python lists, its JSON text and the database driver's copy of the text.
+SERIALISED_BYTES_PER_VALUE = PYTHON_FLOAT_BYTES + 2 * BYTES_PER_STORED_VALUE
+#: A worker process before any job: the interpreter, numpy, scipy, SQLAlchemy and Celery.
+WORKER_BASE_BYTES = 256 << 20
+FLOAT_BYTES = 8
+
+#: Mirrors of the wall's and the models' constants (service must not import them; tests check they agree).
+SBN_CHUNK_ROWS = 1024  # privacy_wall.queries.sbn.CHUNK_ROWS
+LDA_RESAMPLE_CHUNK = 1024  # privacy_wall.queries.lda.RESAMPLE_CHUNK
+LDA_CHUNK_ELEMENTS = 2**19  # privacy_wall.queries.lda.CHUNK_ELEMENTS
+SBN_DEFAULT_HIDDEN = 50  # worker.models.sbn.DEFAULT_HIDDEN
+LDA_DEFAULTS = {"topics": 10, "doc_length": 500}  # worker.models.registry.LDA_DEFAULTS
+DPVI_DEFAULT_DRAWS = 1
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """Float64 counts of one job (module docstring) and what drives them, for the refusal's message."""
+
+    working: int
+    release: int
+    posterior: int
+    driver: Loc  # the spec field that makes the arrays large
+    why: str  # the shape in words, e.g. "hidden 500 x 256 pixels"
+
+
+@dataclass(frozen=True)
+class Resources:
+    memory_bytes: int
+    release_bytes: int
+    stored_bytes: int
+    driver: Loc
+    why: str
+
+
+def blr_footprint(d: int, s: int) -> Footprint:
+    """VIPS-BLR: the batch and its products x E[ww^T], x * xi (3 S d); the d x d blocks of the E-step,
+    the PSD projection of s2 and the Gaussian state (10 d^2). Release s1 (d) + s2 mirrored (d^2).
+    Posterior: five d x d matrices and six d-vectors (5 d^2 + 6 d)."""
+    return Footprint(3 * s * d + 10 * d * d, d + d * d, 5 * d * d + 6 * d, ("batch_size",), f"{d} features")
+
+
+def linreg_footprint(d: int, s: int) -> Footprint:
+    """Bayesian linear regression: the batch (3 S d) and the (d + 1)^2 joint moment, its PSD projection
+    and the state (10 (d + 1)^2). Release xx (d^2) + yx (d) + yy (1). Posterior: 4 d^2 + 5 d + 8."""
+    return Footprint(
+        3 * s * d + 10 * (d + 1) ** 2, d * d + d + 1, 4 * d * d + 5 * d + 8, ("batch_size",), f"{d} features"
+    )
+
+
+def dpvi_footprint(d: int, s: int, draws: int) -> Footprint:
+    """DPVI-BLR: per-example gradients, their two halves, concatenation and clipping (8 S d), the S x draws
+    logits and residuals (3 S D), a d x d covariance (4 d^2). Release the 2 d gradient. Posterior:
+    2 d^2 + 6 d."""
+    return Footprint(
+        8 * s * d + 3 * s * draws + 4 * d * d, 2 * d, 2 * d * d + 6 * d, ("batch_size",), f"{d} features"
+    )
+
+
+def dpsep_footprint(d: int, s: int) -> Footprint:
+    """DP-SEP: the batch and x Sigma (4 S d); the site precision, its mirror and PSD projection and the
+    Gaussian state (12 d^2). Release eta (d) + precision (d^2). Posterior: 6 d^2 + 6 d."""
+    return Footprint(4 * s * d + 12 * d * d, d + d * d, 6 * d * d + 6 * d, ("batch_size",), f"{d} features")
+
+
+def lda_footprint(v: int, s: int, topics: int, doc_length: int) -> Footprint:
+    """LDA (K topics, V words, N_w tokens per document): the K x V arrays, i.e. lambda, the last release,
+    E[log beta], the query's table and totals, means, noise, noised and clipped copies (9 K V); the
+    resampling's S x N_w uniforms plus 4 arrays of min(S, 1024) x N_w per chunk of documents; the
+    resampled counts (2 S min(V, N_w)); and the E-step's padded chunks (4 x 2^19). Release s (K V).
+    Posterior: E[log beta], the statistics and lambda twice (4 K V) plus K x 10 top words."""
+    tokens = doc_length if doc_length > 0 else v
+    resample = s * doc_length + 4 * min(s, LDA_RESAMPLE_CHUNK) * doc_length
+    kv = topics * v
+    working = 9 * kv + resample + 2 * s * min(v, tokens) + 4 * LDA_CHUNK_ELEMENTS
+    driver: Loc = ("options", "doc_length") if resample > 9 * kv else ("options", "topics")
+    why = f"{topics} topics x {v} words, {s} documents x doc_length {doc_length}"
+    return Footprint(working, kv, 4 * kv + 10 * topics, driver, why)
+
+
+def sbn_footprint(j: int, s: int, hidden: int) -> Footprint:
+    """SBN (J pixels, K hidden units; Q = (K + 1)^2, P = K (K + 1) / 2, chunks of C = min(S, 1024) rows):
+    the J Q blocks, i.e. precision and covariance of the state, E[w w^T], its symmetrised copy and the
+    M-step's PSD projection (5 J Q); the packed J P arrays of the E-step and the gate (sums per chunk,
+    means, noise: (3 + ceil(S / C)) J P); the last release's and the E-step's J K^2 (2 J K^2); per chunk
+    C (2 K^2 + 2 P); the batch (3 S J). Release s1 (K), s3, s4 (J), s5, s6 (J K), s7 mirrored (J K^2).
+    Posterior: three J Q matrices, four J (K + 1) blocks, the statistics, and vectors (6 K + 2 J)."""
+    k = hidden
+    q, p = (k + 1) ** 2, k * (k + 1) // 2
+    chunk = min(s, SBN_CHUNK_ROWS)
+    chunks = -(-s // SBN_CHUNK_ROWS)
+    release = k + 2 * j + 2 * j * k + j * k * k
+    working = 5 * j * q + (3 + chunks) * j * p + 2 * j * k * k + chunk * (2 * k * k + 2 * p) + 3 * s * j
+    posterior = 3 * j * q + 4 * j * (k + 1) + release + 6 * k + 2 * j
+    return Footprint(working, release, posterior, ("options", "hidden"), f"hidden {k} x {j} pixels")
+
+
+def footprint(
+    model: str, algorithm: str, options: dict[str, float], dimension: int, batch_size: int
+) -> Footprint:
+    """The footprint of a checked spec (model, algorithm and options already valid)."""
+    d, s = int(dimension), int(batch_size)
+    if algorithm == "dpvi":
+        return dpvi_footprint(d, s, int(options.get("draws", DPVI_DEFAULT_DRAWS)))
+    if algorithm == "dpsep":
+        return dpsep_footprint(d, s)
+    if model == "linreg":
+        return linreg_footprint(d, s)
+    if model == "lda":
+        topics = int(options.get("topics", LDA_DEFAULTS["topics"]))
+        return lda_footprint(d, s, topics, int(options.get("doc_length", LDA_DEFAULTS["doc_length"])))
+    if model == "sbn":
+        return sbn_footprint(d, s, int(options.get("hidden", SBN_DEFAULT_HIDDEN)))
+    return blr_footprint(d, s)
+
+
+def estimate(
+    model: str, algorithm: str, options: dict[str, float], dimension: int, batch_size: int, iterations: int
+) -> Resources:
+    """memory, release and stored bytes of a job (module docstring)."""
+    f = footprint(model, algorithm, options, dimension, batch_size)
+    memory = (
+        WORKER_BASE_BYTES + FLOAT_BYTES * f.working + SERIALISED_BYTES_PER_VALUE * max(f.release, f.posterior)
+    )
+    return Resources(
+        memory_bytes=memory,
+        release_bytes=BYTES_PER_STORED_VALUE * f.release,
+        stored_bytes=BYTES_PER_STORED_VALUE * (iterations * f.release + f.posterior),
+        driver=f.driver,
+        why=f.why,
+    )
+
+
+def human_bytes(count: float) -> str:
+    """1.3 GB, 64 MB, 12 kB (decimal units, two significant figures)."""
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if count >= size:
+            return f"{count / size:.2g} {unit}" if count < 10 * size else f"{count / size:.0f} {unit}"
+    return f"{int(count)} B"
+
+
+def resource_errors(
+    resources: Resources,
+    iterations: int,
+    *,
+    max_memory_mb: float,
+    max_release_mb: float,
+    max_stored_mb: float,
+) -> list[tuple[Loc, str]]:
+    """The limits `resources` exceeds, as SpecError entries naming the estimate and the limit."""
+    mb = 1 << 20
+    errors: list[tuple[Loc, str]] = []
+    if resources.memory_bytes > max_memory_mb * mb:
+        errors.append(
+            (
+                resources.driver,
+                f"this job needs about {human_bytes(resources.memory_bytes)} of worker memory "
+                f"({resources.why}); the server allows {human_bytes(max_memory_mb * mb)} "
+                "(VIPS_MAX_JOB_MEMORY_MB)",
+            )
+        )
+    if resources.release_bytes > max_release_mb * mb:
+        errors.append(
+            (
+                resources.driver,
+                f"each release of this job would store about {human_bytes(resources.release_bytes)} "
+                f"({resources.why}); the server allows {human_bytes(max_release_mb * mb)} "
+                "(VIPS_MAX_RELEASE_MB)",
+            )
+        )
+    if resources.stored_bytes > max_stored_mb * mb:
+        errors.append(
+            (
+                ("iterations",),
+                f"this job would store about {human_bytes(resources.stored_bytes)} ({iterations} releases "
+                f"of {human_bytes(resources.release_bytes)} and its posterior); the server allows "
+                f"{human_bytes(max_stored_mb * mb)} (VIPS_MAX_JOB_STORED_MB)",
+            )
+        )
+    return errors
