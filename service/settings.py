@@ -54,6 +54,11 @@ class ServiceSettings(BaseSettings):
     max_job_memory_mb: float = Field(default_factory=lambda: default_job_memory_mb(), gt=0)
     max_release_mb: float = Field(default=64.0, gt=0)
     max_job_stored_mb: float = Field(default=1024.0, gt=0)
+    #: The hard limit a worker process puts on itself (its address space, RLIMIT_AS, in MiB): an estimate
+    #: that was wrong fails the job that outgrows it (MemoryError: failed, the unspent rest refunded), not
+    #: the worker. Default: the process's start (1 GiB) plus worker_concurrency jobs of max_job_memory_mb,
+    #: at most twice this machine's memory; 0: no limit.
+    worker_memory_mb: float | None = Field(default=None, ge=0)
     #: Requests pricing a job (calibration, quotes) run the accountant in at most `pricing_slots` threads of
     #: the request pool at once; a request that waits `pricing_wait_seconds` for a slot gets a 503.
     pricing_slots: int = 2
@@ -97,6 +102,13 @@ class ServiceSettings(BaseSettings):
     def _valid_networks(cls, value: str) -> str:
         parse_networks(value)  # a typo fails at startup, not as a silently untrusted proxy
         return value
+
+    def worker_memory_bytes(self) -> int | None:
+        """The worker's address-space limit in bytes (worker_memory_mb), None for none."""
+        if self.worker_memory_mb is not None:
+            return int(self.worker_memory_mb * (1 << 20)) if self.worker_memory_mb > 0 else None
+        mb = 1024 + self.worker_concurrency * self.max_job_memory_mb
+        return int(min(mb, 4 * default_job_memory_mb()) * (1 << 20))
 
     @property
     def embedded(self) -> bool:

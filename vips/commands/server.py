@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shlex
 import signal
 import stat
@@ -148,11 +149,24 @@ def worker_argv(concurrency: int) -> list[str]:
     return ["worker", "--loglevel", "WARNING", "--without-gossip", "--without-mingle", *pool]
 
 
+def limit_address_space(limit: int | None) -> None:
+    """Cap this process's address space (RLIMIT_AS, soft limit; never above the hard one): past it an
+    allocation raises MemoryError in the job that asked, which fails that job alone and refunds its rest."""
+    if limit is None:
+        return
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    resource.setrlimit(
+        resource.RLIMIT_AS, (limit if hard == resource.RLIM_INFINITY else min(limit, hard), hard)
+    )
+
+
 def run_worker(args: argparse.Namespace) -> int:
     require_private_store(WallSettings(), ("control", "sensitive"))
     from worker.celery_app import app
 
-    concurrency = args.concurrency if args.concurrency is not None else ServiceSettings().worker_concurrency
+    settings = ServiceSettings()
+    concurrency = args.concurrency if args.concurrency is not None else settings.worker_concurrency
+    limit_address_space(settings.worker_memory_bytes())
     app.worker_main(worker_argv(concurrency))
     return 0
 

@@ -1,0 +1,103 @@
+"""The worker's hard memory limit (VIPS_WORKER_MEMORY_MB, an address-space cap it puts on itself): a job
+whose real memory exceeds what admission estimated fails alone, refunded, and the same worker process runs
+the next job without a restart."""
+
+from __future__ import annotations
+
+import resource
+import time
+from pathlib import Path
+
+import pytest
+
+from service.client import VipsClient
+from tests.e2e import embedded_service, synthetic_csv
+from tests.test_e2e_latent import write_binary_csv
+from vips.commands.server import limit_address_space
+from worker.datasets.digits import load_binary_digits
+
+DELTA = 1e-5
+#: An idle `vips worker` maps about 670 MB (measured: VmSize 668 MB, RSS 172 MB); 1,200 MB leaves a small
+#: job room and no room for SBN with 400 hidden units on 64 pixels (its working arrays alone are ~0.5 GB).
+WORKER_MEMORY_MB = 1200
+
+
+def wait(api: VipsClient, job_id: str, seconds: float = 120) -> dict[str, object]:
+    deadline = time.monotonic() + seconds
+    while (job := api.job(job_id))["status"] in ("queued", "running"):
+        assert time.monotonic() < deadline, f"job {job_id} is still {job['status']}"
+        time.sleep(0.2)
+    return job
+
+
+def test_a_job_over_the_workers_limit_fails_alone_and_the_next_job_runs(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    # Admission lets the job through (its limits raised), as it would a job whose estimate was wrong.
+    limits = {
+        "VIPS_WORKER_MEMORY_MB": str(WORKER_MEMORY_MB),
+        "VIPS_MAX_RELEASE_MB": "100000",
+        "VIPS_MAX_JOB_STORED_MB": "100000",
+    }
+    with embedded_service(home, limits) as service:
+        write_binary_csv(tmp_path / "digits.csv", load_binary_digits("train"))
+        service.vips("data", "ingest", "digits", "--kind", "binary", "--input", str(tmp_path / "digits.csv"))
+        synthetic_csv(tmp_path / "train.csv")
+        service.vips(
+            "data",
+            "ingest",
+            "synth",
+            "--kind",
+            "tabular",
+            "--input",
+            str(tmp_path / "train.csv"),
+            "--label",
+            "label",
+        )
+        for dataset in ("digits", "synth"):
+            custodian = service.key("custodian", dataset)
+            service.vips("budget", "set", dataset, "--epsilon", "100", "--delta", str(DELTA), key=custodian)
+        pid_before = (home / "worker.pid").read_text().strip()
+        with VipsClient(service.url, service.key("analyst")) as api:
+            big = api.submit_job(
+                dataset="digits",
+                model="sbn",
+                iterations=2,
+                sigma=1e6,
+                options={"hidden": 400},
+                batch_size=100,
+            )
+            failed = wait(api, big["id"])
+            assert failed["status"] == "failed", failed
+            assert "ran out of memory" in str(failed["error"])
+            small = api.submit_job(dataset="synth", model="blr", iterations=5, sigma=5.0)
+            assert wait(api, small["id"])["status"] == "succeeded"
+            budget = api.dataset("digits")["budget"]
+            assert budget["epsilon_reserved"] == budget["epsilon_spent"]  # nothing left reserved
+        assert (home / "worker.pid").read_text().strip() == pid_before  # the same worker, never restarted
+
+
+def test_the_limit_is_the_processs_address_space() -> None:
+    """limit_address_space sets the soft RLIMIT_AS and never raises it above the hard limit (in a child
+    process, so this test process keeps its own)."""
+    import multiprocessing
+
+    def child(queue: multiprocessing.Queue[tuple[int, int]]) -> None:
+        limit_address_space(3 << 30)
+        queue.put(resource.getrlimit(resource.RLIMIT_AS))
+
+    context = multiprocessing.get_context("fork")
+    queue: multiprocessing.Queue[tuple[int, int]] = context.Queue()
+    process = context.Process(target=child, args=(queue,))
+    process.start()
+    soft, hard = queue.get(timeout=30)
+    process.join()
+    assert soft == 3 << 30 and (hard == resource.RLIM_INFINITY or hard >= soft)
+
+
+@pytest.mark.parametrize(("given", "expected"), [(0.0, None), (512.0, 512 << 20)])
+def test_the_limit_is_configured_in_mib(given: float, expected: int | None) -> None:
+    from service.settings import ServiceSettings, default_job_memory_mb
+
+    assert ServiceSettings(worker_memory_mb=given).worker_memory_bytes() == expected
+    default = ServiceSettings(max_job_memory_mb=1000, worker_concurrency=2).worker_memory_bytes()
+    assert default == int(min(1024 + 2 * 1000, 4 * default_job_memory_mb()) * (1 << 20))
