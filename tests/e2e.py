@@ -68,6 +68,12 @@ class Service:
             assert done.returncode == 0, f"vips {' '.join(argv)}: {done.stderr}"
         return done
 
+    def synthetic_dataset(self, folder: Path, name: str = "synth") -> None:
+        """Ingest the synthetic tabular data (`synthetic_csv`) as a private dataset `name`."""
+        csv = folder / f"{name}.csv"
+        synthetic_csv(csv)
+        self.vips("data", "ingest", name, "--kind", "tabular", "--input", str(csv), "--label", "label")
+
     def key(self, role: str, dataset: str | None = None) -> str:
         """A new key; an analyst or client key without a dataset sees every dataset (--all-datasets)."""
         if dataset is not None:

@@ -16,7 +16,7 @@ from privacy_wall.control_schema import reservations
 from service.client import VipsClient
 from service.models import jobs
 from tests.dbservers import fresh_database
-from tests.e2e import embedded_service, synthetic_csv
+from tests.e2e import embedded_service
 from tests.test_api import Api, make_api
 
 DELTA = 1e-5
@@ -30,18 +30,7 @@ def test_a_short_job_of_one_key_runs_while_another_keys_long_jobs_do(tmp_path: P
     first job runs; A's second waits queued (deferred, never reaped) until A's first ends."""
     home = tmp_path / "home"
     with embedded_service(home) as service:
-        synthetic_csv(tmp_path / "train.csv")
-        service.vips(
-            "data",
-            "ingest",
-            "synth",
-            "--kind",
-            "tabular",
-            "--input",
-            str(tmp_path / "train.csv"),
-            "--label",
-            "label",
-        )
+        service.synthetic_dataset(tmp_path)
         custodian = service.key("custodian", "synth")
         service.vips("budget", "set", "synth", "--epsilon", "100", "--delta", str(DELTA), key=custodian)
         first_key, second_key = service.key("analyst"), service.key("analyst")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from service.client import VipsClient
-from tests.e2e import embedded_service, synthetic_csv
+from tests.e2e import embedded_service
 from tests.test_e2e_latent import write_binary_csv
 from vips.commands.server import limit_address_space
 from worker.datasets.digits import load_binary_digits
@@ -41,18 +41,7 @@ def test_a_job_over_the_workers_limit_fails_alone_and_the_next_job_runs(tmp_path
     with embedded_service(home, limits) as service:
         write_binary_csv(tmp_path / "digits.csv", load_binary_digits("train"))
         service.vips("data", "ingest", "digits", "--kind", "binary", "--input", str(tmp_path / "digits.csv"))
-        synthetic_csv(tmp_path / "train.csv")
-        service.vips(
-            "data",
-            "ingest",
-            "synth",
-            "--kind",
-            "tabular",
-            "--input",
-            str(tmp_path / "train.csv"),
-            "--label",
-            "label",
-        )
+        service.synthetic_dataset(tmp_path)
         for dataset in ("digits", "synth"):
             custodian = service.key("custodian", dataset)
             service.vips("budget", "set", dataset, "--epsilon", "100", "--delta", str(DELTA), key=custodian)
