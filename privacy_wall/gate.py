@@ -3,12 +3,15 @@
 `Gate.release` samples exactly S rows uniformly, runs the query, divides the clipped sums by S, adds one
 Gaussian mechanism's noise (multiplier sigma over the normalised blocks), post-processes, and returns;
 the iteration's charge is written to the ledger before any of this happens (write-ahead), and a refused
-charge means nothing is computed. Sampling and noise draw from a CSPRNG-seeded generator; a seed or
-sigma = 0 is accepted only for datasets marked public.
+charge means nothing is computed. A release that fails before it is returned (out of memory, a lost
+database) is withdrawn from the ledger: nothing of it left the wall, so charges = releases; if even the
+withdrawal fails, the charge stays (the ledger only ever over-counts). Sampling and noise draw from a
+CSPRNG-seeded generator; a seed or sigma = 0 is accepted only for datasets marked public.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,6 +22,8 @@ from privacy_wall.mechanisms import Array, private_generator, release_blocks
 from privacy_wall.queries.base import Query, joint_sensitivity
 from privacy_wall.sampling import ShuffledPasses
 from privacy_wall.store import RowStore
+
+log = logging.getLogger(__name__)
 
 
 class PrivacyError(ValueError):
@@ -36,6 +41,7 @@ class Release:
     sigma: float
     batch_size: int
     population: int
+    attempt: int = 0  # the ledger's (job, iteration, attempt) key of its charge
 
 
 class Gate:
@@ -85,9 +91,39 @@ class Gate:
         if not 0 < batch_size <= info.population:
             raise ValueError(f"batch size must be between 1 and the population {info.population}")
         query.validate_params(params, info.dimension)
-        event = SubsampledGaussianEvent(sigma, batch_size, info.population)
-        self._ledger.commit(Charge(info.name, job_id, iteration, event, attempt))
+        charge = Charge(
+            info.name, job_id, iteration, SubsampledGaussianEvent(sigma, batch_size, info.population), attempt
+        )
+        self._ledger.commit(charge)
+        try:
+            return self._compute(query, params, charge)
+        except Exception:
+            self._withdraw(charge)
+            raise
 
+    def withdraw(self, release: Release) -> None:
+        """The caller dropped `release` without storing or showing it (it could not be stored): remove its
+        charge. Only for a release of which no copy survives anywhere."""
+        info = self._store.info
+        event = SubsampledGaussianEvent(release.sigma, release.batch_size, info.population)
+        self._withdraw(Charge(info.name, release.job_id, release.iteration, event, release.attempt))
+
+    def _withdraw(self, charge: Charge) -> None:
+        try:
+            self._ledger.withdraw(charge)
+        except Exception:  # the charge stays: over-counted, never under-counted
+            log.warning(
+                "job %s: the charge of release %d (attempt %d) could not be withdrawn; it stays charged",
+                charge.job_id,
+                charge.iteration,
+                charge.attempt,
+                exc_info=True,
+            )
+
+    def _compute(self, query: Query, params: dict[str, Array], charge: Charge) -> Release:
+        """Sample, compute, clip, noise and post-process the release `charge` paid for."""
+        info = self._store.info
+        batch_size, sigma = charge.event.sample_size, charge.event.noise_multiplier
         rng = self._generator()
         if self._passes is None:
             batch = self._store.sample(batch_size, rng)
@@ -100,11 +136,12 @@ class Gate:
         joint = joint_sensitivity(query, info.dimension)  # sqrt(B) unless the query proves less
         noised = release_blocks(means, sensitivities, sigma, rng, joint_sensitivity=joint)
         return Release(
-            job_id=job_id,
-            iteration=iteration,
+            job_id=charge.job_id,
+            iteration=charge.iteration,
             statistics=query.postprocess(noised.values, info.dimension),
             noise_std=noised.noise_std,
             sigma=sigma,
             batch_size=batch_size,
             population=info.population,
+            attempt=charge.attempt,
         )

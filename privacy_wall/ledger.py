@@ -57,6 +57,12 @@ class Ledger(Protocol):
         """Record the charge, or raise BudgetExceeded / DuplicateCharge without recording anything."""
         ...
 
+    def withdraw(self, charge: Charge) -> None:
+        """Remove a charge whose release never left the wall (computing or storing it failed and no copy of
+        its values survives): charges = releases. The job's reservation covers that iteration again. A
+        charge that is not recorded is left alone."""
+        ...
+
 
 @dataclass
 class _Reservation:
@@ -79,6 +85,7 @@ class InMemoryLedger:
     _committed: dict[tuple[str, int, int], Charge] = field(default_factory=dict)
     _committed_curve: PrivacyCost | None = None
     _reservations: dict[str, _Reservation] = field(default_factory=dict)
+    _covered: set[tuple[str, int, int]] = field(default_factory=set)  # charges paid from a reservation
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
@@ -137,10 +144,24 @@ class InMemoryLedger:
             reservation = self._reservations.get(charge.job_id)
             if reservation is not None and reservation.remaining > 0 and reservation.per_iteration == curve:
                 reservation.remaining -= 1
+                self._covered.add(key)
             else:
                 self._admit(curve)
             self._committed[key] = charge
             self._committed_curve = self.spent_cost() + curve
+
+    def withdraw(self, charge: Charge) -> None:
+        key = (charge.job_id, charge.iteration, charge.attempt)
+        with self._lock:
+            if self._committed.pop(key, None) is None:
+                return
+            reservation = self._reservations.get(charge.job_id)
+            if key in self._covered and reservation is not None:
+                reservation.remaining += 1
+            self._covered.discard(key)
+            self._committed_curve = sum_costs(
+                [self.accountant.cost(c.event) for c in self._committed.values()], self.accountant.name
+            )
 
     def refund(self, job_id: str) -> None:
         """Release the uncommitted rest of a job's reservation (cancel, failure, or the job's end)."""

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Connection, Engine, Executable, and_, bindparam, func, insert, select, update
+from sqlalchemy import Connection, Engine, Executable, and_, bindparam, delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from privacy_wall.accounting import (
@@ -515,6 +515,42 @@ def commit_charge(bind: Bind, charge: Charge) -> None:
         ) from exc
 
 
+def withdraw_charge(bind: Bind, charge: Charge) -> bool:
+    """Remove one charge whose release never left the wall (Ledger.withdraw); returns whether it was there.
+
+    The job's reservation covers the iteration again when the charge was paid from it: charges are paid
+    from the reservation until it is used up and only then admitted on their own, so the job's latest
+    charge was covered exactly when every charge of the job was (count = committed). The dataset's
+    committed cost is recomputed from the remaining charges."""
+    with transaction(bind) as conn:
+        row = _lock_budget(conn, charge.dataset)
+        of_job = charges.c.job_id == charge.job_id
+        charged = int(conn.execute(select(func.count()).where(of_job)).scalar_one())
+        removed = conn.execute(
+            delete(charges).where(
+                of_job, charges.c.iteration == charge.iteration, charges.c.attempt == charge.attempt
+            )
+        ).rowcount
+        if not removed:
+            return False
+        conn.execute(
+            update(reservations)
+            .where(
+                reservations.c.job_id == charge.job_id,
+                reservations.c.committed == charged,
+                reservations.c.committed > 0,
+            )
+            .values(committed=reservations.c.committed - 1)
+        )
+        committed = _committed_from_events(conn, row.dataset, configured_accountant())
+        conn.execute(
+            update(budgets)
+            .where(budgets.c.dataset == row.dataset)
+            .values(committed_curve=_json_curve(committed), updated_at=_now())
+        )
+    return True
+
+
 def charged_iterations(engine: Engine, job_id: str) -> list[tuple[int, int]]:
     """(iteration, attempt) of every charge of a job, in order."""
     with reading(engine) as conn:
@@ -593,3 +629,6 @@ class SqlLedger:
 
     def commit(self, charge: Charge) -> None:
         commit_charge(self.bind, charge)
+
+    def withdraw(self, charge: Charge) -> None:
+        withdraw_charge(self.bind, charge)

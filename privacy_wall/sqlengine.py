@@ -49,8 +49,10 @@ class DatabaseSettings(BaseSettings):
 
 def create_db_engine(url: str, **kwargs: Any) -> Engine:
     """An engine for `url`. PostgreSQL connections give up on a lost peer in bounded time (DatabaseSettings);
-    SQLite gets immediate transactions, a busy timeout and foreign keys."""
+    SQLite gets immediate transactions, a busy timeout and foreign keys. A statement's parameters (rows,
+    released values) never appear in its errors or in logs (hide_parameters)."""
     parsed = make_url(url)
+    kwargs.setdefault("hide_parameters", True)  # errors and logs never quote the values of a statement
     if parsed.get_backend_name() != "sqlite":
         connect_args = {**DatabaseSettings().postgresql_connect_args(), **kwargs.pop("connect_args", {})}
         return create_engine(url, pool_pre_ping=True, connect_args=connect_args, **kwargs)

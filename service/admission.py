@@ -45,15 +45,16 @@ class Plan:
     sigma: float
     delta: float
     epsilon_job: float | None
-    resources: Resources | None = None
+    resources: Resources
 
     @property
     def event(self) -> SubsampledGaussianEvent:
         return SubsampledGaussianEvent(self.sigma, self.batch_size, self.population)
 
 
-def check_spec(spec: JobCreate, dataset: Row[Any], settings: ServiceSettings) -> int:
-    """Raise SpecError naming every bad field; return the batch size (default N)."""
+def check_spec(spec: JobCreate, dataset: Row[Any], settings: ServiceSettings) -> tuple[int, Resources]:
+    """Raise SpecError naming every bad field, or the resource limits the job exceeds; return the batch
+    size (default N) and the job's resource estimate (computed once, for the limits and the plan)."""
     errors: list[tuple[Loc, str]] = []
     if spec.iterations > settings.max_iterations:
         errors.append((("iterations",), f"must be <= {settings.max_iterations} (the server's maximum)"))
@@ -80,19 +81,19 @@ def check_spec(spec: JobCreate, dataset: Row[Any], settings: ServiceSettings) ->
         errors.append((("algorithm",), pairing))
     else:
         errors.extend(option_errors(spec.model, spec.algorithm, spec.options))
-    if not errors:  # the estimate needs a valid spec
-        errors.extend(
-            resource_errors(
-                job_resources(spec, dataset, batch_size),
-                spec.iterations,
-                max_memory_mb=settings.max_job_memory_mb,
-                max_release_mb=settings.max_release_mb,
-                max_stored_mb=settings.max_job_stored_mb,
-            )
-        )
     if errors:
         raise SpecError(errors)
-    return batch_size
+    resources = job_resources(spec, dataset, batch_size)  # the estimate needs a valid spec
+    errors = resource_errors(
+        resources,
+        spec.iterations,
+        max_memory_mb=settings.max_job_memory_mb,
+        max_release_mb=settings.max_release_mb,
+        max_stored_mb=settings.max_job_stored_mb,
+    )
+    if errors:
+        raise SpecError(errors)
+    return batch_size, resources
 
 
 def job_resources(spec: JobCreate, dataset: Row[Any], batch_size: int) -> Resources:
@@ -104,7 +105,7 @@ def job_resources(spec: JobCreate, dataset: Row[Any], batch_size: int) -> Resour
 
 def plan_job(engine: Engine, spec: JobCreate, dataset: Row[Any], settings: ServiceSettings) -> Plan:
     """Check the spec, find the budget (409 without one) and choose sigma."""
-    batch_size = check_spec(spec, dataset, settings)
+    batch_size, resources = check_spec(spec, dataset, settings)
     budget = ensure_budget(engine, dataset)
     population = int(dataset.population)
     with pricing_slot(settings):  # the accountant's cost is cached for the reservation that follows
@@ -120,7 +121,6 @@ def plan_job(engine: Engine, spec: JobCreate, dataset: Row[Any], settings: Servi
         if conflict is not None:
             raise SpecError([(("options", conflict[0]), conflict[1])])
         eps = job_epsilon(sigma, batch_size, population, spec.iterations, budget.delta) if sigma > 0 else None
-    resources = job_resources(spec, dataset, batch_size)
     return Plan(dataset.name, batch_size, population, sigma, budget.delta, finite(eps), resources)
 
 
@@ -141,9 +141,7 @@ def quote_job(engine: Engine, spec: JobCreate, plan: Plan) -> JobQuote:
         epsilon_remaining=quote.status.epsilon_remaining,
         admissible=quote.admissible,
         largest_epsilon=quote.largest_epsilon,
-        resources=None
-        if plan.resources is None
-        else ResourceEstimate(
+        resources=ResourceEstimate(
             memory_bytes=plan.resources.memory_bytes,
             release_bytes=plan.resources.release_bytes,
             stored_bytes=plan.resources.stored_bytes,

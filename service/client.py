@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 from urllib.parse import quote
 
@@ -104,13 +104,27 @@ class VipsClient:
         auth: bool = True,
         extra_headers: Mapping[str, str] | None = None,
     ) -> Any:
+        return self._send(method, path, json=json, params=params, auth=auth, extra_headers=extra_headers)[0]
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: Mapping[str, Any] | None = None,
+        auth: bool = True,
+        extra_headers: Mapping[str, str] | None = None,
+    ) -> tuple[Any, httpx.Response]:
+        """The decoded JSON body and the response; an ApiError for any status but 2xx."""
         headers = {"Accept": "application/json"}
         if auth:
             if not self._api_key:
                 raise ApiError(401, "no API key: set VIPS_API_KEY")
             headers["Authorization"] = f"Bearer {self._api_key}"
         headers.update(extra_headers or {})
-        query = {k: v for k, v in (params or {}).items() if v is not None}
+        # None, not {}: an empty mapping would replace a query the path carries (a Link to the next page)
+        query = {k: v for k, v in (params or {}).items() if v is not None} or None
         try:
             response = self._http.request(method, path, json=json, params=query, headers=headers)
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
@@ -127,7 +141,7 @@ class VipsClient:
             body = None
         if not response.is_success:
             raise ApiError(response.status_code, _detail(body, response.reason_phrase or "error"), body)
-        return body
+        return body, response
 
     # ---- probes -------------------------------------------------------------------------------------
 
@@ -240,11 +254,20 @@ class VipsClient:
         return result
 
     def releases(self, job_id: str, *, after: int = 0, limit: int | None = None) -> list[dict[str, Any]]:
-        params = {"after": after, "limit": limit}
-        result: list[dict[str, Any]] = self._request(
-            "GET", f"/v1/jobs/{quote(job_id, safe='')}/releases", params=params
-        )
-        return result
+        """The job's releases after iteration `after` (at most `limit`), in order, over as many pages as
+        the server needs (iter_releases)."""
+        return list(self.iter_releases(job_id, after=after, limit=limit))
+
+    def iter_releases(
+        self, job_id: str, *, after: int = 0, limit: int | None = None
+    ) -> Iterator[dict[str, Any]]:
+        """The job's releases page by page, following each page's Link rel="next" (one page in memory)."""
+        path: str | None = f"/v1/jobs/{quote(job_id, safe='')}/releases"
+        params: dict[str, Any] | None = {"after": after, "limit": limit}
+        while path is not None:
+            page, response = self._send("GET", path, params=params)
+            yield from page
+            path, params = response.links.get("next", {}).get("url"), None
 
     def wait(
         self,

@@ -1,39 +1,79 @@
-"""What a job has released: its noisy statistics by iteration and its stored posterior document."""
+"""What a job has released: its noisy statistics by iteration, in pages bounded in bytes and streamed as
+JSON, and its stored posterior document."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
+from pydantic import TypeAdapter
 from sqlalchemy import Engine, Row, select
 
 from privacy_wall.sqlengine import reading
 from service.errors import Conflict, NotFound
 from service.models import posteriors, releases
-from service.schemas import ReleasePublic
+from service.release_arrays import array_json, decode_arrays
 from service.timestamps import aware
 
+#: At most this many releases in one page, whatever their size.
+RELEASES_PER_PAGE = 10_000
+_DATETIME = TypeAdapter(datetime)
 
-def job_releases(
-    engine: Engine, job_id: str, after: int = 0, limit: int | None = None
-) -> list[ReleasePublic]:
-    query = (
-        select(releases)
-        .where(releases.c.job_id == job_id, releases.c.iteration > after)
-        .order_by(releases.c.iteration)
-    )
-    if limit is not None:
-        query = query.limit(limit)
+
+@dataclass(frozen=True)
+class ReleasePage:
+    """Stored releases of one page, in order, and the iteration after which the next page starts (None:
+    this page ends the job's releases so far)."""
+
+    rows: list[Any]  # Rows of (iteration, arrays, noise_std, created_at)
+    next_after: int | None
+
+
+def release_page(
+    engine: Engine, job_id: str, *, after: int, limit: int | None, max_bytes: int
+) -> ReleasePage:
+    """Releases after iteration `after`: as many as fit in `max_bytes` of stored arrays (at least one), at
+    most `limit` and RELEASES_PER_PAGE."""
+    count = min(limit or RELEASES_PER_PAGE, RELEASES_PER_PAGE)
     with reading(engine) as conn:
-        rows = conn.execute(query).all()
-    return [
-        ReleasePublic(
-            iteration=r.iteration,
-            statistics=dict(r.statistics),
-            noise_std=dict(r.noise_std),
-            created_at=aware(r.created_at),
-        )
-        for r in rows
-    ]
+        sizes = conn.execute(
+            select(releases.c.iteration, releases.c.stored_bytes)
+            .where(releases.c.job_id == job_id, releases.c.iteration > after)
+            .order_by(releases.c.iteration)
+            .limit(count + 1)
+        ).all()
+        total, last = 0, None
+        for index, (iteration, size) in enumerate(sizes):
+            if index == count or (last is not None and total + size > max_bytes):
+                break
+            total, last = total + size, iteration
+        if last is None:
+            return ReleasePage([], None)
+        rows = conn.execute(
+            select(releases.c.iteration, releases.c.arrays, releases.c.noise_std, releases.c.created_at)
+            .where(releases.c.job_id == job_id, releases.c.iteration > after, releases.c.iteration <= last)
+            .order_by(releases.c.iteration)
+        ).all()
+    more = sizes[-1].iteration > last
+    return ReleasePage(list(rows), last if more else None)
+
+
+def releases_json(rows: list[Any]) -> Iterator[str]:
+    """The JSON array of ReleasePublic for `rows`, in pieces: one stored release's arrays are decoded at a
+    time and their text is never whole in memory (service.release_arrays.array_json)."""
+    yield "["
+    for index, row in enumerate(rows):
+        created = _DATETIME.dump_json(aware(row.created_at)).decode()
+        yield f'{", " if index else ""}{{"iteration": {int(row.iteration)}, "statistics": {{'
+        for position, (name, array) in enumerate(decode_arrays(row.arrays).items()):
+            yield f"{', ' if position else ''}{json.dumps(name)}: "
+            yield from array_json(array)
+        noise_std = json.dumps(dict(row.noise_std), allow_nan=False)
+        yield f'}}, "noise_std": {noise_std}, "created_at": {created}}}'
+    yield "]"
 
 
 def job_posterior(engine: Engine, job: Row[Any]) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from sqlalchemy import (
     Float,
     ForeignKey,
     Integer,
+    LargeBinary,
     PrimaryKeyConstraint,
     String,
     Table,
@@ -71,7 +72,10 @@ releases = Table(
     metadata,
     Column("job_id", String(32), ForeignKey("jobs.id"), nullable=False),
     Column("iteration", Integer, nullable=False),
-    Column("statistics", JSON, nullable=False),
+    # The released blocks as one .npz document (service.release_arrays), and its length in bytes: pages
+    # of releases and the worker's bound on a job's total are counted in stored bytes.
+    Column("arrays", LargeBinary, nullable=False),
+    Column("stored_bytes", Integer, nullable=False),
     Column("noise_std", JSON, nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False),
     PrimaryKeyConstraint("job_id", "iteration"),

@@ -6,6 +6,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Iterator
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 from typing import Any, Protocol, cast
 
@@ -31,9 +32,10 @@ class JobQueue(Protocol):
         """Raise if the broker cannot be reached (the readiness probe)."""
         ...
 
-    def holds(self, job_id: str) -> bool | None:
-        """Whether the broker still holds the job's task (waiting, or delivered and not acknowledged);
-        None when that cannot be told (the broker is unreachable)."""
+    def holds(self, job_ids: AbstractSet[str]) -> set[str] | None:
+        """Those of `job_ids` whose task the broker still holds (waiting, or delivered and not
+        acknowledged), from one read of the broker; None when that cannot be told (the broker is
+        unreachable)."""
         ...
 
     def check_workers(self) -> None:
@@ -55,12 +57,18 @@ class CeleryQueue:
     def send_run_job(self, job_id: str) -> None:
         send_run_job(self._celery, job_id)
 
-    def holds(self, job_id: str) -> bool | None:
+    def holds(self, job_ids: AbstractSet[str]) -> set[str] | None:
+        """One pass over the broker's messages: a job is held when a message names its id (its task id)."""
+        held: set[str] = set()
+        if not job_ids:
+            return held
         try:
-            return any(job_id in message for message in self._messages())
+            for message in self._messages():
+                held.update(job_id for job_id in job_ids if job_id in message)
         except Exception as exc:  # unreachable or unreadable: cannot tell, so nothing is reaped for it
             log.warning("could not read the broker's queue (%s)", type(exc).__name__)
             return None
+        return held
 
     def _messages(self) -> Iterator[str]:
         """Every message the broker holds for the default queue, as text: the file-system broker's
@@ -136,8 +144,8 @@ class RecordingQueue:
         if not self.workers:
             raise RuntimeError("no worker answered a ping")
 
-    def holds(self, job_id: str) -> bool | None:
-        return None if self.fail else job_id in self.sent
+    def holds(self, job_ids: AbstractSet[str]) -> set[str] | None:
+        return None if self.fail else {job_id for job_id in job_ids if job_id in self.sent}
 
     def close(self) -> None:
         return None

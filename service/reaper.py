@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -53,14 +54,27 @@ def unstarted_message(timeout_seconds: float) -> str:
     )
 
 
+#: Which of these queued jobs' tasks the broker still holds, from one read of it; None when it cannot be
+#: read (service.queue.JobQueue.holds).
+Holds = Callable[[AbstractSet[str]], set[str] | None]
+
+
+def is_quiet(job: Any, now: datetime, timeout_seconds: float) -> bool:
+    """Nothing happened to the queued job for timeout_seconds: submitted, or last deferred by a worker."""
+    signs = [aware(job.created_at), aware(job.heartbeat_at)]
+    last = max((sign for sign in signs if sign is not None), default=None)
+    return last is not None and last < now - timedelta(seconds=timeout_seconds)
+
+
 def reap(
     control: Engine,
     heartbeat_timeout: float,
     queued_timeout: float | None = None,
-    holds: Callable[[str], bool | None] | None = None,
+    holds: Holds | None = None,
 ) -> list[str]:
     """Fail stale running jobs, and queued ones quiet for queued_timeout whose task `holds` says the broker
-    no longer has (without `holds`, by age alone); return the ids reaped."""
+    no longer has (without `holds`, by age alone); return the ids reaped. The broker is read at most once
+    per pass, for all the quiet queued jobs."""
     now = datetime.now(UTC)
     with control.connect() as conn:
         rows = conn.execute(
@@ -68,16 +82,19 @@ def reap(
                 or_(jobs.c.status == "running", jobs.c.status == "queued")
             )
         ).all()
+    quiet = (
+        {row.id for row in rows if row.status == "queued" and is_quiet(row, now, queued_timeout)}
+        if queued_timeout is not None
+        else set()
+    )
+    held = holds(quiet) if quiet and holds is not None else set()  # None: unreadable, none is reaped
     doomed: list[tuple[str, str, str]] = []
     for row in rows:
         if row.status == "running" and not heartbeat_is_fresh(row, heartbeat_timeout):
             doomed.append((row.id, "running", lost_worker_message(heartbeat_timeout)))
-        elif row.status == "queued" and queued_timeout is not None:
-            signs = [aware(row.created_at), aware(row.heartbeat_at)]  # submitted; last deferred by a worker
-            last = max((sign for sign in signs if sign is not None), default=None)
-            quiet = last is not None and last < now - timedelta(seconds=queued_timeout)
-            if quiet and (holds is None or holds(row.id) is False):
-                doomed.append((row.id, "queued", unstarted_message(queued_timeout)))
+        elif row.id in quiet and held is not None and row.id not in held:
+            assert queued_timeout is not None  # quiet is empty without it
+            doomed.append((row.id, "queued", unstarted_message(queued_timeout)))
     reaped = []
     for job_id, status, message in doomed:
         with control.begin() as conn:
@@ -116,7 +133,7 @@ def start_reaper_thread(
     interval: float,
     heartbeat_timeout: float,
     queued_timeout: float | None,
-    holds: Callable[[str], bool | None] | None = None,
+    holds: Holds | None = None,
 ) -> threading.Event:
     """Reap every `interval` seconds in a daemon thread until the returned event is set."""
     return run_every(interval, lambda: reap(control, heartbeat_timeout, queued_timeout, holds), "reaper")

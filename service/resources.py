@@ -10,13 +10,14 @@ counts three numbers of float64 values, read off the model's code (worker.models
 - posterior: the values of the posterior document stored at the end.
 
 The estimates (`estimate`) are then
-  memory_bytes  = WORKER_BASE_BYTES + 8 working + SERIALISED_BYTES_PER_VALUE max(release, posterior)
-  release_bytes = BYTES_PER_STORED_VALUE release
-  stored_bytes  = BYTES_PER_STORED_VALUE (T release + posterior)
-where SERIALISED_BYTES_PER_VALUE counts what storing a document costs on top of its arrays: tolist()'s
-Python floats, the JSON text, and the driver's copy of that text. The worker stores releases and
-posteriors as JSON today; when it stores binary, change BYTES_PER_STORED_VALUE (and the serialisation
-constant) only. tests/test_resources.py checks the estimates against peaks measured with tracemalloc.
+  memory_bytes  = WORKER_BASE_BYTES + 8 working + max(RELEASE_SERIALISED_BYTES release,
+                                                      POSTERIOR_SERIALISED_BYTES posterior)
+  release_bytes = 8 release + RELEASE_OVERHEAD_BYTES
+  stored_bytes  = T release_bytes + POSTERIOR_BYTES_PER_VALUE posterior
+A release is stored as .npz (service.release_arrays: 8 bytes per float64, deflated only where that
+shrinks it, plus headers); the posterior document is JSON (docs/posterior-format.md). The serialisation
+terms count what storing a document costs on top of its arrays. tests/test_resources.py checks the
+estimates against peaks measured with tracemalloc.
 """
 
 from __future__ import annotations
@@ -25,12 +26,20 @@ from dataclasses import dataclass
 
 from service.errors import Loc
 
-#: Bytes one stored float64 takes: JSON today (repr of up to 17 significant digits, sign, exponent, ", ").
-BYTES_PER_STORED_VALUE = 24
+#: A stored release: 8 bytes per float64 (.npz, deflated only where a sample shrinks to 3/4:
+#: service.release_arrays), plus 216 bytes per block (its .npy header and zip entries; up to 7 blocks)
+#: and the zip's 22-byte end record.
+RELEASE_BYTES_PER_VALUE = 8
+RELEASE_OVERHEAD_BYTES = 7 * 216 + 22
+#: Storing a release: the .npz in its growing buffer, its final copy and the database driver's copy.
+RELEASE_SERIALISED_BYTES = 4 * RELEASE_BYTES_PER_VALUE
+#: Bytes one float64 of the posterior's JSON takes (repr of up to 17 significant digits, sign, exponent,
+#: ", ").
+POSTERIOR_BYTES_PER_VALUE = 24
 #: A float in a list from ndarray.tolist(): a 24-byte float object and an 8-byte list slot.
 PYTHON_FLOAT_BYTES = 32
-#: Storing a document: its Python lists, its JSON text and the database driver's copy of the text.
-SERIALISED_BYTES_PER_VALUE = PYTHON_FLOAT_BYTES + 2 * BYTES_PER_STORED_VALUE
+#: Storing the posterior: its Python lists, its JSON text and the database driver's copy of the text.
+POSTERIOR_SERIALISED_BYTES = PYTHON_FLOAT_BYTES + 2 * POSTERIOR_BYTES_PER_VALUE
 #: A worker process before any job: the interpreter, numpy, scipy, SQLAlchemy and Celery.
 WORKER_BASE_BYTES = 256 << 20
 FLOAT_BYTES = 8
@@ -72,26 +81,53 @@ def blr_footprint(d: int, s: int) -> Footprint:
 
 
 def linreg_footprint(d: int, s: int) -> Footprint:
-    """Bayesian linear regression: the batch (3 S d) and the (d + 1)^2 joint moment, its PSD projection
-    and the state (10 (d + 1)^2). Release xx (d^2) + yx (d) + yy (1). Posterior: 4 d^2 + 5 d + 8."""
+    """Bayesian linear regression: the batch, its finite-masked copy and the clipped copy (3 S d); the labels,
+    their masked and clipped copies, the row norms and clip factors (8 S); the (d + 1)^2 joint moment, its
+    PSD projection and the state (10 (d + 1)^2). Release xx (d^2) + yx (d) + yy (1). Posterior: Lambda
+    twice, the statistics' xx and the covariance (4 d^2), eta, yx and the mean twice (4 d), 8 scalars."""
     return Footprint(
-        3 * s * d + 10 * (d + 1) ** 2, d * d + d + 1, 4 * d * d + 5 * d + 8, ("batch_size",), f"{d} features"
+        3 * s * d + 8 * s + 10 * (d + 1) ** 2,
+        d * d + d + 1,
+        4 * d * d + 4 * d + 8,
+        ("batch_size",),
+        f"{d} features",
     )
 
 
 def dpvi_footprint(d: int, s: int, draws: int) -> Footprint:
-    """DPVI-BLR: per-example gradients, their two halves, concatenation and clipping (8 S d), the S x draws
-    logits and residuals (3 S D), a d x d covariance (4 d^2). Release the 2 d gradient. Posterior:
-    2 d^2 + 6 d."""
+    """DPVI-BLR (D draws): at clip_rows' norm, the batch (S d), the S x 2d per-example gradients, their
+    finite copy, that copy divided by each row's peak and its squares inside np.linalg.norm (9 S d; the
+    halves and their concatenation before it peak at 5 S d); the S x D logits, their NaN-free copy and the
+    residuals (3 S D); the labels and the per-row peaks, scales, norms and factors (6 S); the posterior's
+    d x d diagonals and second moment (4 d^2). Release the 2 d gradient. Posterior: the diagonal precision
+    and covariance and -E[w w^T] / 2 (3 d^2), the gradient (2 d) and five d-vectors (7 d)."""
     return Footprint(
-        8 * s * d + 3 * s * draws + 4 * d * d, 2 * d, 2 * d * d + 6 * d, ("batch_size",), f"{d} features"
+        9 * s * d + 3 * s * draws + 6 * s + 4 * d * d,
+        2 * d,
+        3 * d * d + 7 * d,
+        ("batch_size",),
+        f"{d} features",
     )
 
 
-def dpsep_footprint(d: int, s: int) -> Footprint:
-    """DP-SEP: the batch and x Sigma (4 S d); the site precision, its mirror and PSD projection and the
-    Gaussian state (12 d^2). Release eta (d) + precision (d^2). Posterior: 6 d^2 + 6 d."""
-    return Footprint(4 * s * d + 12 * d * d, d + d * d, 6 * d * d + 6 * d, ("batch_size",), f"{d} features")
+#: privacy_wall.queries.dpsep.QUADRATURE_NODES (the logistic sites' Gauss-Hermite nodes).
+DPSEP_QUADRATURE_NODES = 64
+
+
+def dpsep_footprint(d: int, s: int, logistic: bool) -> Footprint:
+    """DP-SEP: the batch, its finite-masked copy and x Sigma (or x beta) (3 S d); for the logistic
+    likelihood, the quadrature's S x K arrays (K = 64 nodes: the nodes a, log-weights, weights, sigmoids
+    and the products of g, h and the curvature, 7 S K); the labels, cavity marginals, site parameters,
+    norms and clip_sites' temporaries (24 S); the site precision, its mirror and PSD projection and the
+    Gaussian states (12 d^2). Release eta (d) + precision (d^2). Posterior: 6 d^2 + 6 d."""
+    quadrature = 7 * s * DPSEP_QUADRATURE_NODES if logistic else 0
+    return Footprint(
+        3 * s * d + quadrature + 24 * s + 12 * d * d,
+        d + d * d,
+        6 * d * d + 6 * d,
+        ("batch_size",),
+        f"{d} features",
+    )
 
 
 def lda_footprint(v: int, s: int, topics: int, doc_length: int) -> Footprint:
@@ -134,7 +170,7 @@ def footprint(
     if algorithm == "dpvi":
         return dpvi_footprint(d, s, int(options.get("draws", DPVI_DEFAULT_DRAWS)))
     if algorithm == "dpsep":
-        return dpsep_footprint(d, s)
+        return dpsep_footprint(d, s, logistic=model == "blr")
     if model == "linreg":
         return linreg_footprint(d, s)
     if model == "lda":
@@ -150,13 +186,12 @@ def estimate(
 ) -> Resources:
     """memory, release and stored bytes of a job (module docstring)."""
     f = footprint(model, algorithm, options, dimension, batch_size)
-    memory = (
-        WORKER_BASE_BYTES + FLOAT_BYTES * f.working + SERIALISED_BYTES_PER_VALUE * max(f.release, f.posterior)
-    )
+    serialised = max(RELEASE_SERIALISED_BYTES * f.release, POSTERIOR_SERIALISED_BYTES * f.posterior)
+    release = RELEASE_BYTES_PER_VALUE * f.release + RELEASE_OVERHEAD_BYTES
     return Resources(
-        memory_bytes=memory,
-        release_bytes=BYTES_PER_STORED_VALUE * f.release,
-        stored_bytes=BYTES_PER_STORED_VALUE * (iterations * f.release + f.posterior),
+        memory_bytes=WORKER_BASE_BYTES + FLOAT_BYTES * f.working + serialised,
+        release_bytes=release,
+        stored_bytes=iterations * release + POSTERIOR_BYTES_PER_VALUE * f.posterior,
         driver=f.driver,
         why=f.why,
     )

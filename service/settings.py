@@ -54,6 +54,9 @@ class ServiceSettings(BaseSettings):
     max_job_memory_mb: float = Field(default_factory=lambda: default_job_memory_mb(), gt=0)
     max_release_mb: float = Field(default=64.0, gt=0)
     max_job_stored_mb: float = Field(default=1024.0, gt=0)
+    #: GET /v1/jobs/{id}/releases answers in pages of at most this many MiB of stored releases (at least one
+    #: release each), its Link header naming the next page.
+    releases_page_mb: float = Field(default=8.0, gt=0)
     #: The hard limit a worker process puts on itself (its address space, RLIMIT_AS, in MiB): an estimate
     #: that was wrong fails the job that outgrows it (MemoryError: failed, the unspent rest refunded), not
     #: the worker. Default: the process's start (1 GiB) plus worker_concurrency jobs of max_job_memory_mb,

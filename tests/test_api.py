@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, insert, select, update
@@ -28,6 +29,7 @@ from service.client import ApiError, VipsClient
 from service.keys import create_key, revoke_key
 from service.models import api_keys, jobs, posteriors, releases
 from service.queue import RecordingQueue
+from service.release_arrays import encode_arrays
 from service.settings import ServiceSettings
 from tests.dbservers import fresh_database
 from vips.migrate import upgrade
@@ -158,6 +160,24 @@ def finish(engine: Engine, job_id: str, document: dict[str, Any] | None = None) 
                 insert(posteriors).values(job_id=job_id, document=document, created_at=datetime.now(UTC))
             )
     ledger_db.refund(engine, job_id)
+
+
+def store_release(
+    engine: Engine, job_id: str, iteration: int, statistics: dict[str, Any], noise_std: dict[str, float]
+) -> None:
+    """Do what the worker does with one release: its arrays stored as .npz."""
+    blob = encode_arrays({name: np.asarray(value, dtype=np.float64) for name, value in statistics.items()})
+    with engine.begin() as conn:
+        conn.execute(
+            insert(releases).values(
+                job_id=job_id,
+                iteration=iteration,
+                arrays=blob,
+                stored_bytes=len(blob),
+                noise_std=noise_std,
+                created_at=datetime.now(UTC),
+            )
+        )
 
 
 def charge(engine: Engine, job_id: str, iteration: int, sigma: float = SIGMA) -> None:
@@ -647,24 +667,65 @@ def test_posterior_is_409_before_success_and_200_after(api: Api) -> None:
 def test_releases_are_listed_in_order(api: Api) -> None:
     job_id = api.submit().json()["id"]
     assert api.call("GET", f"/v1/jobs/{job_id}/releases", "analyst").json() == []
-    with api.engine.begin() as conn:
-        for t in (2, 1, 3):
-            conn.execute(
-                insert(releases).values(
-                    job_id=job_id,
-                    iteration=t,
-                    statistics={"s1": [0.1 * t, 0.2], "s2": [[1.0, 0.0], [0.0, 1.0]]},
-                    noise_std={"s1": 0.01, "s2": 0.02},
-                    created_at=datetime.now(UTC),
-                )
-            )
-    listed = api.call("GET", f"/v1/jobs/{job_id}/releases", "analyst").json()
+    for t in (2, 1, 3):
+        statistics = {"s1": [0.1 * t, 0.2], "s2": [[1.0, 0.0], [0.0, 1.0]]}
+        store_release(api.engine, job_id, t, statistics, {"s1": 0.01, "s2": 0.02})
+    response = api.call("GET", f"/v1/jobs/{job_id}/releases", "analyst")
+    assert response.headers["content-type"] == "application/json" and "link" not in response.headers
+    listed = response.json()
     assert [r["iteration"] for r in listed] == [1, 2, 3]
-    assert listed[0]["statistics"]["s1"] == [0.1, 0.2]
+    assert listed[0]["statistics"] == {"s1": [0.1, 0.2], "s2": [[1.0, 0.0], [0.0, 1.0]]}
+    assert listed[2]["statistics"]["s1"] == [0.1 * 3, 0.2]  # float64 exactly as released
     assert listed[0]["noise_std"] == {"s1": 0.01, "s2": 0.02}
     assert listed[0]["created_at"].endswith(("Z", "+00:00"))
     later = api.call("GET", f"/v1/jobs/{job_id}/releases?after=1&limit=1", "admin").json()
     assert [r["iteration"] for r in later] == [2]
+
+
+#: Releases of 13 values in three blocks: 774 bytes stored (104 of values, the blocks' headers, the end).
+PAGED = {
+    t: {"s1": np.full(4, 0.1 * t), "s2": np.full((2, 4), -t / 3), "c": np.array(float(t))}
+    for t in range(1, 13)
+}
+
+
+@pytest.fixture
+def paged_api(tmp_path: Path) -> Iterator[Api]:
+    """The API with pages of 5.5 of the PAGED releases."""
+    with fresh_database("sqlite", tmp_path) as url:
+        yield from make_api(url, tmp_path, releases_page_mb=5.5 * len(encode_arrays(PAGED[1])) / (1 << 20))
+
+
+def test_releases_come_in_pages_bounded_in_bytes_linked_to_the_next(paged_api: Api) -> None:
+    """Pages hold at most VIPS_RELEASES_PAGE_MB of stored releases (at least one, even a larger one); the
+    Link header's rel="next" continues after the page, carrying what is left of `limit`; the client
+    follows it to the end."""
+    api = paged_api
+    job_id = api.submit().json()["id"]
+    for t, statistics in PAGED.items():
+        store_release(api.engine, job_id, t, statistics, {"s1": 0.5})
+
+    def page(query: str) -> tuple[list[int], str | None]:
+        r = api.call("GET", f"/v1/jobs/{job_id}/releases{query}", "analyst")
+        return [release["iteration"] for release in r.json()], r.headers.get("link")
+
+    link = f'</v1/jobs/{job_id}/releases?after=%s>; rel="next"'
+    assert page("") == ([1, 2, 3, 4, 5], link % 5)
+    assert page("?after=5") == ([6, 7, 8, 9, 10], link % 10)
+    assert page("?after=10") == ([11, 12], None)
+    assert page("?after=1&limit=7") == ([2, 3, 4, 5, 6], link % "6&limit=2")
+    assert page("?limit=5") == ([1, 2, 3, 4, 5], None)  # the limit is reached: no next page
+    analyst = VipsClient("http://testserver", api.keys["analyst"], http=api.client)
+    followed = analyst.releases(job_id, after=1, limit=7)
+    assert [r["iteration"] for r in followed] == list(range(2, 9))
+    for release in followed:
+        expected = PAGED[release["iteration"]]
+        assert release["statistics"] == {name: np.asarray(v).tolist() for name, v in expected.items()}
+    assert [r["iteration"] for r in analyst.releases(job_id)] == list(range(1, 13))
+    big = np.random.default_rng(7).normal(size=5000)  # 40 kB: alone on its page
+    store_release(api.engine, job_id, 13, {"s": big}, {"s": 1.0})
+    alone = api.call("GET", f"/v1/jobs/{job_id}/releases?after=12", "analyst").json()
+    assert [r["iteration"] for r in alone] == [13] and alone[0]["statistics"]["s"] == big.tolist()
 
 
 # ---- budgets ---------------------------------------------------------------------------------------------
@@ -888,16 +949,7 @@ def test_custodians_read_the_jobs_of_their_datasets_only(api: Api) -> None:
     theirs = api.submit(dataset="other").json()["id"]
     charge(api.engine, mine, 1)
     finish(api.engine, mine, {"model": "blr", "job_id": mine})
-    with api.engine.begin() as conn:
-        conn.execute(
-            insert(releases).values(
-                job_id=mine,
-                iteration=1,
-                statistics={"s": [1.0]},
-                noise_std={"s": 1.0},
-                created_at=datetime.now(UTC),
-            )
-        )
+    store_release(api.engine, mine, 1, {"s": [1.0]}, {"s": 1.0})
     for cust, own, foreign in (("cust", mine, theirs), ("cust2", theirs, mine)):
         assert api.call("GET", f"/v1/jobs/{own}", cust).json()["id"] == own
         assert [j["id"] for j in api.call("GET", "/v1/jobs", cust).json()] == [own]

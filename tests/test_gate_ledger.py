@@ -106,6 +106,10 @@ class SpyLedger:
             raise self._fail
         self.inner.commit(charge)
 
+    def withdraw(self, charge: Charge) -> None:
+        self._log.events.append("withdraw")
+        self.inner.withdraw(charge)
+
 
 def spy_setup(
     n: int = 200, *, budget: float | None = None, fail: BaseException | None = None
@@ -132,6 +136,49 @@ def test_charge_is_written_before_any_data_is_touched() -> None:
     release(gate, query, 2)
     assert log.events == ["commit", "sample", "clipped_sums", "postprocess"] * 2
     assert query.charged_when_computing == [{("job", 1)}, {("job", 1), ("job", 2)}]
+
+
+class FailingQuery(SpyQuery):
+    """Runs out of memory while computing the clipped sums (after the charge, before any noise)."""
+
+    def clipped_sums(
+        self, batch: Batch, params: dict[str, Array], rng: np.random.Generator
+    ) -> dict[str, Array]:
+        super().clipped_sums(batch, params, rng)
+        raise MemoryError
+
+
+def test_a_release_that_fails_before_it_leaves_the_gate_is_withdrawn() -> None:
+    """Charges = releases: a release whose computation fails (nothing of it returned) takes its charge back,
+    and the job's reservation covers that iteration again; releases before it stay charged."""
+    gate, query, ledger, log = spy_setup(budget=100.0)
+    ledger.reserve("job", SubsampledGaussianEvent(1.0, 50, 200), 3)
+    release(gate, query, 1)
+    failing = FailingQuery(log, ledger)
+    with pytest.raises(MemoryError):
+        release(gate, failing, 2)
+    assert log.events[-4:] == ["commit", "sample", "clipped_sums", "withdraw"]
+    assert [(c.iteration, c.attempt) for c in ledger.charges()] == [(1, 0)]
+    one = privacy_cost(SubsampledGaussianEvent(1.0, 50, 200))
+    assert_curve(ledger.spent_cost(), one)
+    assert_curve(ledger.reserved_cost(), one.scaled(2))  # iterations 2 and 3 still to come
+    release(gate, query, 2)  # the same attempt key is free again
+    assert [(c.iteration, c.attempt) for c in ledger.charges()] == [(1, 0), (2, 0)]
+    assert_curve(ledger.spent_cost(), one.scaled(2))
+
+
+def test_withdrawing_a_charge_paid_on_its_own_leaves_the_reservation_alone() -> None:
+    ledger = InMemoryLedger(delta=DELTA, epsilon_budget=100.0)
+    ledger.reserve("a", EVENT, 1)
+    ledger.commit(charge("a", 1))
+    ledger.commit(charge("a", 2))  # beyond the reservation: admitted on its own
+    ledger.withdraw(charge("a", 2))
+    assert_curve(ledger.reserved_cost(), PrivacyCost.zero())  # the reservation stays used up
+    assert_curve(ledger.spent_cost(), privacy_cost(EVENT))
+    ledger.withdraw(charge("a", 2))  # gone already: nothing happens
+    ledger.withdraw(charge("a", 1))
+    assert_curve(ledger.reserved_cost(), privacy_cost(EVENT))
+    assert ledger.charges() == [] and ledger.epsilon_spent() == 0.0
 
 
 def test_a_failing_ledger_means_nothing_is_computed() -> None:

@@ -286,7 +286,8 @@ def test_a_failed_job_stores_a_message_for_users_and_logs_the_technical_detail(
         f"than it accepts); the worker's log has the details (job {job_id}), ask the service's operator"
     )
     assert "INSERT" in caplog.text and NOISED in caplog.text and "DataError" in caplog.text
-    # Refunded: what stays spent is the three charges.
+    # Release 3 was never stored: its charge was withdrawn (charges = releases) and the rest refunded.
+    assert charge_keys(control, job_id) == [(1, 0), (2, 0)] and stored_iterations(control, job_id) == [1, 2]
     status = ledger_db.budget_status(control, "t")
     assert status.epsilon_reserved == pytest.approx(status.epsilon_spent, rel=1e-12)
     monkeypatch.undo()
@@ -302,6 +303,65 @@ def test_a_failed_job_stores_a_message_for_users_and_logs_the_technical_detail(
     assert other in error
     for leak in (NOISED, "SELECT", "RuntimeError", "INSERT"):
         assert leak not in error
+
+
+def assert_charges_are_releases(control: Engine, job_id: str, iterations: list[int]) -> None:
+    """Exactly these iterations were charged (once each) and stored, and nothing is left reserved."""
+    assert charge_keys(control, job_id) == [(t, 0) for t in iterations]
+    assert stored_iterations(control, job_id) == iterations
+    status = ledger_db.budget_status(control, "t")
+    assert status.epsilon_reserved == pytest.approx(status.epsilon_spent, rel=1e-12)
+
+
+def test_a_release_over_the_release_limit_is_neither_stored_nor_charged(
+    engines: tuple[Engine, Engine],
+) -> None:
+    """BLR on 3 features releases 12 values (96 bytes as .npz, with two blocks' headers 550): under a 500-byte
+    limit the first release is dropped, its charge withdrawn, and the job fails saying so."""
+    control, sensitive = engines
+    job_id = submit(control)
+    limits = job_runner.StorageLimits(release_bytes=500, stored_bytes=1 << 30)
+    assert job_runner.execute_job(job_id, control, sensitive, limits=limits) == "failed"
+    error = job_row(control, job_id).error
+    assert error.startswith("release 1 came to 550 B, more than this server stores for one release (500 B, ")
+    assert "VIPS_MAX_RELEASE_MB" in error and "neither stored nor charged" in error
+    assert_charges_are_releases(control, job_id, [])
+    assert ledger_db.budget_status(control, "t").epsilon_spent == 0.0
+
+
+def test_a_job_stops_before_its_releases_outgrow_the_stored_limit(engines: tuple[Engine, Engine]) -> None:
+    """Room for 2.5 releases of 550 bytes: releases 1 and 2 are stored; release 3 would pass the bound, so
+    the job fails before charging it, keeps what it released and is refunded the rest."""
+    control, sensitive = engines
+    job_id = submit(control)
+    limits = job_runner.StorageLimits(release_bytes=1 << 20, stored_bytes=int(2.5 * 550))
+    assert job_runner.execute_job(job_id, control, sensitive, limits=limits) == "failed"
+    error = job_row(control, job_id).error
+    assert error.startswith("the job's releases reached what this server stores for one job (1.4 kB, ")
+    assert "before release 3" in error and "VIPS_MAX_JOB_STORED_MB" in error
+    assert_charges_are_releases(control, job_id, [1, 2])
+
+
+def test_a_release_that_runs_out_of_memory_is_withdrawn(
+    engines: tuple[Engine, Engine], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The gate runs out of memory computing release 3 (after its charge): the job fails with charges =
+    releases (1 and 2), on both databases, and nothing stays reserved."""
+    control, sensitive = engines
+    real = Gate._compute
+    calls = {"n": 0}
+
+    def compute(self: Gate, *args: Any, **kwargs: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise MemoryError
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Gate, "_compute", compute)
+    job_id = submit(control)
+    assert job_runner.execute_job(job_id, control, sensitive) == "failed"
+    assert "ran out of memory" in job_row(control, job_id).error
+    assert_charges_are_releases(control, job_id, [1, 2])
 
 
 def test_a_key_at_its_running_limit_has_its_next_job_deferred(engines: tuple[Engine, Engine]) -> None:
@@ -329,7 +389,7 @@ def test_a_key_at_its_running_limit_has_its_next_job_deferred(engines: tuple[Eng
         conn.execute(
             update(jobs).where(jobs.c.id == second).values(created_at=datetime.now(UTC) - timedelta(hours=1))
         )
-    assert reap(control, heartbeat_timeout=60, queued_timeout=300, holds=lambda _: False) == []
+    assert reap(control, heartbeat_timeout=60, queued_timeout=300, holds=lambda _: set()) == []
     assert job_runner.execute_job(other, control, sensitive, max_running_per_key=1) == "succeeded"
     assert job_runner.execute_job(second, control, sensitive, max_running_per_key=2) == "succeeded"
     with control.begin() as conn:

@@ -28,6 +28,7 @@ from privacy_wall.store import InMemoryBinaryStore, InMemoryBowStore, InMemoryTa
 from service import resources
 from service.app import create_app
 from service.queue import RecordingQueue
+from service.release_arrays import encode_arrays
 from service.settings import ServiceSettings
 from tests.dbservers import fresh_database
 from tests.fitting import fit_through_gate
@@ -103,7 +104,8 @@ def test_sbn_with_500_hidden_units_is_refused_for_memory_and_release_size(api: A
     assert ["body", "options", "hidden"] in locs
     assert "GB of worker memory (hidden 500 x 256 pixels)" in message
     assert "the server allows 13 GB (VIPS_MAX_JOB_MEMORY_MB)" in message
-    assert "each release of this job would store about 1.5 GB" in message  # measured 1.28 GB
+    # Measured 1.28 GB as JSON text; as .npz, 8 bytes per value: 64.3 million values.
+    assert "each release of this job would store about 514 MB" in message
     assert "(VIPS_MAX_RELEASE_MB)" in message
 
 
@@ -131,18 +133,19 @@ def test_lda_with_huge_documents_is_refused_under_a_1_gb_limit(api: Api, tmp_pat
 
 
 def test_stored_bytes_bound_the_iterations(api: Api) -> None:
-    """Measured: SBN hidden 50, 5 iterations grew the control database by 127 MB: admitted, and its quote
-    says so; 100 iterations would store ~1.7 GB: refused naming iterations."""
+    """SBN hidden 50 on 256 pixels: 666,162 values per release (5.3 MB as .npz; as JSON, 5 iterations grew
+    the control database by 127 MB) and a 65 MB JSON posterior: 5 iterations are admitted, and the quote
+    says so; 250 would store ~1.4 GB: refused naming iterations."""
     spec: dict[str, Any] = {"dataset": "images", "model": "sbn", "batch_size": 100, "sigma": 1.0}
     quote = api.submit(**spec, iterations=5, options={"hidden": 50}, dry_run=True)
     assert quote.status_code == 200, quote.text
     estimated = quote.json()["resources"]
-    assert 127e6 <= estimated["stored_bytes"] <= 2 * 127e6
+    assert 5 * 666_162 * 8 + 65e6 <= estimated["stored_bytes"] <= 127e6
     assert set(estimated) == {"memory_bytes", "release_bytes", "stored_bytes"}
     assert api.submit(**spec, iterations=5, options={"hidden": 50}).status_code == 202
-    locs, message = _refusal(api.submit(**spec, iterations=100, options={"hidden": 50}))
+    locs, message = _refusal(api.submit(**spec, iterations=250, options={"hidden": 50}))
     assert locs == [["body", "iterations"]]
-    assert "this job would store about 1.7 GB (100 releases of" in message
+    assert "this job would store about 1.4 GB (250 releases of 5.3 MB" in message
     assert "the server allows 1.1 GB (VIPS_MAX_JOB_STORED_MB)" in message
 
 
@@ -176,21 +179,21 @@ def test_the_mirrored_constants_match_the_wall_and_the_models() -> None:
 #: term. The allowance covers fixed terms (LDA's padded chunks: 16 MB) that small fits do not reach.
 MEMORY_FACTOR = 4.0
 MEMORY_ALLOWANCE = 24 << 20
-#: Stored bytes are counted at BYTES_PER_STORED_VALUE per value, JSON's worst case for a noisy float64
-#: (typically 19-23 bytes); an exact zero takes 5 ("0.0, "), and LDA's post-processing sets about half of
-#: its noised entries to zero (~12.6 bytes per value measured), hence 2.5.
+#: Stored bytes: a release at 8 bytes per value (.npz, headers included), what a noisy float64 takes
+#: undeflated; LDA's post-processing zeroes about half of its noised entries and its arrays deflate to
+#: ~48%, hence 2.5. The posterior is JSON at 24 bytes per value, its worst case (typically 19-23).
 STORED_FACTOR = 2.5
 
 
 def measure(store: RowStore, model: str, options: dict[str, float], settings: LoopSettings) -> dict[str, int]:
-    """Fit like the worker does (same model setup, the gate, each release stored as JSON, then the
-    posterior) under tracemalloc; the .encode() of each document stands for the database driver's copy."""
+    """Fit like the worker does (same model setup, the gate, each release stored as .npz, then the
+    posterior as JSON) under tracemalloc; a copy of each document stands for the database driver's."""
     setup = registry.model_setup(model, options, sigma=settings.sigma)
     release_sizes: list[int] = []
 
     def store_release(t: int, release: Release, state: object) -> None:
-        text = json.dumps({k: v.tolist() for k, v in release.statistics.items()}).encode()
-        release_sizes.append(len(text))
+        blob = bytes(encode_arrays(release.statistics))
+        release_sizes.append(len(blob))
 
     tracemalloc.start()
     try:
@@ -248,3 +251,85 @@ def test_blr_estimates_bound_a_real_fit() -> None:
     store = InMemoryTabularStore("adult", np.asarray(features), np.asarray(labels), public=True)
     measured = measure(store, "blr", {}, settings)
     check(measured, resources.estimate("blr", "vips", {}, features.shape[1], 4000, 3))
+
+
+def _fitted_by(monkeypatch: pytest.MonkeyPatch, algorithm: str) -> None:
+    """Make `measure` set its fits up for `algorithm` (DPVI, DP-SEP) instead of VIPS."""
+    setup = registry.model_setup
+
+    def with_algorithm(model: str, options: dict[str, float], *, sigma: float) -> registry.ModelSetup:
+        return setup(model, options, sigma=sigma, algorithm=algorithm)
+
+    monkeypatch.setattr(registry, "model_setup", with_algorithm)
+
+
+def _adult_store(rows: int = 8000) -> InMemoryTabularStore:
+    adult = load_adult("train")
+    features, labels = np.asarray(adult.features[:rows]), np.asarray(adult.labels[:rows])
+    return InMemoryTabularStore("adult", features, labels, public=True)
+
+
+def _random_rows(rng: np.random.Generator, rows: int, dimension: int) -> np.ndarray:
+    """Rows in uniformly random directions with norms in [0.2, 1] (within the ingestion bound)."""
+    directions = rng.normal(size=(rows, dimension))
+    directions /= np.linalg.norm(directions, axis=1, keepdims=True)
+    scaled: np.ndarray = directions * rng.uniform(0.2, 1.0, size=(rows, 1))
+    return scaled
+
+
+def test_linreg_estimates_bound_a_real_fit() -> None:
+    """Synthetic regression (seed 0, 100 features, weights of norm 0.8, noise sd 0.05), batches of 4000
+    rows: the 3 S d batch copies (1.2 M values) dominate the 10 (d + 1)^2 moment and state (0.1 M) and the
+    posterior's 4 d^2."""
+    rng = np.random.default_rng(0)
+    x = _random_rows(rng, 8000, 100)
+    w = rng.normal(size=100)
+    y = np.clip(x @ (0.8 * w / np.linalg.norm(w)) + rng.normal(scale=0.05, size=8000), -1.0, 1.0)
+    store = InMemoryTabularStore("regression", x, y, public=True, kind="regression")
+    settings = LoopSettings(iterations=3, batch_size=4000, sigma=1.0)
+    measured = measure(store, "linreg", {}, settings)
+    check(measured, resources.estimate("linreg", "vips", {}, 100, 4000, 3))
+
+
+def test_dpvi_estimates_bound_a_real_fit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """DPVI-BLR on Adult (114 features), batches of 4000 rows, one draw: clip_rows' 9 S d (the batch, the
+    S x 2d gradients, their finite copy, the copy scaled by each row's peak and its squares; 4.1 M values)
+    dominates; the posterior's d x d diagonals are 40 k values."""
+    _fitted_by(monkeypatch, "dpvi")
+    store = _adult_store()
+    settings = LoopSettings(iterations=3, batch_size=4000, sigma=1.0)
+    measured = measure(store, "blr", {}, settings)
+    check(measured, resources.estimate("blr", "dpvi", {}, store.info.dimension, 4000, 3))
+
+
+def test_dpsep_estimates_bound_a_real_fit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """DP-SEP-BLR on Adult (114 features), batches of 4000 rows: the quadrature's 7 S K arrays (K = 64
+    nodes, 1.8 M values) and the 3 S d batch copies and x Sigma (1.4 M) dominate the 12 d^2 of the site and
+    the Gaussian states (0.16 M)."""
+    _fitted_by(monkeypatch, "dpsep")
+    store = _adult_store()
+    settings = LoopSettings(iterations=3, batch_size=4000, sigma=1.0)
+    measured = measure(store, "blr", {}, settings)
+    check(measured, resources.estimate("blr", "dpsep", {}, store.info.dimension, 4000, 3))
+
+
+def test_dpsep_estimates_bound_a_low_dimensional_fit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """DP-SEP-BLR on 8 features (synthetic logistic data, seed 0), batches of 4000 rows: the quadrature's
+    7 S K arrays alone (1.8 M values against 3 S d = 96 k) dominate; without them the estimate was a tenth
+    of the measured peak."""
+    _fitted_by(monkeypatch, "dpsep")
+    rng = np.random.default_rng(0)
+    x = _random_rows(rng, 8000, 8)
+    w = rng.normal(size=8)
+    y = (rng.random(8000) < 1.0 / (1.0 + np.exp(-x @ (10.0 * w / np.linalg.norm(w))))).astype(np.float64)
+    store = InMemoryTabularStore("logistic", x, y, public=True)
+    settings = LoopSettings(iterations=3, batch_size=4000, sigma=1.0)
+    measured = measure(store, "blr", {}, settings)
+    check(measured, resources.estimate("blr", "dpsep", {}, 8, 4000, 3))
+
+
+def test_the_dpsep_quadrature_mirror_matches_the_wall() -> None:
+    """service.resources mirrors the DP-SEP query's number of quadrature nodes (7 S K arrays)."""
+    from privacy_wall.queries import dpsep as dpsep_query
+
+    assert resources.DPSEP_QUADRATURE_NODES == dpsep_query.QUADRATURE_NODES

@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from collections.abc import Set as AbstractSet
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -74,18 +75,38 @@ def test_a_queued_job_is_reaped_only_when_the_broker_lost_its_task(
     long_ago = datetime.now(UTC) - timedelta(seconds=600)
     with control.begin() as conn:
         conn.execute(update(jobs).where(jobs.c.id == job_id).values(created_at=long_ago))
-    asked: list[str] = []
+    asked: list[set[str]] = []
 
-    def holds(asked_id: str) -> bool | None:
-        asked.append(asked_id)
-        return held
+    def holds(asked_ids: AbstractSet[str]) -> set[str] | None:
+        asked.append(set(asked_ids))
+        return None if held is None else set(asked_ids) if held else set()
 
     assert reap(control, heartbeat_timeout=60, queued_timeout=300, holds=holds) == (
         [job_id] if reaped else []
     )
-    assert asked == [job_id]
+    assert asked == [{job_id}]
     assert job_row(control, job_id).status == ("failed" if reaped else "queued")
     assert open_reservations(control) == (0 if reaped else 1)
+
+
+def test_the_reaper_reads_the_broker_once_per_pass(engines: tuple[Engine, Engine]) -> None:
+    """Reading the broker takes its whole queue, so a pass asks once for all its quiet queued jobs (not the
+    young one); it fails the one whose task is gone and keeps the one whose task is still held."""
+    control, _ = engines
+    held, lost, young = submit(control), submit(control), submit(control)
+    long_ago = datetime.now(UTC) - timedelta(seconds=600)
+    with control.begin() as conn:
+        conn.execute(update(jobs).where(jobs.c.id.in_([held, lost])).values(created_at=long_ago))
+    asked: list[set[str]] = []
+
+    def holds(asked_ids: AbstractSet[str]) -> set[str] | None:
+        asked.append(set(asked_ids))
+        return {held}
+
+    assert reap(control, heartbeat_timeout=60, queued_timeout=300, holds=holds) == [lost]
+    assert asked == [{held, lost}]
+    assert [job_row(control, job).status for job in (held, lost, young)] == ["queued", "failed", "queued"]
+    assert open_reservations(control) == 2
 
 
 def test_a_job_a_worker_deferred_recently_is_not_reaped(engines: tuple[Engine, Engine]) -> None:
@@ -99,11 +120,11 @@ def test_a_job_a_worker_deferred_recently_is_not_reaped(engines: tuple[Engine, E
             .where(jobs.c.id == job_id)
             .values(created_at=datetime.now(UTC) - timedelta(seconds=600), heartbeat_at=datetime.now(UTC))
         )
-    assert reap(control, heartbeat_timeout=60, queued_timeout=300, holds=lambda _: False) == []
+    assert reap(control, heartbeat_timeout=60, queued_timeout=300, holds=lambda _: set()) == []
     with control.begin() as conn:
         stale = datetime.now(UTC) - timedelta(seconds=400)
         conn.execute(update(jobs).where(jobs.c.id == job_id).values(heartbeat_at=stale))
-    assert reap(control, heartbeat_timeout=60, queued_timeout=300, holds=lambda _: False) == [job_id]
+    assert reap(control, heartbeat_timeout=60, queued_timeout=300, holds=lambda _: set()) == [job_id]
 
 
 def test_a_finished_job_with_an_open_reservation_is_refunded(engines: tuple[Engine, Engine]) -> None:

@@ -1,9 +1,11 @@
 """Running one job: the VIPS loop over the gate, with every release stored under (job, t).
 
 Order per iteration: the gate writes the charge (job, t, attempt) to the ledger, computes and noises;
-then the release is stored in `releases` under (job, t) and the job's progress is updated. A retried or
-resumed task replays stored releases through the M-step without paying again. If a crash loses a
-release after its charge, the retry charges a new attempt: the ledger can only over-count.
+then the release is stored in `releases` under (job, t) (its arrays as .npz, service.release_arrays) and
+the job's progress is updated. A retried or resumed task replays stored releases through the M-step
+without paying again. A release that cannot be stored (too large, refused by the database, out of memory)
+is dropped and its charge withdrawn; if a crash loses a release after its charge, the retry charges a new
+attempt: the ledger can only over-count.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -39,6 +42,8 @@ from service.job_end import end_job
 from service.job_status import TERMINAL
 from service.models import api_keys, jobs, posteriors, releases
 from service.reaper import heartbeat_is_fresh
+from service.release_arrays import decode_arrays, encode_arrays
+from service.resources import human_bytes
 from service.timestamps import aware
 from worker.models.registry import model_setup, public_schema_extra
 from worker.posterior import Privacy, build_posterior
@@ -70,6 +75,19 @@ class JobOverTime(Exception):
     def __init__(self, iteration: int) -> None:
         super().__init__(f"over time before release {iteration}")
         self.iteration = iteration
+
+
+class JobOverStorage(Exception):
+    """The job's releases reached a storage bound (VIPS_MAX_RELEASE_MB, VIPS_MAX_JOB_STORED_MB); the
+    message is for the job's readers."""
+
+
+@dataclass(frozen=True)
+class StorageLimits:
+    """What one job may store: each release, and all its releases together (bytes of their .npz)."""
+
+    release_bytes: int
+    stored_bytes: int
 
 
 def over_time_message(limit_seconds: float, iteration: int) -> str:
@@ -118,7 +136,8 @@ def failure_message(job_id: str, stage: Stage, exc: BaseException) -> str:
 _STORE_RELEASE = insert(releases).values(
     job_id=bindparam("p_job_id"),
     iteration=bindparam("p_iteration"),
-    statistics=bindparam("p_statistics", type_=releases.c.statistics.type),
+    arrays=bindparam("p_arrays", type_=releases.c.arrays.type),
+    stored_bytes=bindparam("p_stored_bytes"),
     noise_std=bindparam("p_noise_std", type_=releases.c.noise_std.type),
     created_at=bindparam("p_now", type_=releases.c.created_at.type),
 )
@@ -154,9 +173,11 @@ class StoredReleases:
         job_id: str,
         stage: Stage,
         deadline: datetime | None = None,
+        limits: StorageLimits | None = None,
     ) -> None:
         self._gate = gate
         self._deadline = deadline  # no new release after it (JobOverTime)
+        self._limits = limits
         self._stage = stage  # what the job is doing, for the message of a failure
         self._reads = reads
         self._relaxed = relaxed
@@ -166,9 +187,14 @@ class StoredReleases:
             self._cancel = bool(
                 conn.execute(select(jobs.c.cancel_requested).where(jobs.c.id == job_id)).scalar_one()
             )
-            self._stored = set(
-                conn.execute(select(releases.c.iteration).where(releases.c.job_id == job_id)).scalars()
+            sizes = dict(
+                conn.execute(
+                    select(releases.c.iteration, releases.c.stored_bytes).where(releases.c.job_id == job_id)
+                ).all()
             )
+            self._stored = set(sizes)
+            self._stored_bytes = sum(sizes.values())  # the job's releases so far
+            self._release_bytes = max(sizes.values(), default=0)  # the largest: the next one's forecast
             self._attempts: dict[int, int] = {
                 int(t): int(n)
                 for t, n in conn.execute(
@@ -181,14 +207,14 @@ class StoredReleases:
     def _replay(self, iteration: int, sigma: float, batch_size: int) -> Release:
         with reading(self._reads) as conn:
             stored = conn.execute(
-                select(releases.c.statistics, releases.c.noise_std).where(
+                select(releases.c.arrays, releases.c.noise_std).where(
                     releases.c.job_id == self._job_id, releases.c.iteration == iteration
                 )
             ).one()
         return Release(
             job_id=self._job_id,
             iteration=iteration,
-            statistics={k: np.asarray(v, dtype=np.float64) for k, v in stored.statistics.items()},
+            statistics=decode_arrays(stored.arrays),
             noise_std=dict(stored.noise_std),
             sigma=sigma,
             batch_size=batch_size,
@@ -218,6 +244,14 @@ class StoredReleases:
             raise JobNoLongerRunning
         if self._deadline is not None and _now() >= self._deadline:
             raise JobOverTime(iteration)
+        limits = self._limits
+        if limits is not None and self._stored_bytes + self._release_bytes > limits.stored_bytes:
+            raise JobOverStorage(
+                f"the job's releases reached what this server stores for one job "
+                f"({human_bytes(limits.stored_bytes)}, VIPS_MAX_JOB_STORED_MB) before release {iteration}; "
+                "what it released stays charged and the rest of its budget was refunded: submit fewer "
+                "iterations or a smaller model, or ask the operator for a larger limit"
+            )
         self._stage.doing = f"computing release {iteration}"
         release = self._gate.release(
             query,
@@ -229,22 +263,15 @@ class StoredReleases:
             attempt=self._attempts.get(iteration, 0),
         )
         self._attempts[iteration] = self._attempts.get(iteration, 0) + 1
-        now = _now()
         self._stage.doing = f"storing release {iteration}"
-        with transaction(self._relaxed) as conn:
-            progress = run_writes(
-                conn,
-                _STORE_RELEASE,
-                _RECORD_PROGRESS,
-                parameters={
-                    "p_job_id": job_id,
-                    "p_iteration": iteration,
-                    "p_statistics": {k: v.tolist() for k, v in release.statistics.items()},
-                    "p_noise_std": release.noise_std,
-                    "p_now": now,
-                },
-            )
-            running = progress.scalar_one_or_none()  # None: the job is no longer running
+        try:
+            running = self._store(release)
+        except Exception as exc:
+            # Not stored, and never shown: its charge goes too. A lost database may have committed the
+            # row all the same, so then the charge stays (a resumed job finds the release, or pays again).
+            if not database_lost(exc):
+                self._gate.withdraw(release)
+            raise
         if running is None:
             self._stopped = True
         else:
@@ -252,6 +279,38 @@ class StoredReleases:
         self._stored.add(iteration)
         self._stage.doing = f"updating the model with release {iteration}"
         return release
+
+    def _store(self, release: Release) -> bool | None:
+        """Store `release` and the job's progress in one transaction; returns the job's cancel flag, None
+        when the job is no longer running. Raises JobOverStorage, storing nothing, for a release above
+        the limit."""
+        blob = encode_arrays(release.statistics)
+        limits = self._limits
+        if limits is not None and len(blob) > limits.release_bytes:
+            raise JobOverStorage(
+                f"release {release.iteration} came to {human_bytes(len(blob))}, more than this server "
+                f"stores for one release ({human_bytes(limits.release_bytes)}, VIPS_MAX_RELEASE_MB); it "
+                "was neither stored nor charged and the rest of the job's budget was refunded: use a "
+                "smaller model, or ask the operator for a larger limit"
+            )
+        with transaction(self._relaxed) as conn:
+            progress = run_writes(
+                conn,
+                _STORE_RELEASE,
+                _RECORD_PROGRESS,
+                parameters={
+                    "p_job_id": release.job_id,
+                    "p_iteration": release.iteration,
+                    "p_arrays": blob,
+                    "p_stored_bytes": len(blob),
+                    "p_noise_std": release.noise_std,
+                    "p_now": _now(),
+                },
+            )
+            running = progress.scalar_one_or_none()
+        self._stored_bytes += len(blob)
+        self._release_bytes = max(self._release_bytes, len(blob))
+        return None if running is None else bool(running)
 
 
 @contextmanager
@@ -319,6 +378,7 @@ def execute_job(
     heartbeat_timeout: float = 60.0,
     max_running_per_key: int | None = None,
     max_job_seconds: float | None = None,
+    limits: StorageLimits | None = None,
 ) -> str:
     """Run (or resume) a job to a terminal status and return it, or "deferred" (not started: its key
     already runs `max_running_per_key` jobs; the caller queues it again).
@@ -346,7 +406,7 @@ def execute_job(
     deadline = started + timedelta(seconds=max_job_seconds) if max_job_seconds else None
     try:
         with heartbeat(control, job_id, heartbeat_timeout / 4):
-            document = _run(job, control, sensitive, stage, deadline)
+            document = _run(job, control, sensitive, stage, deadline, limits)
         stage.doing = "storing the posterior"
         with control.begin() as conn:
             conn.execute(insert(posteriors).values(job_id=job_id, document=document, created_at=_now()))
@@ -355,6 +415,9 @@ def execute_job(
         return "cancelled"
     except JobOverTime as over:
         _finish(control, job_id, "failed", over_time_message(max_job_seconds or 0.0, over.iteration))
+        return "failed"
+    except JobOverStorage as over:
+        _finish(control, job_id, "failed", str(over))
         return "failed"
     except JobNoLongerRunning:  # whoever ended it closed its reservation in the same transaction (end_job)
         with reading(control) as conn:
@@ -417,7 +480,12 @@ def _running_of_key(conn: Connection, owner: str, heartbeat_timeout: float) -> i
 
 
 def _run(
-    job: Any, control: Engine, sensitive: Engine, stage: Stage, deadline: datetime | None = None
+    job: Any,
+    control: Engine,
+    sensitive: Engine,
+    stage: Stage,
+    deadline: datetime | None = None,
+    limits: StorageLimits | None = None,
 ) -> dict[str, Any]:
     stage.doing = "setting up the model"
     options = dict(job.options)
@@ -436,7 +504,7 @@ def _run(
             job.iterations, job.batch_size, job.sigma, options.get("tau0", 0.0), options.get("kappa", 1.0)
         )
         result = run_vips(
-            StoredReleases(gate, autocommit_reads(reads), relaxed, job.id, stage, deadline),
+            StoredReleases(gate, autocommit_reads(reads), relaxed, job.id, stage, deadline, limits),
             setup.query,
             setup.model,
             settings,

@@ -16,9 +16,11 @@ from service.reaper import reap, start_reaper_thread
 from service.settings import REAP_TASK, RUN_JOB_TASK, WORKER_ALIVE_SECONDS, get_settings
 from worker.celery_app import app
 from worker.context import control_engine, sensitive_engine
-from worker.jobs import DatabaseUnavailable, execute_job
+from worker.jobs import DatabaseUnavailable, StorageLimits, execute_job
 
 log = logging.getLogger(__name__)
+
+MIB = 1 << 20
 
 #: Retries of a job whose database was unreachable (waits double from 5 s, capped at 5 minutes).
 MAX_DATABASE_RETRIES = 12
@@ -43,6 +45,10 @@ def run_job(self: Any, job_id: str) -> str:
             heartbeat_timeout=settings.heartbeat_timeout_seconds,
             max_running_per_key=settings.max_running_per_key,
             max_job_seconds=settings.max_job_seconds or None,
+            limits=StorageLimits(
+                release_bytes=int(settings.max_release_mb * MIB),
+                stored_bytes=int(settings.max_job_stored_mb * MIB),
+            ),
         )
     except DatabaseUnavailable as exc:
         delay = retry_delay(self.request.retries, exc.started, settings.heartbeat_timeout_seconds)

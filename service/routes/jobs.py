@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Query, Response, status
+from fastapi import APIRouter, Header, Query, Request, Response, status
+from fastapi.responses import StreamingResponse
 
 from service.admission import plan_job, quote_job
 from service.auth import (
@@ -20,11 +21,12 @@ from service.budgets import load_dataset
 from service.deps import EngineDep, QueueDep, SettingsDep
 from service.errors import NotFound
 from service.job_control import cancel_job
-from service.job_outputs import job_releases
+from service.job_outputs import release_page, releases_json
 from service.job_reads import list_jobs, to_public, visible_job
 from service.job_status import JobStatus
 from service.params import INT_MAX, DatasetNameQuery, JobIdPath, Offset
 from service.pricing import pricing_slot, take_pricing_request
+from service.release_arrays import coalesced
 from service.routes.datasets import visible_dataset
 from service.schemas import BudgetRefusal, JobCreate, JobPublic, JobQuote, Message, ReleasePublic
 from service.submission import previous_submission, submit_job
@@ -141,18 +143,41 @@ def cancel(job_id: JobIdPath, engine: EngineDep, principal: JobCancellerKey) -> 
     return to_public(engine, [visible_job(engine, principal, row.id)])[0]
 
 
-@router.get("/{job_id}/releases", response_model=list[ReleasePublic], responses={404: {"model": Message}})
+@router.get(
+    "/{job_id}/releases",
+    response_model=list[ReleasePublic],
+    responses={
+        200: {
+            "description": "a page of releases; when more follow, the `Link` header holds the next page's "
+            'URL (rel="next")'
+        },
+        404: {"model": Message},
+    },
+)
 def releases(
+    request: Request,
     job_id: JobIdPath,
     engine: EngineDep,
+    settings: SettingsDep,
     principal: ReleaseReaderKey,
     after: Annotated[int, Query(ge=0, le=INT_MAX, description="only iterations after this one")] = 0,
-    limit: Annotated[int | None, Query(ge=1, le=100_000)] = None,
-) -> list[ReleasePublic]:
+    limit: Annotated[int | None, Query(ge=1, le=100_000, description="at most this many releases")] = None,
+) -> StreamingResponse:
     """The released (noised) statistics of each iteration, in order (the job's analyst, the custodian of
-    its dataset, admins)."""
+    its dataset, admins). Pages hold up to VIPS_RELEASES_PAGE_MB of stored releases (at least one); the
+    `Link` header's rel="next" URL continues after the page's last iteration."""
     row = visible_job(engine, principal, job_id)
     dataset = load_dataset(engine, row.dataset) if principal.role == "custodian" else None
     if not reads_releases(principal, row, dataset):
         raise NotFound(f"job {job_id} not found")
-    return job_releases(engine, row.id, after=after, limit=limit)
+    max_bytes = int(settings.releases_page_mb * (1 << 20))
+    page = release_page(engine, row.id, after=after, limit=limit, max_bytes=max_bytes)
+    headers = {}
+    left = None if limit is None else limit - len(page.rows)
+    if page.next_after is not None and left != 0:
+        following = request.url.include_query_params(after=page.next_after)
+        if left is not None:
+            following = following.include_query_params(limit=left)
+        headers["Link"] = f'<{following.path}?{following.query}>; rel="next"'  # relative to this URL
+    body = coalesced(releases_json(page.rows))
+    return StreamingResponse(body, media_type="application/json", headers=headers)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Generic, TypeVar
 
+import numpy as np
 from sqlalchemy import Engine, Row, func, select
 
 from privacy_wall.accounting import PrivacyCost, configured_accountant
@@ -21,6 +22,7 @@ from service.job_reads import to_public
 from service.keys import Principal
 from service.models import jobs, releases
 from service.posterior_summary import Coefficient, TopicWords, coefficients, top_words
+from service.release_arrays import decode_arrays
 from service.schemas import JobPublic
 from service.timestamps import aware
 
@@ -160,27 +162,20 @@ def sees_dataset_jobs(principal: Principal, dataset: Row[Any]) -> bool:
 
 def release_changes(engine: Engine, job_id: str) -> dict[str, list[float]]:
     """Per released statistic, ||s_t - s_(t-1)|| / ||s_(t-1)|| for t = 2..T (noise included)."""
+    changes: dict[str, list[float]] = {}
+    previous: dict[str, np.ndarray] = {}
     with reading(engine) as conn:
         rows = conn.execute(
-            select(releases.c.statistics).where(releases.c.job_id == job_id).order_by(releases.c.iteration)
-        ).all()
-    changes: dict[str, list[float]] = {}
-    previous: dict[str, list[float]] = {}
-    for (statistics,) in rows:
-        for name, value in dict(statistics).items():
-            flat = _flatten(value)
-            if name in previous and len(previous[name]) == len(flat):
-                norm = math.sqrt(sum(v * v for v in previous[name])) or 1.0
-                diff = math.sqrt(sum((a - b) ** 2 for a, b in zip(flat, previous[name], strict=True)))
-                changes.setdefault(name, []).append(diff / norm)
-            previous[name] = flat
+            select(releases.c.arrays).where(releases.c.job_id == job_id).order_by(releases.c.iteration)
+        )
+        for (blob,) in rows:  # one release decoded at a time
+            for name, value in decode_arrays(blob).items():
+                flat = value.ravel()
+                if name in previous and previous[name].shape == flat.shape:
+                    norm = float(np.linalg.norm(previous[name])) or 1.0
+                    changes.setdefault(name, []).append(float(np.linalg.norm(flat - previous[name])) / norm)
+                previous[name] = flat
     return changes
-
-
-def _flatten(value: Any) -> list[float]:
-    if isinstance(value, list):
-        return [v for item in value for v in _flatten(item)]
-    return [float(value)]
 
 
 @dataclass(frozen=True)

@@ -220,7 +220,7 @@ def run_job_show(args: argparse.Namespace) -> int:
 def run_releases(args: argparse.Namespace) -> int:
     """One JSON line per released iteration (its noised statistics and noise std), oldest first."""
     with client() as api:
-        for release in api.releases(args.job, after=args.after, limit=args.limit):
+        for release in api.iter_releases(args.job, after=args.after, limit=args.limit):
             print_json(release)
     return 0
 
