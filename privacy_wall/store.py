@@ -39,6 +39,12 @@ class Batch:
             return int(self.counts.shape[0])
         return int(self.features.shape[0])
 
+    def rows(self, start: int, stop: int) -> Batch:
+        """Rows start..stop-1 of the batch (views of its arrays)."""
+        labels = None if self.labels is None else self.labels[start:stop]
+        counts = None if self.counts is None else self.counts[start:stop]
+        return Batch(self.features[start:stop], labels, counts)
+
     @classmethod
     def of_documents(cls, counts: sp.csr_array) -> Batch:
         """A bag-of-words batch: document d's word counts are row d of `counts` (S x V)."""

@@ -73,20 +73,33 @@ class Resources:
     why: str
 
 
+#: privacy_wall.queries.base.CHUNK_ELEMENTS and MIN_CHUNK_ROWS: the per-record queries (BLR, linear
+#: regression, DPVI, DP-SEP) compute on chunks of rows, so their temporaries are C x d, not S x d.
+QUERY_CHUNK_ELEMENTS = 1 << 18
+QUERY_MIN_CHUNK_ROWS = 256
+
+
+def chunk_rows(d: int, s: int) -> int:
+    """C: the rows of one chunk of a per-record query's batch (privacy_wall.queries.base.chunked_sums)."""
+    return min(s, max(QUERY_MIN_CHUNK_ROWS, QUERY_CHUNK_ELEMENTS // max(1, d)))
+
+
 def blr_footprint(d: int, s: int) -> Footprint:
-    """VIPS-BLR: the batch and its products x E[ww^T], x * xi (3 S d); the d x d blocks of the E-step,
-    the PSD projection of s2 and the Gaussian state (10 d^2). Release s1 (d) + s2 mirrored (d^2).
-    Posterior: five d x d matrices and six d-vectors (5 d^2 + 6 d)."""
-    return Footprint(3 * s * d + 10 * d * d, d + d * d, 5 * d * d + 6 * d, ("batch_size",), f"{d} features")
+    """VIPS-BLR (chunks of C rows): the batch (S d) and, per chunk, x E[ww^T] and x * xi (2 C d); the
+    d x d blocks of the E-step, the PSD projection of s2 and the Gaussian state (10 d^2). Release s1 (d)
+    + s2 mirrored (d^2). Posterior: five d x d matrices and six d-vectors (5 d^2 + 6 d)."""
+    working = s * d + 2 * chunk_rows(d, s) * d + 10 * d * d
+    return Footprint(working, d + d * d, 5 * d * d + 6 * d, ("batch_size",), f"{d} features")
 
 
 def linreg_footprint(d: int, s: int) -> Footprint:
-    """Bayesian linear regression: the batch, its finite-masked copy and the clipped copy (3 S d); the labels,
-    their masked and clipped copies, the row norms and clip factors (8 S); the (d + 1)^2 joint moment, its
+    """Bayesian linear regression (chunks of C rows): the batch (S d) and its labels (S); per chunk, its
+    finite-masked copy and the clipped copy (2 C d), the labels' masked and clipped copies, the row norms
+    and clip factors (7 C); the (d + 1)^2 joint moment, its
     PSD projection and the state (10 (d + 1)^2). Release xx (d^2) + yx (d) + yy (1). Posterior: Lambda
     twice, the statistics' xx and the covariance (4 d^2), eta, yx and the mean twice (4 d), 8 scalars."""
     return Footprint(
-        3 * s * d + 8 * s + 10 * (d + 1) ** 2,
+        s * d + s + 2 * chunk_rows(d, s) * d + 7 * chunk_rows(d, s) + 10 * (d + 1) ** 2,
         d * d + d + 1,
         4 * d * d + 4 * d + 8,
         ("batch_size",),
@@ -95,14 +108,15 @@ def linreg_footprint(d: int, s: int) -> Footprint:
 
 
 def dpvi_footprint(d: int, s: int, draws: int) -> Footprint:
-    """DPVI-BLR (D draws): at clip_rows' norm, the batch (S d), the S x 2d per-example gradients, their
-    finite copy, that copy divided by each row's peak and its squares inside np.linalg.norm (9 S d; the
-    halves and their concatenation before it peak at 5 S d); the S x D logits, their NaN-free copy and the
-    residuals (3 S D); the labels and the per-row peaks, scales, norms and factors (6 S); the posterior's
+    """DPVI-BLR (D draws, chunks of C rows): the batch (S d) and its labels (S); per chunk, at clip_rows'
+    norm, the C x 2d per-example gradients, their finite copy, that copy divided by each row's peak and
+    its squares inside np.linalg.norm (8 C d; the halves and their concatenation before it peak at
+    4 C d); the C x D logits, their NaN-free copy and the residuals (3 C D); the per-row peaks, scales,
+    norms and factors (5 C); the posterior's
     d x d diagonals and second moment (4 d^2). Release the 2 d gradient. Posterior: the diagonal precision
     and covariance and -E[w w^T] / 2 (3 d^2), the gradient (2 d) and five d-vectors (7 d)."""
     return Footprint(
-        9 * s * d + 3 * s * draws + 6 * s + 4 * d * d,
+        s * d + s + chunk_rows(d, s) * (8 * d + 3 * draws + 5) + 4 * d * d,
         2 * d,
         3 * d * d + 7 * d,
         ("batch_size",),
@@ -115,14 +129,16 @@ DPSEP_QUADRATURE_NODES = 64
 
 
 def dpsep_footprint(d: int, s: int, logistic: bool) -> Footprint:
-    """DP-SEP: the batch, its finite-masked copy and x Sigma (or x beta) (3 S d); for the logistic
-    likelihood, the quadrature's S x K arrays (K = 64 nodes: the nodes a, log-weights, weights, sigmoids
-    and the products of g, h and the curvature, 7 S K); the labels, cavity marginals, site parameters,
-    norms and clip_sites' temporaries (24 S); the site precision, its mirror and PSD projection and the
-    Gaussian states (12 d^2). Release eta (d) + precision (d^2). Posterior: 6 d^2 + 6 d."""
-    quadrature = 7 * s * DPSEP_QUADRATURE_NODES if logistic else 0
+    """DP-SEP (chunks of C rows): the batch (S d) and its labels (S); per chunk, its finite-masked copy and
+    x Sigma (or x beta) (2 C d); for the logistic likelihood, the quadrature's C x K arrays (K = 64 nodes:
+    the nodes a, log-weights, weights, sigmoids and the products of g, h and the curvature, 7 C K); the
+    labels' copies, cavity marginals, site parameters, norms and clip_sites' temporaries (23 C); the
+    site precision, its mirror and PSD projection and the Gaussian states (12 d^2). Release eta (d) +
+    precision (d^2). Posterior: 6 d^2 + 6 d."""
+    c = chunk_rows(d, s)
+    quadrature = 7 * c * DPSEP_QUADRATURE_NODES if logistic else 0
     return Footprint(
-        3 * s * d + quadrature + 24 * s + 12 * d * d,
+        s * d + s + 2 * c * d + quadrature + 23 * c + 12 * d * d,
         d + d * d,
         6 * d * d + 6 * d,
         ("batch_size",),

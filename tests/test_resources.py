@@ -21,6 +21,7 @@ from sqlalchemy import Engine, insert
 from privacy_wall import ledger_db
 from privacy_wall.control_schema import datasets
 from privacy_wall.gate import Release
+from privacy_wall.queries import base as query_base
 from privacy_wall.queries import lda as lda_query
 from privacy_wall.queries import sbn as sbn_query
 from privacy_wall.sqlengine import create_db_engine
@@ -161,6 +162,8 @@ def test_a_normal_job_is_admitted_and_quoted(api: Api) -> None:
 def test_the_mirrored_constants_match_the_wall_and_the_models() -> None:
     """service may not import the worker or the wall's queries, so it copies the few constants it needs."""
     assert resources.SBN_CHUNK_ROWS == sbn_query.CHUNK_ROWS
+    assert resources.QUERY_CHUNK_ELEMENTS == query_base.CHUNK_ELEMENTS
+    assert resources.QUERY_MIN_CHUNK_ROWS == query_base.MIN_CHUNK_ROWS
     assert resources.LDA_RESAMPLE_CHUNK == lda_query.RESAMPLE_CHUNK
     assert resources.LDA_CHUNK_ELEMENTS == lda_query.CHUNK_ELEMENTS
     assert resources.SBN_DEFAULT_HIDDEN == sbn.DEFAULT_HIDDEN

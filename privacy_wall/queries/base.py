@@ -5,6 +5,7 @@ sensitivity of the normalised blocks."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -14,6 +15,36 @@ from numpy.typing import NDArray
 from privacy_wall.store import Batch
 
 Array = NDArray[np.float64]
+
+#: Values (rows x columns) a per-record query handles at once (chunked_sums): its temporaries stay near
+#: 2 MiB per array, in cache, whatever the batch size. Measured against one pass (10^6 rows of 21
+#: columns, one BLAS thread, best of 5): BLR 229 -> 154 ms, linear regression 176 -> 117, DPVI 1826 ->
+#: 413, DP-SEP 7268 -> 2292 (logistic) and 289 -> 179 (linear). service.resources mirrors it.
+CHUNK_ELEMENTS = 1 << 18
+#: Fewer rows than this per chunk would spend more on numpy's per-call overhead than cache saves.
+MIN_CHUNK_ROWS = 256
+
+
+def chunked_sums(
+    batch: Batch, sums: Callable[[Batch], dict[str, Array]], rows: int | None = None
+) -> dict[str, Array]:
+    """`sums(batch)` computed on consecutive chunks of at most `rows` rows and added block by block.
+
+    Equal to one call up to floating-point order when each block is a sum of per-record contributions
+    that depend on that record and the public parameters alone (what clipping to a per-record bound needs
+    anyway): the sensitivity and the accounting do not change. `rows` defaults to CHUNK_ELEMENTS / d.
+    """
+    rows = rows or max(MIN_CHUNK_ROWS, CHUNK_ELEMENTS // max(1, batch.features.shape[1]))
+    if batch.size <= rows:
+        return sums(batch)
+    total: dict[str, Array] = {}
+    for start in range(0, batch.size, rows):
+        for name, value in sums(batch.rows(start, start + rows)).items():
+            if name in total:
+                total[name] += value
+            else:
+                total[name] = np.array(value, dtype=np.float64)
+    return total
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from privacy_wall.mechanisms import clip_factors, project_psd, symmetric_from_upper, upper_triangle
-from privacy_wall.queries.base import Array, Block
+from privacy_wall.queries.base import Array, Block, chunked_sums
 from privacy_wall.store import Batch
 
 S1_BOUND = 0.5
@@ -68,6 +68,10 @@ class LogisticRegressionQuery:
     def clipped_sums(
         self, batch: Batch, params: dict[str, Array], rng: np.random.Generator
     ) -> dict[str, Array]:
+        """Per-record clipped contributions summed chunk by chunk (base.chunked_sums)."""
+        return chunked_sums(batch, lambda rows: self._chunk_sums(rows, params))
+
+    def _chunk_sums(self, batch: Batch, params: dict[str, Array]) -> dict[str, Array]:
         x, y = batch.features, batch.labels
         if y is None:
             raise ValueError("blr needs labelled rows")

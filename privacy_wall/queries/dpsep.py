@@ -76,7 +76,7 @@ from numpy.polynomial.hermite_e import hermegauss
 from scipy.special import expit
 
 from privacy_wall.mechanisms import clip_factors, project_psd, symmetric_from_upper, upper_triangle
-from privacy_wall.queries.base import Array, Block
+from privacy_wall.queries.base import Array, Block, chunked_sums
 from privacy_wall.store import Batch
 
 BLOCK = "site"
@@ -190,7 +190,10 @@ class DpSepQuery:
     def clipped_sums(
         self, batch: Batch, params: dict[str, Array], rng: np.random.Generator
     ) -> dict[str, Array]:
-        del rng  # deterministic
+        """Per-record clipped contributions summed chunk by chunk (base.chunked_sums)."""
+        return chunked_sums(batch, lambda rows: self._chunk_sums(rows, params))
+
+    def _chunk_sums(self, batch: Batch, params: dict[str, Array]) -> dict[str, Array]:
         x, y = batch.features, batch.labels
         if y is None:
             raise ValueError(f"{self.name} needs labelled rows")

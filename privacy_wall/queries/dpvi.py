@@ -43,7 +43,7 @@ import math
 import numpy as np
 from scipy.special import expit
 
-from privacy_wall.queries.base import Array, Block
+from privacy_wall.queries.base import Array, Block, chunked_sums
 from privacy_wall.store import Batch
 
 BLOCK = "gradient"
@@ -125,6 +125,10 @@ class DpviLogisticRegressionQuery:
     def clipped_sums(
         self, batch: Batch, params: dict[str, Array], rng: np.random.Generator
     ) -> dict[str, Array]:
+        """Per-record clipped contributions summed chunk by chunk (base.chunked_sums)."""
+        return chunked_sums(batch, lambda rows: self._chunk_sums(rows, params))
+
+    def _chunk_sums(self, batch: Batch, params: dict[str, Array]) -> dict[str, Array]:
         x, y = batch.features, batch.labels
         if y is None:
             raise ValueError("dpvi needs labelled rows")

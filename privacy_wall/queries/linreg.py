@@ -50,7 +50,7 @@ import math
 import numpy as np
 
 from privacy_wall.mechanisms import clip_factors, project_psd, symmetric_from_upper, upper_triangle
-from privacy_wall.queries.base import Array, Block
+from privacy_wall.queries.base import Array, Block, chunked_sums
 from privacy_wall.store import Batch
 
 #: Per-record L2 bounds of the three blocks (||x|| <= 1, |y| <= 1).
@@ -98,7 +98,11 @@ class LinearRegressionQuery:
     def clipped_sums(
         self, batch: Batch, params: dict[str, Array], rng: np.random.Generator
     ) -> dict[str, Array]:
-        del rng, params  # deterministic, and independent of the posterior
+        """Per-record clipped contributions summed chunk by chunk (base.chunked_sums)."""
+        return chunked_sums(batch, lambda rows: self._chunk_sums(rows, params))
+
+    def _chunk_sums(self, batch: Batch, params: dict[str, Array]) -> dict[str, Array]:
+        del params  # independent of the posterior
         x, y = batch.features, batch.labels
         if y is None:
             raise ValueError("linreg needs labelled rows")
