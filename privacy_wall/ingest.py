@@ -2,13 +2,21 @@
 
 The wall enforces the bounds the sensitivities assume and rejects, never repairs: tabular rows must have
 L2 norm <= 1 and labels in {0, 1} (regression: real targets in [-1, 1]); binary data must be 0/1;
-bag-of-words ids must match the public vocabulary. Errors name the file line, never a value. Nothing is
-written when anything fails: the rows go in one transaction, the catalogue entry in another, and a failure
-of the second removes the first.
+bag-of-words ids must match the public vocabulary. Errors name the file line, never a value.
+
+Files are read and written in chunks (privacy_wall.formats.TabularStream; one bounded transaction of rows
+per chunk), so memory does not grow with the file. The commit point is the population: the sensitive
+`stored_datasets` row and the rows are written first, the control database's catalogue entry (or, for an
+append, the new population) last; any failure removes what was written, and the leftover of a killed
+ingest (a stored dataset the catalogue does not list, rows at or above the population) is removed by the
+next ingest of that name. Appending rows is allowed only while the dataset has no charge and no open
+reservation: its population is part of every charged event.
 """
 
 from __future__ import annotations
 
+import secrets
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -16,16 +24,17 @@ from typing import Any, Literal, cast
 
 import numpy as np
 import scipy.sparse as sp
-from sqlalchemy import Engine, delete, insert, select, text
+from numpy.typing import NDArray
+from sqlalchemy import Connection, Engine, delete, func, insert, select, text, update
 
-from privacy_wall.control_schema import datasets
+from privacy_wall.control_schema import budgets, charges, datasets, reservations
 from privacy_wall.formats import (
-    FIRST_DATA_LINE,
+    TABLE_BLOCK_BYTES,
     BagOfWords,
     FormatError,
-    read_binary_csv,
+    TabularChunk,
+    TabularStream,
     read_docword,
-    read_tabular_csv,
     read_vocabulary,
 )
 from privacy_wall.names import NAME_RULE, is_dataset_name
@@ -34,7 +43,10 @@ from privacy_wall.store import ROW_NORM_TOLERANCE
 
 Kind = Literal["tabular", "regression", "bow", "binary"]
 KINDS: tuple[Kind, ...] = ("tabular", "regression", "bow", "binary")
+#: Rows per INSERT statement (below the drivers' bound-parameter limits).
 INSERT_CHUNK = 5_000
+#: Documents per write transaction for bag-of-words (tabular files are written a parsed block at a time).
+WRITE_ROWS = 65_536
 
 
 class IngestError(ValueError):
@@ -54,43 +66,81 @@ class Ingested:
 
 
 @dataclass(frozen=True)
-class _Encoded:
+class EncodedChunk:
+    """Consecutive rows in their stored encoding (db_store decodes it): one payload per row, and the
+    label or target of each (tabular and regression)."""
+
     payloads: list[bytes]
     labels: list[float] | None
+
+    def __len__(self) -> int:
+        return len(self.payloads)
+
+
+@dataclass(frozen=True)
+class _Encoded:
+    """A file's public shape and its rows, encoded chunk by chunk as they are read (an iterator: once)."""
+
+    chunks: Iterator[EncodedChunk]
     dimension: int
     schema: dict[str, Any]
 
 
-def _tabular(path: Path, label: str | None, *, regression: bool = False) -> _Encoded:
+def _tabular(path: Path, label: str | None, *, regression: bool = False, block_bytes: int) -> _Encoded:
     if label is None:
         what = "real target column (|y| <= 1)" if regression else "0/1 label column"
         raise IngestError(
             f"{'regression' if regression else 'tabular'} data needs --label: the name of its {what}"
         )
-    table = read_tabular_csv(path, label, binary_label=not regression)
-    assert table.labels is not None
-    too_large = np.abs(table.labels) > 1.0
-    if too_large.any():
-        line = int(np.argmax(too_large)) + FIRST_DATA_LINE
-        raise IngestError(
-            f"{path}: line {line}: the target {label!r} is outside [-1, 1] ({int(too_large.sum())} rows in "
-            "all); scale targets with public bounds before ingesting"
-        )
-    norms = np.linalg.norm(table.features, axis=1)
-    too_long = norms > 1.0 + ROW_NORM_TOLERANCE
-    if too_long.any():
-        line = int(np.argmax(too_long)) + FIRST_DATA_LINE
-        raise IngestError(
-            f"{path}: line {line}: the row's L2 norm is above 1 ({int(too_long.sum())} rows in all); "
-            "scale rows to norm <= 1 with public bounds before ingesting"
-        )
-    features = np.ascontiguousarray(table.features, dtype="<f8")
+    stream = TabularStream(path, label, binary_label=not regression, block_bytes=block_bytes)
     return _Encoded(
-        [row.tobytes() for row in features],
-        [float(v) for v in table.labels],
-        table.dimension,
-        {"features": list(table.feature_names), "label": label},
+        _tabular_chunks(path, label, stream.chunks()),
+        stream.dimension,
+        {"features": list(stream.feature_names), "label": label},
     )
+
+
+def _tabular_chunks(path: Path, label: str, chunks: Iterator[TabularChunk]) -> Iterator[EncodedChunk]:
+    for chunk in chunks:
+        assert chunk.labels is not None
+        too_large = np.abs(chunk.labels) > 1.0
+        if too_large.any():
+            line = int(np.argmax(too_large)) + chunk.first_line
+            total = int(too_large.sum()) + _count_rest(chunks, _target_too_large)
+            raise IngestError(
+                f"{path}: line {line}: the target {label!r} is outside [-1, 1] ({total} rows in "
+                "all); scale targets with public bounds before ingesting"
+            )
+        too_long = _too_long(chunk.features)
+        if too_long.any():
+            line = int(np.argmax(too_long)) + chunk.first_line
+            total = int(too_long.sum()) + _count_rest(chunks, lambda c: _too_long(c.features))
+            raise IngestError(
+                f"{path}: line {line}: the row's L2 norm is above 1 ({total} rows in all); "
+                "scale rows to norm <= 1 with public bounds before ingesting"
+            )
+        features = np.ascontiguousarray(chunk.features, dtype="<f8")
+        yield EncodedChunk([row.tobytes() for row in features], chunk.labels.tolist())
+
+
+def _target_too_large(chunk: TabularChunk) -> NDArray[np.bool_]:
+    return np.zeros(chunk.rows, dtype=bool) if chunk.labels is None else np.abs(chunk.labels) > 1.0
+
+
+def _too_long(features: NDArray[np.float64]) -> NDArray[np.bool_]:
+    return np.asarray(np.linalg.norm(features, axis=1) > 1.0 + ROW_NORM_TOLERANCE)
+
+
+def _count_rest(chunks: Iterator[TabularChunk], bad: Callable[[TabularChunk], NDArray[np.bool_]]) -> int:
+    """Rows of the remaining chunks that break a bound (for an error's "n rows in all"), as far as the
+    file parses."""
+    total = 0
+    try:
+        for chunk in chunks:
+            total += int(np.count_nonzero(bad(chunk)))
+    except FormatError:
+        pass
+    return total
 
 
 def _bow(path: Path, vocab: Path | None) -> _Encoded:
@@ -99,34 +149,51 @@ def _bow(path: Path, vocab: Path | None) -> _Encoded:
     return encode_bag_of_words(read_docword(path, read_vocabulary(vocab)))
 
 
-def encode_bag_of_words(corpus: BagOfWords) -> _Encoded:
-    """Each document as its m int32 word ids then their m int32 counts (db_store.decode_bow reads them)."""
-    payloads = []
-    for d in range(corpus.documents):
-        lo, hi = corpus.indptr[d], corpus.indptr[d + 1]
-        ids = corpus.word_ids[lo:hi].astype("<i4")
-        counts = corpus.counts[lo:hi].astype("<i4")
-        payloads.append(ids.tobytes() + counts.tobytes())
-    return _Encoded(payloads, None, len(corpus.vocabulary), {"vocabulary": list(corpus.vocabulary)})
+def encode_bag_of_words(corpus: BagOfWords, chunk_rows: int = WRITE_ROWS) -> _Encoded:
+    """Each document as its m int32 word ids then their m int32 counts (db_store.decode_bow reads them),
+    encoded `chunk_rows` documents at a time."""
+
+    def chunks() -> Iterator[EncodedChunk]:
+        for first in range(0, corpus.documents, chunk_rows):
+            payloads = []
+            for d in range(first, min(first + chunk_rows, corpus.documents)):
+                lo, hi = corpus.indptr[d], corpus.indptr[d + 1]
+                ids = corpus.word_ids[lo:hi].astype("<i4")
+                counts = corpus.counts[lo:hi].astype("<i4")
+                payloads.append(ids.tobytes() + counts.tobytes())
+            yield EncodedChunk(payloads, None)
+
+    return _Encoded(chunks(), len(corpus.vocabulary), {"vocabulary": list(corpus.vocabulary)})
 
 
-def _binary(path: Path) -> _Encoded:
-    table = read_binary_csv(path)
-    packed = np.packbits(table.features.astype(np.uint8), axis=1)
-    return _Encoded(
-        [row.tobytes() for row in packed], None, table.dimension, {"columns": list(table.feature_names)}
-    )
+def _binary(path: Path, block_bytes: int) -> _Encoded:
+    stream = TabularStream(path, None, binary_values=True, block_bytes=block_bytes)
+
+    def chunks() -> Iterator[EncodedChunk]:
+        for chunk in stream.chunks():
+            packed = np.packbits(chunk.features.astype(np.uint8), axis=1)
+            yield EncodedChunk([row.tobytes() for row in packed], None)
+
+    return _Encoded(chunks(), stream.dimension, {"columns": list(stream.feature_names)})
 
 
-def encode_file(kind: str, path: Path, label: str | None = None, vocab: Path | None = None) -> _Encoded:
+def encode_file(
+    kind: str,
+    path: Path,
+    label: str | None = None,
+    vocab: Path | None = None,
+    *,
+    block_bytes: int = TABLE_BLOCK_BYTES,
+) -> _Encoded:
+    """The file's shape (its header is read and checked now) and its rows as they are read."""
     if kind == "tabular":
-        return _tabular(path, label)
+        return _tabular(path, label, block_bytes=block_bytes)
     if kind == "regression":
-        return _tabular(path, label, regression=True)
+        return _tabular(path, label, regression=True, block_bytes=block_bytes)
     if kind == "bow":
         return _bow(path, vocab)
     if kind == "binary":
-        return _binary(path)
+        return _binary(path, block_bytes)
     raise IngestError(f"unknown kind {kind!r}; expected one of {', '.join(KINDS)}")
 
 
@@ -146,22 +213,32 @@ def ingest(
     vocab: Path | None = None,
     public: bool = False,
     owner: str | None = None,
+    append: bool = False,
+    block_bytes: int = TABLE_BLOCK_BYTES,
 ) -> Ingested:
-    """Validate and store a dataset; on any failure nothing stays written."""
+    """Validate and store a dataset (or, with `append`, add a file's rows to an existing one that has no
+    charge and no open reservation); on any failure nothing stays written (an appended-to dataset stays
+    as it was)."""
     _check_name(name)
+    if kind not in KINDS:
+        raise IngestError(f"unknown kind {kind!r}; expected one of {', '.join(KINDS)}")
+    if append:
+        _appendable(control, name, kind)  # before reading the file: a refusal costs nothing
     try:
-        encoded = encode_file(kind, Path(path), label, vocab)
+        encoded = encode_file(kind, Path(path), label, vocab, block_bytes=block_bytes)
+        if append:
+            return append_encoded(control=control, sensitive=sensitive, name=name, kind=kind, encoded=encoded)
+        return store_encoded(
+            control=control,
+            sensitive=sensitive,
+            name=name,
+            kind=kind,
+            encoded=encoded,
+            public=public,
+            owner=owner,
+        )
     except FormatError as exc:
         raise IngestError(str(exc)) from None
-    return store_encoded(
-        control=control,
-        sensitive=sensitive,
-        name=name,
-        kind=kind,
-        encoded=encoded,
-        public=public,
-        owner=owner,
-    )
 
 
 def _check_corpus(corpus: BagOfWords) -> None:
@@ -218,6 +295,53 @@ def ingest_bag_of_words(
     )
 
 
+def write_rows(conn: Connection, name: str, first_id: int, chunk: EncodedChunk) -> None:
+    """One chunk of encoded rows of dataset `name`, with row ids first_id, first_id + 1, ... (the one
+    place that knows how rows are laid out in the sensitive database). One driver-level executemany per
+    INSERT_CHUNK rows: the statement is not compiled per row."""
+    mark = "?" if conn.dialect.paramstyle == "qmark" else "%s"
+    statement = (
+        f'INSERT INTO "rows" (dataset, row_id, payload, label) VALUES ({mark}, {mark}, {mark}, {mark})'
+    )
+    labels = chunk.labels if chunk.labels is not None else [None] * len(chunk)
+    for start in range(0, len(chunk), INSERT_CHUNK):
+        stop = min(start + INSERT_CHUNK, len(chunk))
+        conn.exec_driver_sql(
+            statement,
+            [(name, first_id + i, chunk.payloads[i], labels[i]) for i in range(start, stop)],
+        )
+
+
+def _write_chunks(sensitive: Engine, name: str, first_id: int, chunks: Iterator[EncodedChunk]) -> int:
+    """Every chunk in its own transaction; the number of rows written."""
+    written = 0
+    for chunk in chunks:
+        if len(chunk):
+            with sensitive.begin() as conn:
+                write_rows(conn, name, first_id + written, chunk)
+            written += len(chunk)
+    return written
+
+
+def _analyze(sensitive: Engine) -> None:
+    if sensitive.dialect.name == "postgresql":
+        # Fresh statistics, so minibatch lookups use the (dataset, row_id) key for both columns
+        # instead of filtering the dataset's rows (the planner assumes an empty table until then).
+        with sensitive.begin() as conn:
+            conn.execute(text("ANALYZE rows"))
+
+
+def _catalogued(control: Engine, name: str) -> bool:
+    with control.connect() as conn:
+        return conn.execute(select(datasets.c.name).where(datasets.c.name == name)).first() is not None
+
+
+def _remove_stored(sensitive: Engine, name: str) -> None:
+    with sensitive.begin() as conn:
+        conn.execute(delete(rows).where(rows.c.dataset == name))
+        conn.execute(delete(stored_datasets).where(stored_datasets.c.name == name))
+
+
 def store_encoded(
     *,
     control: Engine,
@@ -228,45 +352,44 @@ def store_encoded(
     public: bool,
     owner: str | None,
 ) -> Ingested:
-    """Write encoded rows and their catalogue entry: rows in one transaction, the entry in another, and a
-    failure of the second removes the first."""
-    population = len(encoded.payloads)
+    """Write a new dataset: its stored_datasets row (population 0), the rows chunk by chunk, its
+    population, and last its catalogue entry in the control database (the commit point); a failure
+    anywhere removes what was written. A stored dataset of that name the catalogue does not list is the
+    leftover of a killed ingest: it is removed first."""
     now = datetime.now(UTC)
-    with control.connect() as conn:
-        if conn.execute(select(datasets.c.name).where(datasets.c.name == name)).first() is not None:
-            raise IngestError(f"dataset {name!r} already exists")
+    if _catalogued(control, name):
+        raise IngestError(
+            f"dataset {name!r} already exists (vips data ingest {name} --append adds rows to it)"
+        )
+    _remove_stored(sensitive, name)  # a killed ingest's leftover, if any
+    # Until the population is set, the stored row's population is a negative token of this ingest: a
+    # second ingest of the same name meanwhile replaces it, and this one then fails instead of committing
+    # rows that are not all its own.
+    token = -secrets.randbelow(2**31 - 1) - 1
     with sensitive.begin() as conn:
-        if conn.execute(select(stored_datasets.c.name).where(stored_datasets.c.name == name)).first():
-            raise IngestError(f"dataset {name!r} already exists in the sensitive store")
         conn.execute(
             insert(stored_datasets).values(
                 name=name,
                 kind=kind,
-                population=population,
+                population=token,
                 dimension=encoded.dimension,
                 public=public,
                 created_at=now,
             )
         )
-        for start in range(0, population, INSERT_CHUNK):
-            stop = min(start + INSERT_CHUNK, population)
-            conn.execute(
-                insert(rows),
-                [
-                    {
-                        "dataset": name,
-                        "row_id": i,
-                        "payload": encoded.payloads[i],
-                        "label": None if encoded.labels is None else encoded.labels[i],
-                    }
-                    for i in range(start, stop)
-                ],
-            )
-        if conn.dialect.name == "postgresql":
-            # Fresh statistics, so minibatch lookups use the (dataset, row_id) key for both columns
-            # instead of filtering the dataset's rows (the planner assumes an empty table until then).
-            conn.execute(text("ANALYZE rows"))
     try:
+        population = _write_chunks(sensitive, name, 0, encoded.chunks)
+        if population == 0:
+            raise IngestError(f"dataset {name!r}: no rows to store")
+        with sensitive.begin() as conn:
+            ours = conn.execute(
+                update(stored_datasets)
+                .where(stored_datasets.c.name == name, stored_datasets.c.population == token)
+                .values(population=population)
+            ).rowcount
+            written = conn.execute(select(func.count()).select_from(rows).where(rows.c.dataset == name))
+            if ours != 1 or written.scalar_one() != population:
+                raise IngestError(f"dataset {name!r} was being ingested twice at once: nothing stored")
         with control.begin() as conn:
             conn.execute(
                 insert(datasets).values(
@@ -280,9 +403,105 @@ def store_encoded(
                     created_at=now,
                 )
             )
-    except Exception:
-        with sensitive.begin() as conn:
-            conn.execute(delete(rows).where(rows.c.dataset == name))
-            conn.execute(delete(stored_datasets).where(stored_datasets.c.name == name))
+    except BaseException:
+        if not _catalogued(control, name):  # never remove a dataset that a concurrent ingest committed
+            _remove_stored(sensitive, name)
         raise
+    _analyze(sensitive)
     return Ingested(name, cast(Kind, kind), population, encoded.dimension, encoded.schema, public)
+
+
+def _appendable(control: Connection | Engine, name: str, kind: str) -> Any:
+    """The catalogue entry of a dataset rows may be appended to: it exists, is of `kind`, and has no
+    charge and no open reservation. Otherwise an IngestError saying why."""
+    if isinstance(control, Engine):
+        with control.connect() as conn:
+            return _appendable(conn, name, kind)
+    entry = control.execute(select(datasets).where(datasets.c.name == name)).one_or_none()
+    if entry is None:
+        raise IngestError(f"no dataset {name!r} to append to (ingest it first, without --append)")
+    if entry.kind != kind:
+        raise IngestError(f"dataset {name!r} is {entry.kind} data: --kind {kind} rows cannot be appended")
+    charged = control.execute(select(charges.c.id).where(charges.c.dataset == name).limit(1)).first()
+    reserved = control.execute(
+        select(reservations.c.job_id)
+        .where(reservations.c.dataset == name, reservations.c.open.is_(True))
+        .limit(1)
+    ).first()
+    if charged is not None or reserved is not None:
+        why = "has been charged for" if charged is not None else "has a job with an open reservation"
+        raise IngestError(
+            f"dataset {name!r} {why}: rows cannot be appended (its population is part of every charged "
+            "event); ingest them as a new dataset"
+        )
+    return entry
+
+
+def append_encoded(
+    *, control: Engine, sensitive: Engine, name: str, kind: str, encoded: _Encoded
+) -> Ingested:
+    """Add rows to an existing dataset with the same kind and columns (or vocabulary), ids continuing
+    after its population, while it has no charge and no open reservation. The rows are written chunk by
+    chunk; then, holding the control database's lock on the budget (what admission takes), the absence of
+    charges and reservations is checked again and the population is updated in the sensitive database and
+    last in the control database (the commit point). A failure anywhere leaves the dataset as it was."""
+    entry = _appendable(control, name, kind)
+    if entry.schema != encoded.schema or entry.dimension != encoded.dimension:
+        what = {"bow": "vocabulary", "binary": "columns"}.get(kind, "columns (and label)")
+        raise IngestError(f"dataset {name!r}: the file's {what} differ from the dataset's: cannot append")
+    before = int(entry.population)
+    with sensitive.begin() as conn:
+        stored = conn.execute(
+            select(stored_datasets).where(stored_datasets.c.name == name).with_for_update()
+        ).one_or_none()
+        if stored is None:
+            raise IngestError(f"dataset {name!r} is in the catalogue but not in the sensitive store")
+        # The catalogue's population is the truth: undo what a killed append left behind.
+        conn.execute(delete(rows).where(rows.c.dataset == name, rows.c.row_id >= before))
+        conn.execute(update(stored_datasets).where(stored_datasets.c.name == name).values(population=before))
+
+    def restore() -> None:
+        """Back to `before`, unless a concurrent append committed meanwhile (then its rows stay)."""
+        with control.connect() as conn:
+            now = conn.execute(select(datasets.c.population).where(datasets.c.name == name)).scalar_one()
+        if int(now) != before:
+            return
+        with sensitive.begin() as conn:
+            conn.execute(delete(rows).where(rows.c.dataset == name, rows.c.row_id >= before))
+            conn.execute(
+                update(stored_datasets).where(stored_datasets.c.name == name).values(population=before)
+            )
+
+    try:
+        added = _write_chunks(sensitive, name, before, encoded.chunks)
+        if added == 0:
+            raise IngestError(f"dataset {name!r}: no rows to append")
+        population = before + added
+        with control.begin() as conn:
+            # Admission locks the budget row: take it too, so no job is admitted until both populations
+            # are updated (on SQLite the transaction holds the control database's write lock).
+            conn.execute(select(budgets.c.dataset).where(budgets.c.dataset == name).with_for_update()).first()
+            _appendable(conn, name, kind)
+            changed = conn.execute(
+                update(datasets)
+                .where(datasets.c.name == name, datasets.c.population == before)
+                .values(population=population)
+            ).rowcount
+            if changed != 1:
+                raise IngestError(f"dataset {name!r} changed during the append: nothing appended")
+            with sensitive.begin() as stored_conn:
+                written = stored_conn.execute(
+                    select(func.count()).select_from(rows).where(rows.c.dataset == name)
+                ).scalar_one()
+                if written != population:
+                    raise IngestError(f"dataset {name!r} was appended to twice at once: nothing appended")
+                stored_conn.execute(
+                    update(stored_datasets)
+                    .where(stored_datasets.c.name == name)
+                    .values(population=population)
+                )
+    except BaseException:
+        restore()
+        raise
+    _analyze(sensitive)
+    return Ingested(name, cast(Kind, kind), population, encoded.dimension, encoded.schema, bool(entry.public))

@@ -303,6 +303,12 @@ def _add_admin_data(commands: argparse._SubParsersAction[_Parser]) -> None:
     )
     sub.add_argument("--vocab", metavar="FILE", help="bow: the public vocabulary, one word per line")
     sub.add_argument("--public", action="store_true", help="mark the dataset non-sensitive (demos, tests)")
+    sub.add_argument(
+        "--append",
+        action="store_true",
+        help="add the file's rows to the existing dataset NAME (same kind and columns), allowed while it has "
+        "no charge and no open reservation",
+    )
     sub.set_defaults(handler="admin:run_ingest")
 
     parser = commands.add_parser(

@@ -82,6 +82,8 @@ def run_revoke_key(args: argparse.Namespace) -> int:
 
 
 def run_ingest(args: argparse.Namespace) -> int:
+    if args.append and args.public:
+        raise UsageError("--public applies to a new dataset; --append keeps the dataset's own setting")
     wall = open_store()
     control = create_db_engine(wall.control_url())
     sensitive = create_db_engine(wall.sensitive_url())
@@ -95,6 +97,7 @@ def run_ingest(args: argparse.Namespace) -> int:
             label=_label(args),
             vocab=None if args.vocab is None else Path(args.vocab),
             public=args.public,
+            append=args.append,
         )
     except IngestError as exc:
         raise UsageError(str(exc)) from None
