@@ -15,6 +15,7 @@ from numpy.typing import NDArray
 from sqlalchemy import Connection, CursorResult, Integer, any_, bindparam, select
 from sqlalchemy.dialects.postgresql import ARRAY
 
+from privacy_wall.dataset_cache import DatasetCache, Version, rows_of
 from privacy_wall.sensitive_schema import rows, stored_datasets
 from privacy_wall.sqlengine import Bind, reading
 from privacy_wall.store import Batch, DatasetInfo, Rows, uniform_rows
@@ -27,11 +28,16 @@ class UnknownStoredDataset(LookupError):
     """The sensitive database holds no dataset of that name."""
 
 
-def load_info(bind: Bind, name: str) -> DatasetInfo:
+def _stored(bind: Bind, name: str) -> Any:
     with reading(bind) as conn:
         row = conn.execute(select(stored_datasets).where(stored_datasets.c.name == name)).one_or_none()
     if row is None:
         raise UnknownStoredDataset(f"no stored dataset named {name!r}")
+    return row
+
+
+def load_info(bind: Bind, name: str) -> DatasetInfo:
+    row = _stored(bind, name)
     return DatasetInfo(row.name, row.kind, row.population, row.dimension, row.public)
 
 
@@ -87,13 +93,17 @@ def _rows_by_id(conn: Connection, dataset: str, ids: list[int]) -> CursorResult[
 @dataclass
 class DatabaseStore:
     """A dataset in the sensitive database, of the kind it was ingested as (tabular, regression, bow or
-    binary)."""
+    binary). With a `cache`, full passes decode the rows once per dataset version and minibatches of a
+    cached version are taken from memory (privacy_wall.dataset_cache)."""
 
     bind: Bind
     name: str
+    cache: DatasetCache | None = None
 
     def __post_init__(self) -> None:
-        self._info = load_info(self.bind, self.name)
+        row = _stored(self.bind, self.name)
+        self._info = DatasetInfo(row.name, row.kind, row.population, row.dimension, row.public)
+        self._version: Version = (row.name, int(row.population), row.created_at)
         if self._info.kind not in ("tabular", "regression", "bow", "binary"):
             raise ValueError(f"dataset {self.name!r} is {self._info.kind}: no database store reads it yet")
 
@@ -105,6 +115,15 @@ class DatabaseStore:
         return self.take(uniform_rows(self._info.population, size, rng))
 
     def take(self, selected: Rows) -> Batch:
+        if self.cache is not None:
+            if isinstance(selected, slice):
+                return self.cache.full(self._version, lambda: self._read(selected))
+            cached = self.cache.get(self._version)
+            if cached is not None:
+                return rows_of(cached, np.asarray(selected))
+        return self._read(selected)
+
+    def _read(self, selected: Rows) -> Batch:
         payloads, labels = self._fetch(selected)
         if self._info.kind == "binary":
             return Batch(decode_binary(payloads, self._info.dimension))

@@ -59,9 +59,13 @@ class ServiceSettings(BaseSettings):
     releases_page_mb: float = Field(default=8.0, gt=0)
     #: The hard limit a worker process puts on itself (its address space, RLIMIT_AS, in MiB): an estimate
     #: that was wrong fails the job that outgrows it (MemoryError: failed, the unspent rest refunded), not
-    #: the worker. Default: the process's start (1 GiB) plus worker_concurrency jobs of max_job_memory_mb,
+    #: the worker. Default: the process's start (1 GiB), its dataset cache (worker_cache_mb) and
+    #: worker_concurrency jobs of max_job_memory_mb,
     #: at most twice this machine's memory; 0: no limit.
     worker_memory_mb: float | None = Field(default=None, ge=0)
+    #: Each worker keeps decoded datasets between iterations and jobs (privacy_wall.dataset_cache), at most
+    #: this many MiB of arrays; a dataset larger than it is read from the database on every full pass.
+    worker_cache_mb: float = Field(default=1024.0, ge=0)
     #: Requests pricing a job (calibration, quotes) run the accountant in at most `pricing_slots` threads of
     #: the request pool at once; a request that waits `pricing_wait_seconds` for a slot gets a 503.
     pricing_slots: int = 2
@@ -110,7 +114,7 @@ class ServiceSettings(BaseSettings):
         """The worker's address-space limit in bytes (worker_memory_mb), None for none."""
         if self.worker_memory_mb is not None:
             return int(self.worker_memory_mb * (1 << 20)) if self.worker_memory_mb > 0 else None
-        mb = 1024 + self.worker_concurrency * self.max_job_memory_mb
+        mb = 1024 + self.worker_cache_mb + self.worker_concurrency * self.max_job_memory_mb
         return int(min(mb, 4 * default_job_memory_mb()) * (1 << 20))
 
     @property

@@ -89,4 +89,4 @@ def test_the_limit_is_configured_in_mib(given: float, expected: int | None) -> N
 
     assert ServiceSettings(worker_memory_mb=given).worker_memory_bytes() == expected
     default = ServiceSettings(max_job_memory_mb=1000, worker_concurrency=2).worker_memory_bytes()
-    assert default == int(min(1024 + 2 * 1000, 4 * default_job_memory_mb()) * (1 << 20))
+    assert default == int(min(1024 + 1024 + 2 * 1000, 4 * default_job_memory_mb()) * (1 << 20))  # + the cache

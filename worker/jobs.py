@@ -26,6 +26,7 @@ from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, InterfaceError
 from privacy_wall import ledger_db
 from privacy_wall.accounting import configured_accountant
 from privacy_wall.control_schema import budgets, charges, datasets
+from privacy_wall.dataset_cache import DatasetCache
 from privacy_wall.db_store import DatabaseStore
 from privacy_wall.gate import Gate, PrivacyError, Release
 from privacy_wall.ledger import BudgetExceeded
@@ -379,6 +380,7 @@ def execute_job(
     max_running_per_key: int | None = None,
     max_job_seconds: float | None = None,
     limits: StorageLimits | None = None,
+    cache: DatasetCache | None = None,
 ) -> str:
     """Run (or resume) a job to a terminal status and return it, or "deferred" (not started: its key
     already runs `max_running_per_key` jobs; the caller queues it again).
@@ -406,7 +408,7 @@ def execute_job(
     deadline = started + timedelta(seconds=max_job_seconds) if max_job_seconds else None
     try:
         with heartbeat(control, job_id, heartbeat_timeout / 4):
-            document = _run(job, control, sensitive, stage, deadline, limits)
+            document = _run(job, control, sensitive, stage, deadline, limits, cache)
         stage.doing = "storing the posterior"
         with control.begin() as conn:
             conn.execute(insert(posteriors).values(job_id=job_id, document=document, created_at=_now()))
@@ -486,6 +488,7 @@ def _run(
     stage: Stage,
     deadline: datetime | None = None,
     limits: StorageLimits | None = None,
+    cache: DatasetCache | None = None,
 ) -> dict[str, Any]:
     stage.doing = "setting up the model"
     options = dict(job.options)
@@ -498,7 +501,7 @@ def _run(
         sensitive.connect() as rows,
     ):
         stage.doing = "opening the dataset"
-        store = DatabaseStore(autocommit_reads(rows), job.dataset)
+        store = DatabaseStore(autocommit_reads(rows), job.dataset, cache)
         gate = Gate(store, ledger_db.SqlLedger(writes))
         settings = LoopSettings(
             job.iterations, job.batch_size, job.sigma, options.get("tau0", 0.0), options.get("kappa", 1.0)

@@ -15,7 +15,7 @@ from service.queue import CeleryQueue, send_run_job
 from service.reaper import reap, start_reaper_thread
 from service.settings import REAP_TASK, RUN_JOB_TASK, WORKER_ALIVE_SECONDS, get_settings
 from worker.celery_app import app
-from worker.context import control_engine, sensitive_engine
+from worker.context import control_engine, dataset_cache, sensitive_engine
 from worker.jobs import DatabaseUnavailable, StorageLimits, execute_job
 
 log = logging.getLogger(__name__)
@@ -49,6 +49,7 @@ def run_job(self: Any, job_id: str) -> str:
                 release_bytes=int(settings.max_release_mb * MIB),
                 stored_bytes=int(settings.max_job_stored_mb * MIB),
             ),
+            cache=dataset_cache(),
         )
     except DatabaseUnavailable as exc:
         delay = retry_delay(self.request.retries, exc.started, settings.heartbeat_timeout_seconds)
