@@ -22,6 +22,8 @@ from privacy_wall.store import Batch, DatasetInfo, Rows, uniform_rows
 
 #: Ids per IN (...) list: below SQLite's and PostgreSQL's bound-parameter limits.
 ID_CHUNK = 10_000
+#: Rows decoded at once by a full pass (their Python objects are alive together).
+PART_ROWS = 1 << 15
 
 
 class UnknownStoredDataset(LookupError):
@@ -124,6 +126,8 @@ class DatabaseStore:
         return self._read(selected)
 
     def _read(self, selected: Rows) -> Batch:
+        if isinstance(selected, slice) and self._info.kind != "bow":
+            return self._read_all()
         payloads, labels = self._fetch(selected)
         if self._info.kind == "binary":
             return Batch(decode_binary(payloads, self._info.dimension))
@@ -132,9 +136,38 @@ class DatabaseStore:
         features = decode_tabular(payloads, self._info.dimension)
         return Batch(features, np.asarray(labels, dtype=np.float64))
 
+    def _read_all(self) -> Batch:
+        """Every row (ids 0..N-1), decoded PART_ROWS at a time into arrays allocated once: the peak is
+        the data plus one part's Python objects, whatever N."""
+        n, d = self._info.population, self._info.dimension
+        features = np.empty((n, d), dtype=np.float64)
+        labels = np.empty(n, dtype=np.float64)
+        filled = 0
+        with reading(self.bind) as conn:
+            for start in range(0, n, PART_ROWS):  # one range of the primary key per part
+                stop = min(n, start + PART_ROWS)
+                part = conn.execute(
+                    select(rows.c.payload, rows.c.label).where(
+                        rows.c.dataset == self.name, rows.c.row_id >= start, rows.c.row_id < stop
+                    )
+                ).all()
+                if len(part) != stop - start:
+                    break
+                payloads = [payload for payload, _ in part]
+                if self._info.kind == "binary":
+                    features[start:stop] = decode_binary(payloads, d)
+                else:
+                    features[start:stop] = np.frombuffer(b"".join(payloads), dtype="<f8").reshape(-1, d)
+                    labels[start:stop] = [label for _, label in part]
+                filled = stop
+        if filled != n:
+            raise RuntimeError(f"dataset {self.name!r}: the store returned a batch of the wrong size")
+        return Batch(features) if self._info.kind == "binary" else Batch(features, labels)
+
     def _fetch(self, selected: Rows) -> tuple[list[bytes], list[float]]:
         """The payloads and labels of the selected rows, looked up by id (the primary key)."""
-        query = select(rows.c.payload, rows.c.label).where(rows.c.dataset == self.name)
+        n = self._info.population
+        query = select(rows.c.payload, rows.c.label).where(rows.c.dataset == self.name, rows.c.row_id < n)
         payloads: list[bytes] = []
         labels: list[float] = []
         with reading(self.bind) as conn:

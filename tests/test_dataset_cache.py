@@ -50,13 +50,13 @@ def engines(tmp_path: Path) -> Iterator[tuple[Engine, Engine]]:
 def count_reads(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     """Counts the store's reads of the database."""
     reads = {"n": 0}
-    real = DatabaseStore._fetch
+    real = DatabaseStore._read
 
-    def fetch(self: DatabaseStore, selected: Any) -> Any:
+    def read(self: DatabaseStore, selected: Any) -> Any:
         reads["n"] += 1
         return real(self, selected)
 
-    monkeypatch.setattr(DatabaseStore, "_fetch", fetch)
+    monkeypatch.setattr(DatabaseStore, "_read", read)
     return reads
 
 

@@ -283,3 +283,44 @@ def write_regression(path: Path, features: np.ndarray, targets: np.ndarray) -> P
     body = [",".join(f"{v:.17g}" for v in [*row, t]) for row, t in zip(features, targets, strict=True)]
     path.write_text("\n".join([header, *body]) + "\n")
     return path
+
+
+def test_a_full_pass_reads_in_parts_what_reads_by_id_return(
+    engines: tuple[Engine, Engine], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full pass decodes PART_ROWS rows at a time (here 7, so 101 rows end in a partial part) into one
+    array: the same rows as reading every id; rows past the population (a failed append's leftover) are
+    not read."""
+    from typing import Any
+
+    from sqlalchemy import insert
+
+    from privacy_wall import db_store
+
+    control, sensitive = engines
+    x, y = tabular_data(n=101, d=3, seed=8)
+    ingest(
+        control=control, sensitive=sensitive, name="t", kind="tabular", label="label",
+        path=write_tabular(tmp_path / "t.csv", x, y),
+    )  # fmt: skip
+    bits = np.random.default_rng(2).integers(0, 2, size=(101, 5))
+    binary = tmp_path / "bits.csv"
+    binary.write_text("a,b,c,d,e\n" + "".join(",".join(map(str, r)) + "\n" for r in bits))
+    ingest(control=control, sensitive=sensitive, name="bits", kind="binary", path=binary)
+    monkeypatch.setattr(db_store, "PART_ROWS", 7)
+    with sensitive.begin() as conn:  # a leftover row beyond the population
+        conn.execute(insert(rows).values(dataset="t", row_id=101, payload=np.ones(3).tobytes(), label=1.0))
+    for name, columns in (("t", 4), ("bits", 5)):
+        store = DatabaseStore(sensitive, name)
+        whole, by_id = store.take(slice(None)), store.take(np.arange(101))
+
+        def table(batch: Any, columns: int = columns) -> np.ndarray:
+            parts = [batch.features] if batch.labels is None else [batch.features, batch.labels]
+            full = np.column_stack(parts)
+            assert full.shape == (101, columns)
+            return full[np.lexsort(full.T[::-1])]
+
+        np.testing.assert_array_equal(table(whole), table(by_id))
+    assert sorted(map(tuple, DatabaseStore(sensitive, "bits").take(slice(None)).features.tolist())) == sorted(
+        map(tuple, bits.astype(float).tolist())
+    )
