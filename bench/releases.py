@@ -48,7 +48,7 @@ def download(client: TestClient, path: str, headers: dict[str, str]) -> tuple[in
             received += sum(len(chunk) for chunk in r.iter_bytes())
             link = r.headers.get("link")
         pages += 1
-        path = link[1 : link.index(">")] if link else ""
+        path = str(r.url.join(link[1 : link.index(">")])) if link else ""
     return received, pages
 
 

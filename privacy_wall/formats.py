@@ -13,6 +13,7 @@ never a cell's value: this reader also runs behind the privacy wall, where error
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import os
 import re
@@ -361,7 +362,10 @@ class TabularStream:
         width = len(self.names)
         columns = [f"c{j}" for j in range(width)]
         table: NDArray[np.float64]
-        try:
+        parsed = None
+        # pyarrow's message quotes the cell: the block is parsed again below, outside this block, so
+        # that no error raised from there carries pyarrow's exception as its context.
+        with contextlib.suppress(pa.ArrowInvalid, pa.ArrowException):
             parsed = pa_csv.read_csv(
                 pa.py_buffer(data),
                 read_options=pa_csv.ReadOptions(column_names=columns),
@@ -373,8 +377,7 @@ class TabularStream:
                     quoted_strings_can_be_null=False,
                 ),
             )
-        except (pa.ArrowInvalid, pa.ArrowException):
-            # pyarrow's message quotes the cell: parse the block as before, or name its line and column.
+        if parsed is None:
             table = self._parse_slowly(first_line, data)
         else:
             if parsed.num_rows != count:
@@ -405,11 +408,14 @@ class TabularStream:
         lines = [x.removesuffix("\r") for x in data.decode("utf-8").split("\n")]
         if lines and lines[-1] == "" and data.endswith(b"\n"):
             lines.pop()
-        try:
-            return np.loadtxt(lines, delimiter=",", comments=None, quotechar=None, dtype=np.float64, ndmin=2)
-        except ValueError:
-            # numpy's message quotes the cell: find it ourselves and name only its line and column.
-            raise _locate_bad_cell(self.path, lines, self.names, first_line) from None
+        table = None
+        # numpy's message quotes the cell: the error below names only its line and column, raised outside
+        # this block so that it does not carry numpy's exception as its context.
+        with contextlib.suppress(ValueError):
+            table = np.loadtxt(lines, delimiter=",", comments=None, quotechar=None, dtype=np.float64, ndmin=2)
+        if table is None:
+            raise _locate_bad_cell(self.path, lines, self.names, first_line)
+        return table
 
     def chunks(self) -> Iterator[TabularChunk]:
         """The data rows, block by block, with the label split off."""

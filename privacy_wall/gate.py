@@ -3,9 +3,10 @@
 `Gate.release` samples exactly S rows uniformly, runs the query, divides the clipped sums by S, adds one
 Gaussian mechanism's noise (multiplier sigma over the normalised blocks), post-processes, and returns;
 the iteration's charge is written to the ledger before any of this happens (write-ahead), and a refused
-charge means nothing is computed. A release that fails before it is returned (out of memory, a lost
-database) is withdrawn from the ledger: nothing of it left the wall, so charges = releases; if even the
-withdrawal fails, the charge stays (the ledger only ever over-counts). Sampling and noise draw from a
+charge means nothing is computed. A release whose computation fails for a reason that cannot depend on
+the rows' values (the sensitive database unreadable, memory exhausted on data of public shapes) is
+withdrawn from the ledger: nothing of it left the wall, so charges = releases; any other failure, or a
+withdrawal that fails, keeps the charge (the ledger only ever over-counts). Sampling and noise draw from a
 CSPRNG-seeded generator; a seed or sigma = 0 is accepted only for datasets marked public.
 """
 
@@ -15,6 +16,7 @@ import logging
 from dataclasses import dataclass
 
 import numpy as np
+from sqlalchemy.exc import InterfaceError, OperationalError
 
 from privacy_wall.accounting import SubsampledGaussianEvent
 from privacy_wall.ledger import Charge, Ledger
@@ -97,9 +99,20 @@ class Gate:
         self._ledger.commit(charge)
         try:
             return self._compute(query, params, charge)
-        except Exception:
-            self._withdraw(charge)
+        except Exception as exc:
+            if self._tells_nothing_of_the_values(exc):
+                self._withdraw(charge)
             raise
+
+    def _tells_nothing_of_the_values(self, failure: Exception) -> bool:
+        """Whether a failure of the computation is independent of the rows' values, so that dropping the
+        release unseen, and its charge with it, leaves everything the analyst sees (the job failed) a
+        function of public facts: the sensitive database could not be read, or memory ran out on data
+        whose arrays have public shapes (not bag-of-words: the lengths of the sampled documents are
+        data). Anything else (a numerical error, an unknown one) keeps its charge."""
+        if isinstance(failure, OperationalError | InterfaceError):
+            return True
+        return isinstance(failure, MemoryError) and self._store.info.kind != "bow"
 
     def withdraw(self, release: Release) -> None:
         """The caller dropped `release` without storing or showing it (it could not be stored): remove its

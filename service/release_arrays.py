@@ -32,6 +32,21 @@ def _pays(sample: bytes) -> bool:
     return len(sample) > 0 and len(zlib.compress(sample, DEFLATE_LEVEL)) <= COMPRESS_IF * len(sample)
 
 
+#: Per stored block at most: its .npy header (128 bytes for shapes of up to 4 dimensions below 10^9) and
+#: its zip entries (local and central headers, zip64 extras), plus twice its file name; then the zip's end.
+BLOCK_OVERHEAD_BYTES = 256
+END_BYTES = 22
+
+
+def stored_bound(arrays: Mapping[str, ArrayLike]) -> int:
+    """The most bytes `encode_arrays(arrays)` takes, from the arrays' names and shapes alone (never their
+    values, which decide only whether a block is deflated): 8 bytes per value and the headers."""
+    total = END_BYTES
+    for name, value in arrays.items():
+        total += 8 * int(np.size(value)) + BLOCK_OVERHEAD_BYTES + 2 * len(f"{name}.npy".encode())
+    return total
+
+
 def encode_arrays(arrays: Mapping[str, ArrayLike]) -> bytes:
     """The .npz bytes of `arrays` (float64, little-endian), each member deflated where it pays."""
     buffer = io.BytesIO()

@@ -167,6 +167,25 @@ def test_a_release_that_fails_before_it_leaves_the_gate_is_withdrawn() -> None:
     assert_curve(ledger.spent_cost(), one.scaled(2))
 
 
+class SingularQuery(SpyQuery):
+    """Fails with a numerical error: one that could depend on the rows' values."""
+
+    def clipped_sums(
+        self, batch: Batch, params: dict[str, Array], rng: np.random.Generator
+    ) -> dict[str, Array]:
+        super().clipped_sums(batch, params, rng)
+        raise np.linalg.LinAlgError("singular")
+
+
+def test_a_failure_that_may_depend_on_the_values_keeps_its_charge() -> None:
+    """The job's failure is seen by the analyst: unless it cannot depend on the rows' values, it stays
+    charged."""
+    gate, _, ledger, log = spy_setup(budget=100.0)
+    with pytest.raises(np.linalg.LinAlgError):
+        release(gate, SingularQuery(log, ledger), 1)
+    assert "withdraw" not in log.events and [c.iteration for c in ledger.charges()] == [1]
+
+
 def test_withdrawing_a_charge_paid_on_its_own_leaves_the_reservation_alone() -> None:
     ledger = InMemoryLedger(delta=DELTA, epsilon_budget=100.0)
     ledger.reserve("a", EVENT, 1)

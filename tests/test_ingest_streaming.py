@@ -490,3 +490,23 @@ def test_bag_of_words_is_written_in_chunks(engines: tuple[Engine, Engine], tmp_p
     )
     assert stored(sensitive, "many") == stored(sensitive, "one")
     assert stored(sensitive, "many")[0] == 5 == catalogued(control, "many")
+
+
+@pytest.mark.parametrize("block_bytes", [64, 1 << 20])
+def test_no_error_carries_a_cell_in_its_chain(tmp_path: Path, block_bytes: int) -> None:
+    """pyarrow's and numpy's messages quote the bad cell: the error raised names its line and column, and
+    no exception in its chain (cause or context) holds the cell's text."""
+    x, y = tabular_data(20, seed=3)
+    path = write_tabular(tmp_path / "bad.csv", x, y)
+    lines = path.read_text().splitlines()
+    cells = lines[15].split(",")
+    cells[1] = "SECRET42"
+    lines[15] = ",".join(cells)
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(FormatError) as caught:
+        read_tabular_csv(path, "label", block_bytes=block_bytes)
+    assert "line 16" in str(caught.value)
+    seen: BaseException | None = caught.value
+    while seen is not None:
+        assert "SECRET42" not in str(seen) and "SECRET42" not in repr(seen.args)
+        seen = seen.__cause__ or seen.__context__

@@ -316,14 +316,17 @@ def assert_charges_are_releases(control: Engine, job_id: str, iterations: list[i
 def test_a_release_over_the_release_limit_is_neither_stored_nor_charged(
     engines: tuple[Engine, Engine],
 ) -> None:
-    """BLR on 3 features releases 12 values (96 bytes as .npz, with two blocks' headers 550): under a 500-byte
-    limit the first release is dropped, its charge withdrawn, and the job fails saying so."""
+    """BLR on 3 features releases 12 values in two blocks: at most 654 bytes by their shapes (96 of values,
+    the headers; 550 stored). Under a 500-byte limit the first release is dropped, its charge withdrawn
+    (the refusal depends on shapes alone), and the job fails saying so."""
     control, sensitive = engines
     job_id = submit(control)
     limits = job_runner.StorageLimits(release_bytes=500, stored_bytes=1 << 30)
     assert job_runner.execute_job(job_id, control, sensitive, limits=limits) == "failed"
     error = job_row(control, job_id).error
-    assert error.startswith("release 1 came to 550 B, more than this server stores for one release (500 B, ")
+    assert error.startswith(
+        "release 1 could take 654 B, more than this server stores for one release (500 B, "
+    )
     assert "VIPS_MAX_RELEASE_MB" in error and "neither stored nor charged" in error
     assert_charges_are_releases(control, job_id, [])
     assert ledger_db.budget_status(control, "t").epsilon_spent == 0.0
@@ -429,3 +432,19 @@ def test_a_job_over_the_wall_time_limit_stops_and_keeps_only_what_it_released(
     assert status.epsilon_reserved == pytest.approx(status.epsilon_spent, rel=1e-12)
     expected = privacy_cost(SubsampledGaussianEvent(3.0, 100, 400)).scaled(3).epsilon(DELTA)
     assert status.epsilon_spent == pytest.approx(expected, rel=1e-9)
+
+
+def test_a_dataset_whose_rows_and_catalogue_disagree_is_refused_before_any_charge(
+    engines: tuple[Engine, Engine],
+) -> None:
+    """An append killed between its two commits leaves the stored population above the catalogue's: the
+    job fails before its first charge, saying what to do, and nothing stays reserved."""
+    from privacy_wall.sensitive_schema import stored_datasets
+
+    control, sensitive = engines
+    with sensitive.begin() as conn:
+        conn.execute(update(stored_datasets).where(stored_datasets.c.name == "t").values(population=401))
+    job_id = submit(control)
+    assert job_runner.execute_job(job_id, control, sensitive) == "failed"
+    assert "dataset t is being changed" in job_row(control, job_id).error
+    assert_charges_are_releases(control, job_id, [])

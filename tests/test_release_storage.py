@@ -20,7 +20,7 @@ from privacy_wall.control_schema import datasets
 from privacy_wall.ledger import Charge
 from privacy_wall.sqlengine import create_db_engine
 from service import release_arrays
-from service.release_arrays import array_json, decode_arrays, encode_arrays
+from service.release_arrays import array_json, decode_arrays, encode_arrays, stored_bound
 from tests.dbservers import fresh_database
 from vips.migrate import upgrade
 
@@ -51,6 +51,26 @@ def test_arrays_round_trip_exactly_with_their_shapes() -> None:
         )
     with np.load(io.BytesIO(encode_arrays(arrays))) as plain:  # any numpy reads it, pickles refused
         assert sorted(plain.files) == sorted(arrays)
+
+
+@pytest.mark.parametrize(
+    "shapes",
+    [
+        {"s1": (3,), "s2": (9,)},
+        {"precision_times_mean": (114,), "precision": (114, 114)},
+        {"s": (10, 5000)},
+        {"c": ()},
+        {"x": (2, 3, 4, 5), "y": (0,), "z": (1, 1, 1, 1)},
+    ],
+)
+def test_the_bound_from_shapes_holds_whatever_the_values(shapes: dict[str, tuple[int, ...]]) -> None:
+    """The worker refuses a release above VIPS_MAX_RELEASE_MB by this bound, from names and shapes only,
+    so that the refusal never depends on values (whether a block deflates does)."""
+    rng = np.random.default_rng(4)
+    for fill in (np.zeros, lambda shape: rng.normal(size=shape)):
+        arrays = {name: np.asarray(fill(shape)) for name, shape in shapes.items()}
+        assert len(encode_arrays(arrays)) <= stored_bound(arrays)
+    assert stored_bound(arrays) <= 8 * sum(a.size for a in arrays.values()) + 320 * len(arrays) + 22
 
 
 def test_only_arrays_that_shrink_are_deflated() -> None:
@@ -128,7 +148,7 @@ def test_migration_0007_converts_stored_releases_and_back(backend: str, tmp_path
                             created_at=datetime.now(UTC),
                         )
                     )  # fmt: skip
-            upgrade("control", url)
+            command.upgrade(config, "0007")
             from service.models import releases
 
             with engine.connect() as conn:

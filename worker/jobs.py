@@ -43,7 +43,7 @@ from service.job_end import end_job
 from service.job_status import TERMINAL
 from service.models import api_keys, jobs, posteriors, releases
 from service.reaper import heartbeat_is_fresh
-from service.release_arrays import decode_arrays, encode_arrays
+from service.release_arrays import decode_arrays, encode_arrays, stored_bound
 from service.resources import human_bytes
 from service.timestamps import aware
 from worker.models.registry import model_setup, public_schema_extra
@@ -76,6 +76,11 @@ class JobOverTime(Exception):
     def __init__(self, iteration: int) -> None:
         super().__init__(f"over time before release {iteration}")
         self.iteration = iteration
+
+
+class DatasetInconsistent(Exception):
+    """The sensitive store and the catalogue disagree on the dataset's rows (an interrupted append): the
+    job stops before its first charge; the message is for the job's readers."""
 
 
 class JobOverStorage(Exception):
@@ -267,10 +272,12 @@ class StoredReleases:
         self._stage.doing = f"storing release {iteration}"
         try:
             running = self._store(release)
-        except Exception as exc:
-            # Not stored, and never shown: its charge goes too. A lost database may have committed the
-            # row all the same, so then the charge stays (a resumed job finds the release, or pays again).
-            if not database_lost(exc):
+        except (JobOverStorage, DBAPIError) as exc:
+            # Refused before its INSERT (above the release limit, judged from its shapes) or by it (the
+            # database rejected the statement): not stored, never shown, and the refusal does not depend on
+            # the values, so its charge goes too. A lost database may have committed the row all the same,
+            # and any other failure (out of memory) may come after the commit: those keep the charge.
+            if not database_lost(exc) and not self._is_stored(iteration):
                 self._gate.withdraw(release)
             raise
         if running is None:
@@ -281,19 +288,33 @@ class StoredReleases:
         self._stage.doing = f"updating the model with release {iteration}"
         return release
 
+    def _is_stored(self, iteration: int) -> bool:
+        """Whether release `iteration` is in the database (True when that cannot be read)."""
+        try:
+            with reading(self._reads) as conn:
+                found = conn.execute(
+                    select(releases.c.iteration).where(
+                        releases.c.job_id == self._job_id, releases.c.iteration == iteration
+                    )
+                ).first()
+        except DBAPIError:
+            return True
+        return found is not None
+
     def _store(self, release: Release) -> bool | None:
         """Store `release` and the job's progress in one transaction; returns the job's cancel flag, None
-        when the job is no longer running. Raises JobOverStorage, storing nothing, for a release above
-        the limit."""
-        blob = encode_arrays(release.statistics)
+        when the job is no longer running. Raises JobOverStorage, storing nothing, for a release whose
+        shapes could take more than the limit (a bound from its shapes, not its values)."""
         limits = self._limits
-        if limits is not None and len(blob) > limits.release_bytes:
+        bound = stored_bound(release.statistics)
+        if limits is not None and bound > limits.release_bytes:
             raise JobOverStorage(
-                f"release {release.iteration} came to {human_bytes(len(blob))}, more than this server "
+                f"release {release.iteration} could take {human_bytes(bound)}, more than this server "
                 f"stores for one release ({human_bytes(limits.release_bytes)}, VIPS_MAX_RELEASE_MB); it "
                 "was neither stored nor charged and the rest of the job's budget was refunded: use a "
                 "smaller model, or ask the operator for a larger limit"
             )
+        blob = encode_arrays(release.statistics)
         with transaction(self._relaxed) as conn:
             progress = run_writes(
                 conn,
@@ -418,7 +439,7 @@ def execute_job(
     except JobOverTime as over:
         _finish(control, job_id, "failed", over_time_message(max_job_seconds or 0.0, over.iteration))
         return "failed"
-    except JobOverStorage as over:
+    except (JobOverStorage, DatasetInconsistent) as over:
         _finish(control, job_id, "failed", str(over))
         return "failed"
     except JobNoLongerRunning:  # whoever ended it closed its reservation in the same transaction (end_job)
@@ -481,6 +502,21 @@ def _running_of_key(conn: Connection, owner: str, heartbeat_timeout: float) -> i
     )
 
 
+def _check_population(reads: Bind, dataset: str, stored: int) -> None:
+    """Refuse (before any charge) a dataset whose stored population is not the catalogue's: the job's
+    reservation and every charge are priced at the catalogue's N, and the rows past it are an append that
+    did not finish."""
+    with reading(reads) as conn:
+        population = select(datasets.c.population).where(datasets.c.name == dataset)
+        catalogued = conn.execute(population).scalar_one()
+    if int(catalogued) != stored:
+        raise DatasetInconsistent(
+            f"dataset {dataset} is being changed (its stored rows and its catalogue entry disagree, as an "
+            "append that did not finish leaves them): nothing was charged; finish or repeat the append "
+            "(vips data ingest --append), then submit again"
+        )
+
+
 def _run(
     job: Any,
     control: Engine,
@@ -502,6 +538,7 @@ def _run(
     ):
         stage.doing = "opening the dataset"
         store = DatabaseStore(autocommit_reads(rows), job.dataset, cache)
+        _check_population(autocommit_reads(reads), job.dataset, store.info.population)
         gate = Gate(store, ledger_db.SqlLedger(writes))
         settings = LoopSettings(
             job.iterations, job.batch_size, job.sigma, options.get("tau0", 0.0), options.get("kappa", 1.0)

@@ -178,6 +178,8 @@ def releases(
         following = request.url.include_query_params(after=page.next_after)
         if left is not None:
             following = following.include_query_params(limit=left)
-        headers["Link"] = f'<{following.path}?{following.query}>; rel="next"'  # relative to this URL
+        # A reference relative to this request's URL (RFC 3986: the same path, this query), right behind
+        # any proxy that adds or strips a path prefix.
+        headers["Link"] = f'<?{following.query}>; rel="next"'
     body = coalesced(releases_json(page.rows))
     return StreamingResponse(body, media_type="application/json", headers=headers)
