@@ -267,7 +267,9 @@ class VipsClient:
         while path is not None:
             page, response = self._send("GET", path, params=params)
             yield from page
-            path, params = response.links.get("next", {}).get("url"), None
+            following = response.links.get("next", {}).get("url")
+            # Resolved against the page's own URL (it may be relative: "?after=T").
+            path, params = (None if following is None else str(response.url.join(following))), None
 
     def wait(
         self,

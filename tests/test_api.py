@@ -709,7 +709,7 @@ def test_releases_come_in_pages_bounded_in_bytes_linked_to_the_next(paged_api: A
         r = api.call("GET", f"/v1/jobs/{job_id}/releases{query}", "analyst")
         return [release["iteration"] for release in r.json()], r.headers.get("link")
 
-    link = f'</v1/jobs/{job_id}/releases?after=%s>; rel="next"'
+    link = '<?after=%s>; rel="next"'
     assert page("") == ([1, 2, 3, 4, 5], link % 5)
     assert page("?after=5") == ([6, 7, 8, 9, 10], link % 10)
     assert page("?after=10") == ([11, 12], None)
