@@ -304,16 +304,20 @@ class VipsClient:
         *,
         all_datasets: bool = False,
         expires_in_days: float | None = None,
+        name: str | None = None,
     ) -> dict[str, Any]:
-        """A new key (shown once). Analyst and client keys need `dataset` or `all_datasets=True`."""
+        """A new key (shown once). Analyst and client keys need `dataset` or `all_datasets=True`; `name`
+        is an optional label (1-64 printable characters, not unique)."""
         body: dict[str, Any] = {"role": role, "dataset": dataset, "all_datasets": all_datasets}
         if expires_in_days is not None:
             body["expires_in_days"] = expires_in_days
+        if name is not None:
+            body["name"] = name
         result: dict[str, Any] = self._request("POST", "/v1/keys", json=body)
         return result
 
     def list_keys(self) -> list[dict[str, Any]]:
-        """Every key's id, role, scope, creation, expiry and revocation (admins; never a hash)."""
+        """Every key's id, name, role, scope, creation, expiry and revocation (admins; never a hash)."""
         result: list[dict[str, Any]] = self._request("GET", "/v1/keys")
         return result
 

@@ -14,7 +14,7 @@ from service.auth import sees_job
 from service.budgets import finite, load_dataset
 from service.errors import Conflict, NotFound
 from service.job_costs import epsilon_spent
-from service.keys import Principal
+from service.keys import Principal, key_names
 from service.models import jobs
 from service.schemas import JobPublic
 from service.timestamps import aware
@@ -104,11 +104,15 @@ def list_jobs(
 
 
 def to_public(engine: Engine, rows: Sequence[Row[Any]]) -> list[JobPublic]:
+    """The public view of each job (rows of the whole jobs table): what it has spent and the name of the
+    key that submitted it."""
     spent = epsilon_spent(engine, {row.id: row.delta for row in rows})
+    names = key_names(engine, (row.owner for row in rows))
     return [
         JobPublic(
             id=row.id,
             dataset=row.dataset,
+            key_name=names.get(row.owner),
             model=row.model,
             algorithm=row.algorithm,
             status=row.status,

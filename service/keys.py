@@ -6,7 +6,9 @@ Scopes: a custodian key names the dataset it answers for (which need not exist y
 datasets ingested with its key id as their owner (privacy_wall.ingest's `owner`). An analyst or client
 key may name one dataset and then sees only that one; without a dataset it sees every dataset, so it is
 created only when asked for explicitly (`all_datasets`). A key may expire: after `expires_at` it is
-refused like a revoked one.
+refused like a revoked one. A key may carry a name (`name`: 1-64 printable characters, not unique), a
+label that is public inside the deployment: it is shown next to the key's jobs, in the ledger and on the
+dashboard. Keys created before names existed have none.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+import unicodedata
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, get_args
@@ -32,6 +36,8 @@ SCOPED_ROLES: tuple[Role, ...] = ("custodian", "analyst", "client")
 ALL_DATASETS_ROLES: tuple[Role, ...] = ("analyst", "client")
 #: The longest expiry a key may be given (days).
 MAX_EXPIRY_DAYS = 36_500
+#: The longest key name (characters).
+KEY_NAME_MAX_LENGTH = 64
 
 PREFIX = "vips"
 _KEY_ID_BYTES = 8  # 16 hex characters: no "_" inside, so the key splits unambiguously
@@ -71,6 +77,20 @@ def split_key(key: str) -> str | None:
     return key_id
 
 
+def key_name_problem(name: str) -> str | None:
+    """Why `name` is not a key name (1-KEY_NAME_MAX_LENGTH printable characters, no control or other
+    Unicode category C character, no leading or trailing whitespace), or None when it is one."""
+    if not name:
+        return "a key name must not be empty"
+    if len(name) > KEY_NAME_MAX_LENGTH:
+        return f"a key name has at most {KEY_NAME_MAX_LENGTH} characters (this one has {len(name)})"
+    if any(unicodedata.category(char).startswith("C") for char in name):
+        return "a key name takes printable characters only (no control, format or unassigned characters)"
+    if name != name.strip():
+        return "a key name must not start or end with whitespace"
+    return None
+
+
 def expired(expires_at: datetime | None, now: datetime | None = None) -> bool:
     moment = aware(expires_at)
     return moment is not None and moment <= (now or datetime.now(UTC))
@@ -83,11 +103,15 @@ def create_key(
     *,
     all_datasets: bool = False,
     expires_in_days: float | None = None,
+    name: str | None = None,
 ) -> tuple[str, str]:
     """Create a key and return (key id, key); the key is shown once and only its hash is stored.
 
     Custodian keys need a `dataset`; analyst and client keys exactly one of `dataset` or `all_datasets`.
+    `name` is an optional label (key_name_problem says which are refused).
     """
+    if name is not None and (problem := key_name_problem(name)) is not None:
+        raise InvalidKeyRequest(problem, "name")
     if role not in ROLES:
         raise InvalidKeyRequest(f"unknown role {role!r}; expected one of {', '.join(ROLES)}", "role")
     if dataset is not None and role not in SCOPED_ROLES:
@@ -125,6 +149,7 @@ def create_key(
                 created_at=datetime.now(UTC),
                 revoked=False,
                 expires_at=expires_at,
+                name=name,
             )
         )
     return key_id, key
@@ -164,6 +189,7 @@ def revoke_key(engine: Engine, key_id: str) -> bool:
 def _key_record(row: Any, now: datetime) -> dict[str, Any]:
     return {
         "id": row.id,
+        "name": row.name,
         "role": row.role,
         "dataset": row.dataset,
         "all_datasets": row.dataset is None and row.role in ALL_DATASETS_ROLES,
@@ -176,6 +202,7 @@ def _key_record(row: Any, now: datetime) -> dict[str, Any]:
 
 _KEY_COLUMNS = (
     api_keys.c.id,
+    api_keys.c.name,
     api_keys.c.role,
     api_keys.c.dataset,
     api_keys.c.created_at,
@@ -185,7 +212,7 @@ _KEY_COLUMNS = (
 
 
 def list_keys(engine: Engine) -> list[dict[str, Any]]:
-    """Every key's id, role, scope, creation, expiry and revocation, oldest first; never its hash."""
+    """Every key's id, name, role, scope, creation, expiry and revocation, oldest first; never its hash."""
     now = datetime.now(UTC)
     with reading(engine) as conn:
         rows = conn.execute(select(*_KEY_COLUMNS).order_by(api_keys.c.created_at, api_keys.c.id)).all()
@@ -197,3 +224,19 @@ def key_record(engine: Engine, key_id: str) -> dict[str, Any] | None:
     with reading(engine) as conn:
         row = conn.execute(select(*_KEY_COLUMNS).where(api_keys.c.id == key_id)).one_or_none()
     return None if row is None else _key_record(row, datetime.now(UTC))
+
+
+def key_names(engine: Engine, key_ids: Iterable[str]) -> dict[str, str | None]:
+    """The name of each of these keys (None: a key without a name); ids of no key are left out."""
+    wanted = sorted(set(key_ids))
+    names: dict[str, str | None] = {}
+    with reading(engine) as conn:
+        for start in range(0, len(wanted), _NAMES_PER_QUERY):
+            chunk = wanted[start : start + _NAMES_PER_QUERY]
+            rows = conn.execute(select(api_keys.c.id, api_keys.c.name).where(api_keys.c.id.in_(chunk)))
+            names.update({row.id: row.name for row in rows})
+    return names
+
+
+#: Key ids per query of key_names (well under every backend's limit on bound parameters).
+_NAMES_PER_QUERY = 500

@@ -37,6 +37,8 @@ api_keys = Table(
     Column("created_at", DateTime(timezone=True), nullable=False),
     Column("revoked", Boolean, nullable=False, default=False),
     Column("expires_at", DateTime(timezone=True), nullable=True),  # NULL: never; after it, 401
+    # A label, public inside the deployment, not unique (service.keys.key_name_problem); NULL: none.
+    Column("name", String(64), nullable=True),
 )
 
 jobs = Table(

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_vali
 
 from privacy_wall.names import NAME_MAX_LENGTH, NAME_REGEX
 from service.job_status import JobStatus
-from service.keys import Role
+from service.keys import KEY_NAME_MAX_LENGTH, Role, key_name_problem
 from service.params import INT_MAX
 
 Model = Literal["blr", "linreg", "lda", "sbn"]
@@ -88,6 +88,10 @@ class LedgerPublic(BaseModel):
 
 class LedgerJob(BaseModel):
     job_id: str
+    key_name: str | None = Field(
+        description="the name of the key that submitted the job; null when that key has none or the "
+        "service has no row of the job"
+    )
     status: JobStatus | None = Field(description="null for charges of a job the service has no row of")
     iterations_charged: int = Field(description="distinct iterations charged")
     charges: int = Field(description="charged releases (a retried attempt of an iteration counts again)")
@@ -180,9 +184,13 @@ class JobCreate(_Strict):
         return value
 
 
+KEY_NAME = "the name of the key that submitted the job; null when that key has none"
+
+
 class JobPublic(BaseModel):
     id: str
     dataset: str
+    key_name: str | None = Field(description=KEY_NAME)
     model: str
     algorithm: str
     status: JobStatus
@@ -270,7 +278,7 @@ class KeyCreate(_Strict):
         extra="forbid",
         json_schema_extra={
             "examples": [
-                {"role": "analyst", "dataset": "adult", "expires_in_days": 90},
+                {"role": "analyst", "dataset": "adult", "expires_in_days": 90, "name": "alice"},
                 {"role": "custodian", "dataset": "adult"},
                 {"role": "client", "all_datasets": True},
             ]
@@ -293,10 +301,26 @@ class KeyCreate(_Strict):
     expires_in_days: FiniteFloat | None = Field(
         default=None, gt=0, le=36_500, description="the key is refused (401) this many days from now"
     )
+    name: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=KEY_NAME_MAX_LENGTH,
+        description=f"a label of the key: 1-{KEY_NAME_MAX_LENGTH} printable characters without leading or "
+        "trailing whitespace, not unique; public inside the deployment (shown with the key's jobs, in "
+        "ledgers and on the dashboard)",
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _printable_name(cls, value: str | None) -> str | None:
+        if value is not None and (problem := key_name_problem(value)) is not None:
+            raise ValueError(problem)
+        return value
 
 
 class KeyCreated(BaseModel):
     id: str
+    name: str | None
     key: str = Field(description="shown once; only its sha256 is stored")
     role: Role
     dataset: str | None
@@ -308,6 +332,7 @@ class KeyPublic(BaseModel):
     """A key as admins see it: never its hash."""
 
     id: str
+    name: str | None = Field(description="its label; null: none (keys made before names existed have none)")
     role: str
     dataset: str | None = Field(
         description="its scope; null: every dataset (analysts, clients) or the "

@@ -877,7 +877,7 @@ def test_keys_are_listed_without_secrets_and_revoked_by_delete(api: Api) -> None
     for secret in [*hashes, *api.keys.values()]:
         assert secret not in r.text
     assert set(listed[0]) == {
-        "id", "role", "dataset", "all_datasets", "created_at", "expires_at", "expired", "revoked"
+        "id", "name", "role", "dataset", "all_datasets", "created_at", "expires_at", "expired", "revoked"
     }  # fmt: skip
     by_id = {k["id"]: k for k in listed}
     assert by_id[api.ids["cust2"]]["dataset"] == "other"

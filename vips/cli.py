@@ -283,9 +283,16 @@ def _add_admin_data(commands: argparse._SubParsersAction[_Parser]) -> None:
     sub.add_argument(
         "--expires-in", type=_positive_float, metavar="DAYS", help="the key is refused after this many days"
     )
+    sub.add_argument(
+        "--name",
+        dest="key_name",  # not `name`: that attribute is checked as a dataset name (_check_names)
+        metavar="TEXT",
+        help="a label of the key (1-64 printable characters, not unique), public inside the deployment: "
+        "shown with its jobs, in the ledger and on the dashboard",
+    )
     sub.set_defaults(handler="admin:run_create_key")
     sub = verbs.add_parser(
-        "list-keys", help="every key's id, role, scope, creation, expiry, revocation (JSON lines)"
+        "list-keys", help="every key's id, name, role, scope, creation, expiry, revocation (JSON lines)"
     )
     sub.set_defaults(handler="admin:run_list_keys")
     sub = verbs.add_parser("revoke-key", help="revoke a key (it answers 401 from now on)")
@@ -370,10 +377,10 @@ def _add_client(commands: argparse._SubParsersAction[_Parser]) -> None:
 
     parser = commands.add_parser(
         "ledger",
-        help="a dataset's ledger (custodian): per job, iterations charged and epsilon spent; --entries: "
-        "the charges",
-        description="Per job on the dataset: its status, iterations charged and epsilon spent (one JSON "
-        "line). With --entries, the charged releases one page at a time (follow next_cursor with "
+        help="a dataset's ledger (custodian): per job, its key's name, iterations charged and epsilon "
+        "spent; --entries: the charges",
+        description="Per job on the dataset: its key's name, status, iterations charged and epsilon spent "
+        "(one JSON line). With --entries, the charged releases one page at a time (follow next_cursor with "
         "--cursor) or all of them (--all).",
     )
     parser.add_argument("name", metavar="DATASET")

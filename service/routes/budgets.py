@@ -16,6 +16,7 @@ from service.budgets import budget_or_none, finite
 from service.deps import EngineDep
 from service.errors import Conflict, SpecError
 from service.job_costs import epsilon_spent
+from service.keys import key_names
 from service.models import jobs
 from service.params import DatasetNamePath, decimal_digits
 from service.routes.datasets import budget_public, visible_dataset
@@ -108,17 +109,22 @@ def ledger(
 
 @router.get("/{name}/ledger/jobs", response_model=LedgerJobs, responses={404: {"model": Message}})
 def ledger_jobs(name: DatasetNamePath, engine: EngineDep, principal: CustodianKey) -> LedgerJobs:
-    """Per job on the dataset: its status, the iterations charged and the epsilon its charges cost on
-    their own at the dataset's delta (the dataset's spend is their composition, in the budget, not
-    their sum). Jobs with charges come first, in order of their first charge; then the uncharged ones."""
+    """Per job on the dataset: the name of the key that submitted it, its status, the iterations
+    charged and the epsilon its charges cost on their own at the dataset's delta (the dataset's spend is
+    their composition, in the budget, not their sum). Jobs with charges come first, in order of their
+    first charge; then the uncharged ones."""
     visible_dataset(engine, principal, name, administer=True)
     status = budget_or_none(engine, name)
     charged = ledger_db.charges_per_job(engine, name)
     with reading(engine) as conn:
         rows = conn.execute(
-            select(jobs.c.id, jobs.c.status).where(jobs.c.dataset == name).order_by(jobs.c.created_at)
+            select(jobs.c.id, jobs.c.status, jobs.c.owner)
+            .where(jobs.c.dataset == name)
+            .order_by(jobs.c.created_at)
         ).all()
     statuses: dict[str, Any] = {row.id: row.status for row in rows}
+    owners: dict[str, str] = {row.id: row.owner for row in rows}
+    names = key_names(engine, owners.values())
     summary = [(c["job_id"], c["iterations"], c["charges"]) for c in charged]
     seen = {job_id for job_id, _, _ in summary}
     summary += [(row.id, 0, 0) for row in rows if row.id not in seen]
@@ -131,6 +137,7 @@ def ledger_jobs(name: DatasetNamePath, engine: EngineDep, principal: CustodianKe
         jobs=[
             LedgerJob(
                 job_id=job_id,
+                key_name=names.get(owners.get(job_id, "")),
                 status=statuses.get(job_id),
                 iterations_charged=iterations,
                 charges=count,

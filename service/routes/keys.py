@@ -19,7 +19,8 @@ def new_key(request: KeyCreate, engine: EngineDep, _admin: AdminKey) -> KeyCreat
     """Create a key; it is shown once in this answer and only its sha256 is stored.
 
     Analyst and client keys need a scope: `dataset` (one dataset, which need not exist yet) or
-    `all_datasets: true`. With `expires_in_days` the key is refused (401) after that time.
+    `all_datasets: true`. With `expires_in_days` the key is refused (401) after that time. `name` is a
+    label (not unique) shown with the key's jobs, in ledgers and on the dashboard.
     """
     try:
         key_id, key = create_key(
@@ -28,6 +29,7 @@ def new_key(request: KeyCreate, engine: EngineDep, _admin: AdminKey) -> KeyCreat
             request.dataset,
             all_datasets=request.all_datasets,
             expires_in_days=request.expires_in_days,
+            name=request.name,
         )
     except InvalidKeyRequest as exc:
         raise SpecError([((exc.field,), str(exc))]) from None
@@ -35,6 +37,7 @@ def new_key(request: KeyCreate, engine: EngineDep, _admin: AdminKey) -> KeyCreat
     assert record is not None
     return KeyCreated(
         id=key_id,
+        name=request.name,
         key=key,
         role=request.role,
         dataset=request.dataset,
@@ -45,7 +48,7 @@ def new_key(request: KeyCreate, engine: EngineDep, _admin: AdminKey) -> KeyCreat
 
 @router.get("", response_model=list[KeyPublic])
 def keys(engine: EngineDep, _admin: AdminKey) -> list[KeyPublic]:
-    """Every key: id, role, scope, creation, expiry and whether it was revoked (never the key or its
+    """Every key: id, name, role, scope, creation, expiry and whether it was revoked (never the key or its
     hash), oldest first."""
     return [KeyPublic(**record) for record in list_keys(engine)]
 

@@ -46,23 +46,25 @@ def run_create_key(args: argparse.Namespace) -> int:
                 args.dataset,
                 all_datasets=args.all_datasets,
                 expires_in_days=args.expires_in,
+                name=args.key_name,
             )
         except InvalidKeyRequest as exc:
-            raise UsageError(str(exc)) from None
+            raise UsageError(f"argument --name: {exc}" if exc.field == "name" else str(exc)) from None
         record = key_record(engine, key_id)
     assert record is not None
     print(key)
     scope = f"dataset {args.dataset}" if args.dataset else "every dataset"
     expiry = "" if record["expires_at"] is None else f", expires {record['expires_at'].isoformat()}"
+    named = "" if record["name"] is None else f" named {record['name']!r}"
     print(
-        f"vips: created {args.role} key {key_id} ({scope}{expiry}); it is shown only once",
+        f"vips: created {args.role} key {key_id}{named} ({scope}{expiry}); it is shown only once",
         file=sys.stderr,
     )
     return 0
 
 
 def run_list_keys(args: argparse.Namespace) -> int:
-    """One JSON line per key: id, role, scope, created, expires, revoked; never the key or its hash."""
+    """One JSON line per key: id, name, role, scope, created, expires, revoked; never the key or its hash."""
     with _control() as engine:
         records = list_keys(engine)
     for record in records:
