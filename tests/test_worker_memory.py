@@ -70,17 +70,28 @@ def test_the_limit_is_the_processs_address_space() -> None:
     process, so this test process keeps its own)."""
     import multiprocessing
 
-    def child(queue: multiprocessing.Queue[tuple[int, int]]) -> None:
-        limit_address_space(3 << 30)
-        queue.put(resource.getrlimit(resource.RLIMIT_AS))
+    def child(queue: multiprocessing.Queue[tuple[int, int, int]]) -> None:
+        # Room above what the forked test process already maps (libraries such as pyarrow reserve
+        # gigabytes of address space), so that the child can still start the queue's feeder thread.
+        limit = mapped_bytes() + (1 << 30)
+        limit_address_space(limit)
+        queue.put((limit, *resource.getrlimit(resource.RLIMIT_AS)))
 
     context = multiprocessing.get_context("fork")
-    queue: multiprocessing.Queue[tuple[int, int]] = context.Queue()
+    queue: multiprocessing.Queue[tuple[int, int, int]] = context.Queue()
     process = context.Process(target=child, args=(queue,))
     process.start()
-    soft, hard = queue.get(timeout=30)
+    limit, soft, hard = queue.get(timeout=30)
     process.join()
-    assert soft == 3 << 30 and (hard == resource.RLIM_INFINITY or hard >= soft)
+    assert soft == limit and (hard == resource.RLIM_INFINITY or hard >= soft)
+
+
+def mapped_bytes() -> int:
+    """This process's address space now (VmSize)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmSize:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmSize in /proc/self/status")
 
 
 @pytest.mark.parametrize(("given", "expected"), [(0.0, None), (512.0, 512 << 20)])
