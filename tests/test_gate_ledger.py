@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 from randomgen import AESCounter
 from scipy import stats
 
@@ -614,3 +615,31 @@ def test_norm_bound_is_enforced_at_ingestion() -> None:
         InMemoryTabularStore("d", x, np.array([0.0, 0.5]))
     with pytest.raises(BoundViolation):
         InMemoryTabularStore("d", x, np.array([0.0]))
+
+
+def test_running_out_of_memory_on_documents_keeps_its_charge() -> None:
+    """Memory on bag-of-words data depends on the sampled documents' lengths (data): a MemoryError there
+    may say something of the values, so it stays charged; on tabular data (public shapes) it is withdrawn
+    (test_a_release_that_fails_before_it_leaves_the_gate_is_withdrawn)."""
+    from privacy_wall.queries.lda import LdaQuery
+    from privacy_wall.store import InMemoryBowStore
+
+    class Exhausted(LdaQuery):
+        def clipped_sums(
+            self, batch: Batch, params: dict[str, Array], rng: np.random.Generator
+        ) -> dict[str, Array]:
+            raise MemoryError
+
+    counts = sp.csr_array(np.random.default_rng(0).integers(0, 3, size=(40, 6)))
+    ledger = InMemoryLedger(delta=DELTA, epsilon_budget=100.0)
+    gate = Gate(InMemoryBowStore("docs", counts), ledger)
+    with pytest.raises(MemoryError):
+        gate.release(
+            Exhausted(2, doc_length=10),
+            {"expected_log_beta": np.log(np.full((2, 6), 1 / 6))},
+            job_id="lda",
+            iteration=1,
+            sigma=1.0,
+            batch_size=10,
+        )
+    assert [(c.job_id, c.iteration) for c in ledger.charges()] == [("lda", 1)]
