@@ -6,7 +6,10 @@ first job, also when the repeats race it (a refusal or a conflict then replays t
 from __future__ import annotations
 
 import logging
+import threading
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
@@ -59,6 +62,36 @@ def previous_submission(engine: Engine, owner: Principal, key: str, spec: JobCre
             "use a new key for a new job"
         )
     return job
+
+
+_turns: dict[tuple[str, str], tuple[threading.Lock, int]] = {}
+_turns_lock = threading.Lock()
+
+
+@contextmanager
+def idempotency_turn(key_id: str, idempotency_key: str, wait_seconds: float) -> Iterator[None]:
+    """Let one submission per (key, Idempotency-Key) through at a time in this process.
+
+    Repeats racing the first wait for it (at most `wait_seconds`) and then find its job, so they replay
+    it without pricing again or spending the key's pricing rate; across processes the database decides
+    (`submit_job`). Locks are kept only while a submission holds or awaits them.
+    """
+    name = (key_id, idempotency_key)
+    with _turns_lock:
+        lock, users = _turns.get(name, (threading.Lock(), 0))
+        _turns[name] = (lock, users + 1)
+    held = lock.acquire(timeout=wait_seconds)
+    try:
+        yield
+    finally:
+        if held:
+            lock.release()
+        with _turns_lock:
+            lock, users = _turns[name]
+            if users == 1:
+                del _turns[name]
+            else:
+                _turns[name] = (lock, users - 1)
 
 
 class Submitted(NamedTuple):

@@ -258,8 +258,10 @@ def room_for_one_job(api: Api) -> None:
 
 @pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
 def test_concurrent_submissions_with_one_key_replay_the_one_job(tmp_path: Path, kind: str) -> None:
+    # Four pricing requests and no refill: two quotes, the one submission that prices, one refused new
+    # job. The 19 racing repeats wait for the first and replay it without pricing (none is a 429).
     with fresh_database(kind, tmp_path) as url:
-        for api in make_api(url, tmp_path):
+        for api in make_api(url, tmp_path, pricing_burst_per_key=4, pricing_rate_per_key=1e-6):
             room_for_one_job(api)
             answers = race_one_key(api, 20)
             refused = [a.text for a in answers if a.status_code != 202]

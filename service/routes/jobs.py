@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Request, Response, status
 from fastapi.responses import StreamingResponse
+from sqlalchemy import Engine, Row
 
 from service.admission import plan_job, quote_job
 from service.auth import (
@@ -24,12 +25,15 @@ from service.job_control import cancel_job
 from service.job_outputs import release_page, releases_json
 from service.job_reads import list_jobs, to_public, visible_job
 from service.job_status import JobStatus
+from service.keys import Principal
 from service.params import INT_MAX, DatasetNameQuery, JobIdPath, Offset
 from service.pricing import pricing_slot, take_pricing_request
+from service.queue import JobQueue
 from service.release_arrays import coalesced
 from service.routes.datasets import visible_dataset
 from service.schemas import BudgetRefusal, JobCreate, JobPublic, JobQuote, Message, ReleasePublic
-from service.submission import previous_submission, submit_job
+from service.settings import ServiceSettings
+from service.submission import idempotency_turn, previous_submission, submit_job
 
 router = APIRouter(prefix="/jobs", tags=["jobs"], responses=AUTH_RESPONSES)
 
@@ -79,11 +83,27 @@ def submit(
     the first one's reservation; the same key with another spec is a 409.
     """
     dataset = visible_dataset(engine, principal, spec.dataset)
-    if idempotency_key is not None and not spec.dry_run:
+    if idempotency_key is None or spec.dry_run:
+        return _price_or_submit(spec, response, engine, queue, settings, principal, dataset, None)
+    with idempotency_turn(principal.key_id, idempotency_key, settings.pricing_wait_seconds):
         previous = previous_submission(engine, principal, idempotency_key, spec)
         if previous is not None:
             response.headers["Idempotent-Replayed"] = "true"
             return to_public(engine, [previous])[0]
+        return _price_or_submit(spec, response, engine, queue, settings, principal, dataset, idempotency_key)
+
+
+def _price_or_submit(
+    spec: JobCreate,
+    response: Response,
+    engine: Engine,
+    queue: JobQueue,
+    settings: ServiceSettings,
+    principal: Principal,
+    dataset: Row[Any],
+    idempotency_key: str | None,
+) -> JobPublic | JobQuote:
+    """Price the job (one of the key's pricing requests): a dry run's quote, or the submitted job."""
     take_pricing_request(settings, principal.key_id)
     plan = plan_job(engine, spec, dataset, settings)
     if spec.dry_run:
