@@ -1,29 +1,33 @@
-"""Row stores over the sensitive database: a uniform minibatch of exactly S distinct rows, drawn by id.
+"""Row stores over the sensitive database: full passes and uniform minibatches over a dataset's blocks.
 
-Row ids are 0..N-1 per dataset, so the gate's generator picks S distinct ids and the database returns
-exactly those rows through the primary key, without scanning the table.
+Rows are kept in blocks of columns (privacy_wall.blocks; row ids 0..N-1): a full pass reads the blocks in
+order into arrays allocated once, a minibatch of S distinct ids reads only the blocks they fall in. With
+a worker's cache, a dataset whose decoded arrays fit it is read once per version and every later pass or
+minibatch is served from memory.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 from numpy.typing import NDArray
-from sqlalchemy import Connection, CursorResult, Integer, any_, bindparam, select
+from sqlalchemy import Connection, Integer, any_, bindparam, func, select
 from sqlalchemy.dialects.postgresql import ARRAY
 
+from privacy_wall import blocks as block_layout
 from privacy_wall.dataset_cache import DatasetCache, Version, rows_of
-from privacy_wall.sensitive_schema import rows, stored_datasets
+from privacy_wall.sensitive_schema import blocks, stored_datasets
 from privacy_wall.sqlengine import Bind, reading
 from privacy_wall.store import Batch, DatasetInfo, Rows, uniform_rows
 
-#: Ids per IN (...) list: below SQLite's and PostgreSQL's bound-parameter limits.
-ID_CHUNK = 10_000
-#: Rows decoded at once by a full pass (their Python objects are alive together).
-PART_ROWS = 1 << 15
+#: Blocks fetched per statement by a minibatch (their blobs are alive together: at most about 64 MB).
+FETCH_BLOCKS = 64
+#: Blocks fetched per statement by a full pass (about 8 MB of blobs alive at a time).
+PASS_BLOCKS = 8
 
 
 class UnknownStoredDataset(LookupError):
@@ -43,64 +47,47 @@ def load_info(bind: Bind, name: str) -> DatasetInfo:
     return DatasetInfo(row.name, row.kind, row.population, row.dimension, row.public)
 
 
-def decode_tabular(payloads: list[bytes], dimension: int) -> NDArray[np.float64]:
-    """float64 feature rows from their little-endian encodings, as one (S, d) array."""
-    return np.frombuffer(b"".join(payloads), dtype="<f8").reshape(len(payloads), dimension).astype(np.float64)
+@dataclass(frozen=True)
+class BlockIndex:
+    """Where a dataset's rows are: the blocks' first rows (ascending), row counts and stored bytes."""
+
+    first_rows: NDArray[np.int64]
+    row_counts: NDArray[np.int64]
+    stored_bytes: int
+
+    def blocks_of(self, ids: NDArray[np.int64]) -> NDArray[np.int64]:
+        """The position of the block each (sorted) id falls in."""
+        return np.searchsorted(self.first_rows, ids, side="right").astype(np.int64) - 1
 
 
-def decode_bow(payloads: list[bytes], dimension: int) -> sp.csr_array:
-    """Documents from their encodings (ingest.py: m int32 word ids, then their m int32 counts), as one
-    (S, V) CSR matrix of int32 counts; an empty payload is an empty document."""
-    lengths = np.fromiter((len(p) for p in payloads), dtype=np.int64, count=len(payloads))
-    if np.any(lengths % 8):
-        raise ValueError("a stored document is not a whole number of (word id, count) pairs")
-    entries = lengths // 8
-    indptr = np.zeros(len(payloads) + 1, dtype=np.int64)
-    np.cumsum(entries, out=indptr[1:])
-    flat = np.frombuffer(b"".join(payloads), dtype="<i4")
-    # Document d's ids start at 2 indptr[d] in `flat`, its counts m_d = entries[d] further on.
-    starts = np.repeat(2 * indptr[:-1], entries)
-    within = np.arange(int(indptr[-1]), dtype=np.int64) - np.repeat(indptr[:-1], entries)
-    ids = flat[starts + within]
-    counts = flat[starts + within + np.repeat(entries, entries)]
-    if ids.size and (ids.min() < 0 or ids.max() >= dimension):
-        raise ValueError("a stored document has a word id outside the vocabulary")
-    return sp.csr_array(
-        (counts.astype(np.int32), ids.astype(np.int32), indptr), shape=(len(payloads), dimension)
-    )
-
-
-def decode_binary(payloads: list[bytes], dimension: int) -> NDArray[np.float64]:
-    """0/1 rows from their bit-packed encodings (np.packbits per row), as one (S, d) float array."""
-    packed = np.frombuffer(b"".join(payloads), dtype=np.uint8).reshape(len(payloads), -1)
-    return np.unpackbits(packed, axis=1, count=dimension).astype(np.float64)
-
-
-#: A minibatch's rows on PostgreSQL: the ids as one array parameter (`= ANY(:ids)`), which plans and binds
-#: in a fraction of the time of a list of S parameters; built once.
-_ROWS_BY_ID_ARRAY = select(rows.c.payload, rows.c.label).where(
-    rows.c.dataset == bindparam("p_dataset"),
-    rows.c.row_id == any_(bindparam("p_ids", type_=ARRAY(Integer))),
+#: A minibatch's blocks on PostgreSQL: their first rows as one array parameter (`= ANY(:firsts)`); built
+#: once.
+_BLOCK_COLUMNS = (blocks.c.first_row, blocks.c.row_count, blocks.c.features, blocks.c.labels)
+_BLOCKS_BY_FIRST_ROW = select(*_BLOCK_COLUMNS).where(
+    blocks.c.dataset == bindparam("p_dataset"),
+    blocks.c.first_row == any_(bindparam("p_firsts", type_=ARRAY(Integer))),
 )
 
 
-def _rows_by_id(conn: Connection, dataset: str, ids: list[int]) -> CursorResult[Any]:
+def _blocks_by_first_row(conn: Connection, dataset: str, firsts: list[int]) -> Any:
     if conn.dialect.name == "postgresql":
-        return conn.execute(_ROWS_BY_ID_ARRAY, {"p_dataset": dataset, "p_ids": ids})
+        return conn.execute(_BLOCKS_BY_FIRST_ROW, {"p_dataset": dataset, "p_firsts": firsts})
     return conn.execute(
-        select(rows.c.payload, rows.c.label).where(rows.c.dataset == dataset, rows.c.row_id.in_(ids))
+        select(*_BLOCK_COLUMNS).where(blocks.c.dataset == dataset, blocks.c.first_row.in_(firsts))
     )
 
 
 @dataclass
 class DatabaseStore:
     """A dataset in the sensitive database, of the kind it was ingested as (tabular, regression, bow or
-    binary). With a `cache`, full passes decode the rows once per dataset version and minibatches of a
-    cached version are taken from memory (privacy_wall.dataset_cache)."""
+    binary). With a `cache`, a dataset whose decoded arrays fit it is decoded once per version and every
+    pass or minibatch of that version is taken from memory (privacy_wall.dataset_cache). No read uses a
+    row at or past the stored population."""
 
     bind: Bind
     name: str
     cache: DatasetCache | None = None
+    _index: BlockIndex | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         row = _stored(self.bind, self.name)
@@ -119,72 +106,126 @@ class DatabaseStore:
     def take(self, selected: Rows) -> Batch:
         if self.cache is not None:
             if isinstance(selected, slice):
-                return self.cache.full(self._version, lambda: self._read(selected))
+                return self.cache.full(self._version, self._read_all)
             cached = self.cache.get(self._version)
+            if cached is None and self._decoded_bytes() <= self.cache.budget_bytes:
+                cached = self.cache.full(self._version, self._read_all)
             if cached is not None:
                 return rows_of(cached, np.asarray(selected))
-        return self._read(selected)
-
-    def _read(self, selected: Rows) -> Batch:
-        if isinstance(selected, slice) and self._info.kind != "bow":
+        if isinstance(selected, slice):
             return self._read_all()
-        payloads, labels = self._fetch(selected)
+        return self._read_rows(np.sort(np.asarray(selected, dtype=np.int64)))
+
+    def _decoded_bytes(self) -> int:
+        """Bytes of the decoded arrays of the whole dataset (binary rows unpack to float64)."""
         if self._info.kind == "binary":
-            return Batch(decode_binary(payloads, self._info.dimension))
-        if self._info.kind == "bow":
-            return Batch.of_documents(decode_bow(payloads, self._info.dimension))
-        features = decode_tabular(payloads, self._info.dimension)
-        return Batch(features, np.asarray(labels, dtype=np.float64))
+            return 8 * self._info.population * self._info.dimension
+        return self._block_index().stored_bytes
+
+    def _block_index(self) -> BlockIndex:
+        """The blocks below the population, checked to tile rows 0..N-1 (read once per store)."""
+        if self._index is None:
+            with reading(self.bind) as conn:
+                found = conn.execute(
+                    select(
+                        blocks.c.first_row,
+                        blocks.c.row_count,
+                        func.length(blocks.c.features) + func.coalesce(func.length(blocks.c.labels), 0),
+                    )
+                    .where(blocks.c.dataset == self.name, blocks.c.first_row < self._info.population)
+                    .order_by(blocks.c.first_row)
+                ).all()
+            firsts = np.array([r[0] for r in found], dtype=np.int64)
+            counts = np.array([r[1] for r in found], dtype=np.int64)
+            expected = np.concatenate([[0], np.cumsum(counts)[:-1]]) if len(found) else firsts
+            if not np.array_equal(firsts, expected) or int(counts.sum()) != self._info.population:
+                raise RuntimeError(f"dataset {self.name!r}: the stored blocks do not hold its population")
+            self._index = BlockIndex(firsts, counts, int(sum(int(r[2]) for r in found)))
+        return self._index
+
+    def _decode(self, row_count: int, features: bytes, labels: bytes | None) -> Batch:
+        return block_layout.decode(self._info.kind, self._info.dimension, row_count, features, labels)
+
+    def _blocks_in_order(self) -> Iterator[tuple[int, Batch]]:
+        """Every block below the population, decoded, in row order: PASS_BLOCKS blocks per statement (a
+        range of the primary key), so a few blocks' blobs are alive at a time."""
+        index = self._block_index()
+        bounds = [*index.first_rows.tolist(), self._info.population]
+        with reading(self.bind) as conn:
+            for start in range(0, len(index.first_rows), PASS_BLOCKS):
+                stop = min(start + PASS_BLOCKS, len(index.first_rows))
+                part = conn.execute(
+                    select(*_BLOCK_COLUMNS)
+                    .where(
+                        blocks.c.dataset == self.name,
+                        blocks.c.first_row >= bounds[start],
+                        blocks.c.first_row < bounds[stop],
+                    )
+                    .order_by(blocks.c.first_row)
+                ).all()
+                if [int(row[0]) for row in part] != bounds[start:stop]:
+                    raise RuntimeError(f"dataset {self.name!r} changed while it was read")
+                for first, count, features, labels in part:
+                    yield int(first), self._decode(int(count), features, labels)
+                del part
 
     def _read_all(self) -> Batch:
-        """Every row (ids 0..N-1), decoded PART_ROWS at a time into arrays allocated once: the peak is
-        the data plus one part's Python objects, whatever N."""
-        n, d = self._info.population, self._info.dimension
+        """Every row (ids 0..N-1), block by block into arrays allocated once: the peak is the data plus
+        one block, whatever N."""
+        n, d, kind = self._info.population, self._info.dimension, self._info.kind
+        if kind == "bow":
+            parts = [b.counts for _, b in self._blocks_in_order() if b.counts is not None]
+            counts = sp.csr_array(sp.vstack(parts, format="csr")) if parts else None
+            if counts is None or counts.shape[0] != n:
+                raise RuntimeError(f"dataset {self.name!r}: the store returned a batch of the wrong size")
+            counts.indices = counts.indices.astype(np.int32)
+            return Batch.of_documents(counts)
         features = np.empty((n, d), dtype=np.float64)
-        labels = np.empty(n, dtype=np.float64)
+        labels = None if kind == "binary" else np.empty(n, dtype=np.float64)
         filled = 0
-        with reading(self.bind) as conn:
-            for start in range(0, n, PART_ROWS):  # one range of the primary key per part
-                stop = min(n, start + PART_ROWS)
-                part = conn.execute(
-                    select(rows.c.payload, rows.c.label).where(
-                        rows.c.dataset == self.name, rows.c.row_id >= start, rows.c.row_id < stop
-                    )
-                ).all()
-                if len(part) != stop - start:
-                    break
-                payloads = [payload for payload, _ in part]
-                if self._info.kind == "binary":
-                    features[start:stop] = decode_binary(payloads, d)
-                else:
-                    features[start:stop] = np.frombuffer(b"".join(payloads), dtype="<f8").reshape(-1, d)
-                    labels[start:stop] = [label for _, label in part]
-                filled = stop
+        for first, batch in self._blocks_in_order():
+            features[first : first + batch.size] = batch.features
+            if labels is not None and batch.labels is not None:
+                labels[first : first + batch.size] = batch.labels
+            filled += batch.size
         if filled != n:
             raise RuntimeError(f"dataset {self.name!r}: the store returned a batch of the wrong size")
-        return Batch(features) if self._info.kind == "binary" else Batch(features, labels)
+        return Batch(features, labels)
 
-    def _fetch(self, selected: Rows) -> tuple[list[bytes], list[float]]:
-        """The payloads and labels of the selected rows, looked up by id (the primary key)."""
-        n = self._info.population
-        query = select(rows.c.payload, rows.c.label).where(rows.c.dataset == self.name, rows.c.row_id < n)
-        payloads: list[bytes] = []
-        labels: list[float] = []
+    def _read_rows(self, ids: NDArray[np.int64]) -> Batch:
+        """The rows with these sorted distinct ids, in that order, from the blocks they fall in."""
+        if ids.size and (ids[0] < 0 or ids[-1] >= self._info.population):
+            raise IndexError(f"dataset {self.name!r}: a row id outside 0..N-1")
+        index = self._block_index()
+        positions = index.blocks_of(ids)
+        wanted = np.unique(positions)
+        parts: dict[int, Batch] = {}
         with reading(self.bind) as conn:
-            if isinstance(selected, slice):
-                size = self._info.population
-                chunks = [conn.execute(query)]
-            else:
-                ids = np.sort(selected).tolist()
-                size = len(ids)
-                chunks = [
-                    _rows_by_id(conn, self.name, ids[start : start + ID_CHUNK])
-                    for start in range(0, size, ID_CHUNK)
-                ]
-            for result in chunks:
-                for payload, label in result:
-                    payloads.append(payload)
-                    labels.append(label)
-        if len(payloads) != size:
+            for start in range(0, wanted.size, FETCH_BLOCKS):
+                chosen = wanted[start : start + FETCH_BLOCKS]
+                firsts = index.first_rows[chosen].tolist()
+                for first, count, features, labels in _blocks_by_first_row(conn, self.name, firsts):
+                    block = self._decode(int(count), features, labels)
+                    local = ids[positions == np.searchsorted(index.first_rows, first)] - int(first)
+                    parts[int(first)] = _rows_at(block, local)
+        if len(parts) != wanted.size:
             raise RuntimeError(f"dataset {self.name!r}: the store returned a batch of the wrong size")
-        return payloads, labels
+        return _concatenate([parts[first] for first in sorted(parts)], self._info.kind)
+
+
+def _rows_at(block: Batch, local: NDArray[np.int64]) -> Batch:
+    """Rows `local` of one decoded block (copies: the block's blobs are released)."""
+    if block.counts is not None:
+        return Batch.of_documents(sp.csr_array(block.counts[local]))
+    labels = None if block.labels is None else block.labels[local].copy()
+    return Batch(block.features[local].copy(), labels)
+
+
+def _concatenate(parts: list[Batch], kind: str) -> Batch:
+    """One batch of the parts' rows, in order."""
+    if kind == "bow":
+        return Batch.of_documents(
+            sp.csr_array(sp.vstack([p.counts for p in parts if p.counts is not None], format="csr"))
+        )
+    labels = None if kind == "binary" else np.concatenate([p.labels for p in parts if p.labels is not None])
+    return Batch(np.concatenate([p.features for p in parts]), labels)

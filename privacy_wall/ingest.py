@@ -27,6 +27,7 @@ import scipy.sparse as sp
 from numpy.typing import NDArray
 from sqlalchemy import Connection, Engine, delete, func, insert, select, text, update
 
+from privacy_wall import blocks as block_layout
 from privacy_wall.control_schema import budgets, charges, datasets, reservations
 from privacy_wall.formats import (
     TABLE_BLOCK_BYTES,
@@ -38,13 +39,11 @@ from privacy_wall.formats import (
     read_vocabulary,
 )
 from privacy_wall.names import NAME_RULE, is_dataset_name
-from privacy_wall.sensitive_schema import rows, stored_datasets
-from privacy_wall.store import ROW_NORM_TOLERANCE
+from privacy_wall.sensitive_schema import blocks, stored_datasets
+from privacy_wall.store import ROW_NORM_TOLERANCE, Batch
 
 Kind = Literal["tabular", "regression", "bow", "binary"]
 KINDS: tuple[Kind, ...] = ("tabular", "regression", "bow", "binary")
-#: Rows per INSERT statement (below the drivers' bound-parameter limits).
-INSERT_CHUNK = 5_000
 #: Documents per write transaction for bag-of-words (tabular files are written a parsed block at a time).
 WRITE_ROWS = 65_536
 
@@ -66,22 +65,10 @@ class Ingested:
 
 
 @dataclass(frozen=True)
-class EncodedChunk:
-    """Consecutive rows in their stored encoding (db_store decodes it): one payload per row, and the
-    label or target of each (tabular and regression)."""
-
-    payloads: list[bytes]
-    labels: list[float] | None
-
-    def __len__(self) -> int:
-        return len(self.payloads)
-
-
-@dataclass(frozen=True)
 class _Encoded:
-    """A file's public shape and its rows, encoded chunk by chunk as they are read (an iterator: once)."""
+    """A file's public shape and its checked rows, chunk by chunk as they are read (an iterator: once)."""
 
-    chunks: Iterator[EncodedChunk]
+    chunks: Iterator[Batch]
     dimension: int
     schema: dict[str, Any]
 
@@ -100,7 +87,7 @@ def _tabular(path: Path, label: str | None, *, regression: bool = False, block_b
     )
 
 
-def _tabular_chunks(path: Path, label: str, chunks: Iterator[TabularChunk]) -> Iterator[EncodedChunk]:
+def _tabular_chunks(path: Path, label: str, chunks: Iterator[TabularChunk]) -> Iterator[Batch]:
     for chunk in chunks:
         assert chunk.labels is not None
         too_large = np.abs(chunk.labels) > 1.0
@@ -119,8 +106,7 @@ def _tabular_chunks(path: Path, label: str, chunks: Iterator[TabularChunk]) -> I
                 f"{path}: line {line}: the row's L2 norm is above 1 ({total} rows in all); "
                 "scale rows to norm <= 1 with public bounds before ingesting"
             )
-        features = np.ascontiguousarray(chunk.features, dtype="<f8")
-        yield EncodedChunk([row.tobytes() for row in features], chunk.labels.tolist())
+        yield Batch(chunk.features, chunk.labels)
 
 
 def _target_too_large(chunk: TabularChunk) -> NDArray[np.bool_]:
@@ -150,18 +136,22 @@ def _bow(path: Path, vocab: Path | None) -> _Encoded:
 
 
 def encode_bag_of_words(corpus: BagOfWords, chunk_rows: int = WRITE_ROWS) -> _Encoded:
-    """Each document as its m int32 word ids then their m int32 counts (db_store.decode_bow reads them),
-    encoded `chunk_rows` documents at a time."""
+    """The corpus's documents as sparse count rows, `chunk_rows` documents at a time."""
+    indptr = np.asarray(corpus.indptr, dtype=np.int64)
 
-    def chunks() -> Iterator[EncodedChunk]:
+    def chunks() -> Iterator[Batch]:
         for first in range(0, corpus.documents, chunk_rows):
-            payloads = []
-            for d in range(first, min(first + chunk_rows, corpus.documents)):
-                lo, hi = corpus.indptr[d], corpus.indptr[d + 1]
-                ids = corpus.word_ids[lo:hi].astype("<i4")
-                counts = corpus.counts[lo:hi].astype("<i4")
-                payloads.append(ids.tobytes() + counts.tobytes())
-            yield EncodedChunk(payloads, None)
+            last = min(first + chunk_rows, corpus.documents)
+            lo, hi = int(indptr[first]), int(indptr[last])
+            counts = sp.csr_array(
+                (
+                    corpus.counts[lo:hi].astype(np.int32),
+                    corpus.word_ids[lo:hi].astype(np.int32),
+                    indptr[first : last + 1] - lo,
+                ),
+                shape=(last - first, len(corpus.vocabulary)),
+            )
+            yield Batch.of_documents(counts)
 
     return _Encoded(chunks(), len(corpus.vocabulary), {"vocabulary": list(corpus.vocabulary)})
 
@@ -169,10 +159,9 @@ def encode_bag_of_words(corpus: BagOfWords, chunk_rows: int = WRITE_ROWS) -> _En
 def _binary(path: Path, block_bytes: int) -> _Encoded:
     stream = TabularStream(path, None, binary_values=True, block_bytes=block_bytes)
 
-    def chunks() -> Iterator[EncodedChunk]:
+    def chunks() -> Iterator[Batch]:
         for chunk in stream.chunks():
-            packed = np.packbits(chunk.features.astype(np.uint8), axis=1)
-            yield EncodedChunk([row.tobytes() for row in packed], None)
+            yield Batch(chunk.features)
 
     return _Encoded(chunks(), stream.dimension, {"columns": list(stream.feature_names)})
 
@@ -295,32 +284,42 @@ def ingest_bag_of_words(
     )
 
 
-def write_rows(conn: Connection, name: str, first_id: int, chunk: EncodedChunk) -> None:
-    """One chunk of encoded rows of dataset `name`, with row ids first_id, first_id + 1, ... (the one
-    place that knows how rows are laid out in the sensitive database). One driver-level executemany per
-    INSERT_CHUNK rows: the statement is not compiled per row."""
-    mark = "?" if conn.dialect.paramstyle == "qmark" else "%s"
-    statement = (
-        f'INSERT INTO "rows" (dataset, row_id, payload, label) VALUES ({mark}, {mark}, {mark}, {mark})'
+def write_blocks(conn: Connection, name: str, kind: str, first_row: int, chunk: Batch) -> None:
+    """Consecutive checked rows of dataset `name`, ids first_row, first_row + 1, ..., as whole blocks of
+    `blocks.block_rows` rows (the last may be shorter); one executemany with the blobs as binary
+    parameters."""
+    dimension = chunk.counts.shape[1] if chunk.counts is not None else chunk.features.shape[1]
+    per_block = block_layout.block_rows(kind, int(dimension))
+    values = []
+    offset = first_row
+    for part in block_layout.split(chunk, per_block):
+        features, labels = block_layout.encode(kind, part)
+        values.append((name, offset, part.size, features, labels))
+        offset += part.size
+    marks = ", ".join(["?" if conn.dialect.paramstyle == "qmark" else "%s"] * 5)
+    conn.exec_driver_sql(
+        f'INSERT INTO "blocks" (dataset, first_row, row_count, features, labels) VALUES ({marks})', values
     )
-    labels = chunk.labels if chunk.labels is not None else [None] * len(chunk)
-    for start in range(0, len(chunk), INSERT_CHUNK):
-        stop = min(start + INSERT_CHUNK, len(chunk))
-        conn.exec_driver_sql(
-            statement,
-            [(name, first_id + i, chunk.payloads[i], labels[i]) for i in range(start, stop)],
-        )
 
 
-def _write_chunks(sensitive: Engine, name: str, first_id: int, chunks: Iterator[EncodedChunk]) -> int:
+def _write_chunks(sensitive: Engine, name: str, kind: str, first_row: int, chunks: Iterator[Batch]) -> int:
     """Every chunk in its own transaction; the number of rows written."""
     written = 0
     for chunk in chunks:
-        if len(chunk):
+        if chunk.size:
             with sensitive.begin() as conn:
-                write_rows(conn, name, first_id + written, chunk)
-            written += len(chunk)
+                write_blocks(conn, name, kind, first_row + written, chunk)
+            written += chunk.size
     return written
+
+
+def _stored_rows(conn: Connection, name: str) -> int:
+    """Rows in the dataset's blocks."""
+    return int(
+        conn.execute(
+            select(func.coalesce(func.sum(blocks.c.row_count), 0)).where(blocks.c.dataset == name)
+        ).scalar_one()
+    )
 
 
 def _analyze(sensitive: Engine) -> None:
@@ -328,7 +327,7 @@ def _analyze(sensitive: Engine) -> None:
         # Fresh statistics, so minibatch lookups use the (dataset, row_id) key for both columns
         # instead of filtering the dataset's rows (the planner assumes an empty table until then).
         with sensitive.begin() as conn:
-            conn.execute(text("ANALYZE rows"))
+            conn.execute(text("ANALYZE blocks"))
 
 
 def _catalogued(control: Engine, name: str) -> bool:
@@ -338,7 +337,7 @@ def _catalogued(control: Engine, name: str) -> bool:
 
 def _remove_stored(sensitive: Engine, name: str) -> None:
     with sensitive.begin() as conn:
-        conn.execute(delete(rows).where(rows.c.dataset == name))
+        conn.execute(delete(blocks).where(blocks.c.dataset == name))
         conn.execute(delete(stored_datasets).where(stored_datasets.c.name == name))
 
 
@@ -378,7 +377,7 @@ def store_encoded(
             )
         )
     try:
-        population = _write_chunks(sensitive, name, 0, encoded.chunks)
+        population = _write_chunks(sensitive, name, kind, 0, encoded.chunks)
         if population == 0:
             raise IngestError(f"dataset {name!r}: no rows to store")
         with sensitive.begin() as conn:
@@ -387,8 +386,7 @@ def store_encoded(
                 .where(stored_datasets.c.name == name, stored_datasets.c.population == token)
                 .values(population=population)
             ).rowcount
-            written = conn.execute(select(func.count()).select_from(rows).where(rows.c.dataset == name))
-            if ours != 1 or written.scalar_one() != population:
+            if ours != 1 or _stored_rows(conn, name) != population:
                 raise IngestError(f"dataset {name!r} was being ingested twice at once: nothing stored")
         with control.begin() as conn:
             conn.execute(
@@ -457,7 +455,7 @@ def append_encoded(
         if stored is None:
             raise IngestError(f"dataset {name!r} is in the catalogue but not in the sensitive store")
         # The catalogue's population is the truth: undo what a killed append left behind.
-        conn.execute(delete(rows).where(rows.c.dataset == name, rows.c.row_id >= before))
+        conn.execute(delete(blocks).where(blocks.c.dataset == name, blocks.c.first_row >= before))
         conn.execute(update(stored_datasets).where(stored_datasets.c.name == name).values(population=before))
 
     def restore() -> None:
@@ -467,13 +465,13 @@ def append_encoded(
         if int(now) != before:
             return
         with sensitive.begin() as conn:
-            conn.execute(delete(rows).where(rows.c.dataset == name, rows.c.row_id >= before))
+            conn.execute(delete(blocks).where(blocks.c.dataset == name, blocks.c.first_row >= before))
             conn.execute(
                 update(stored_datasets).where(stored_datasets.c.name == name).values(population=before)
             )
 
     try:
-        added = _write_chunks(sensitive, name, before, encoded.chunks)
+        added = _write_chunks(sensitive, name, kind, before, encoded.chunks)
         if added == 0:
             raise IngestError(f"dataset {name!r}: no rows to append")
         population = before + added
@@ -490,10 +488,7 @@ def append_encoded(
             if changed != 1:
                 raise IngestError(f"dataset {name!r} changed during the append: nothing appended")
             with sensitive.begin() as stored_conn:
-                written = stored_conn.execute(
-                    select(func.count()).select_from(rows).where(rows.c.dataset == name)
-                ).scalar_one()
-                if written != population:
+                if _stored_rows(stored_conn, name) != population:
                     raise IngestError(f"dataset {name!r} was appended to twice at once: nothing appended")
                 stored_conn.execute(
                     update(stored_datasets)

@@ -317,21 +317,24 @@ _HEADROOM_TOLERANCE = 1e-4
 def _largest_epsilon(
     base: PrivacyCost, status: BudgetStatus, sample_size: int, population: int, iterations: int
 ) -> float | None:
-    if status.epsilon_budget is None:
+    return headroom_epsilon(base, status.epsilon_budget, status.delta, sample_size, population, iterations)
+
+
+def headroom_epsilon(
+    base: PrivacyCost, cap: float | None, delta: float, sample_size: int, population: int, iterations: int
+) -> float | None:
+    """The largest job epsilon (on its own, at `delta`) of this schedule whose cost composed with `base`
+    stays within `cap` (priced by base's accountant, ~1e-4 below the exact value, never above); None
+    without a cap or when no job fits. Also prices a key's quota (service.quotas)."""
+    if cap is None:
         return None
     try:
         sigma = calibrate_sigma(
-            status.epsilon_budget,
-            sample_size,
-            population,
-            iterations,
-            status.delta,
-            spent=base,
-            rel_tol=_HEADROOM_TOLERANCE,
+            cap, sample_size, population, iterations, delta, spent=base, rel_tol=_HEADROOM_TOLERANCE
         )
     except CalibrationError:  # nothing is left, or no sigma the calibration tries fits
         return None
-    value = schedule_epsilon(sigma, sample_size, population, iterations, status.delta, base.accountant)
+    value = schedule_epsilon(sigma, sample_size, population, iterations, delta, base.accountant)
     return value if math.isfinite(value) else None
 
 

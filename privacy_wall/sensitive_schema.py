@@ -2,10 +2,10 @@
 
 `stored_datasets`: how to decode a dataset's rows (kind, population N, dimension) and whether its
   custodian marked it public (the gate allows seeds and sigma = 0 only then).
-`rows`: one row per record, keyed by (dataset, row_id) with row ids 0..N-1, so a uniform minibatch is
-  drawn by id without scanning; `payload` is the record's encoding for its kind (tabular and regression:
-  float64 features; bow: int32 word ids then int32 counts; binary: packed bits), `label` the tabular
-  label or the regression target.
+`blocks`: the rows in blocks of columns, keyed by (dataset, first_row); a block holds rows first_row ..
+  first_row + row_count - 1 (the blocks tile ids 0..N-1), its `features` and `labels` blobs laid
+  out by kind (privacy_wall.blocks). A full pass reads the blocks in order; a uniform minibatch reads the
+  blocks its sampled ids fall in.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from sqlalchemy import (
     Boolean,
     Column,
     DateTime,
-    Float,
     ForeignKey,
     Integer,
     LargeBinary,
@@ -37,12 +36,13 @@ stored_datasets = Table(
     Column("created_at", DateTime(timezone=True), nullable=False),
 )
 
-rows = Table(
-    "rows",
+blocks = Table(
+    "blocks",
     metadata,
     Column("dataset", String(128), ForeignKey("stored_datasets.name", ondelete="CASCADE"), nullable=False),
-    Column("row_id", Integer, nullable=False),
-    Column("payload", LargeBinary, nullable=False),
-    Column("label", Float, nullable=True),
-    PrimaryKeyConstraint("dataset", "row_id"),
+    Column("first_row", Integer, nullable=False),
+    Column("row_count", Integer, nullable=False),
+    Column("features", LargeBinary, nullable=False),
+    Column("labels", LargeBinary, nullable=True),
+    PrimaryKeyConstraint("dataset", "first_row"),
 )

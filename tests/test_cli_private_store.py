@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from privacy_wall.sensitive_schema import rows
+from privacy_wall.sensitive_schema import blocks
 from privacy_wall.sqlengine import create_db_engine
 from tests.dbservers import fresh_database
 from vips.cli import main
@@ -40,7 +40,7 @@ def stored_rows(home: Path) -> int:
     engine = create_db_engine(f"sqlite:///{home / 'sensitive.db'}")
     try:
         with engine.connect() as conn:
-            return int(conn.execute(select(func.count()).select_from(rows)).scalar_one())
+            return int(conn.execute(select(func.coalesce(func.sum(blocks.c.row_count), 0))).scalar_one())
     finally:
         engine.dispose()
 

@@ -48,15 +48,18 @@ def engines(tmp_path: Path) -> Iterator[tuple[Engine, Engine]]:
 
 
 def count_reads(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
-    """Counts the store's reads of the database."""
+    """Counts the store's reads of the database (full passes and reads by id)."""
     reads = {"n": 0}
-    real = DatabaseStore._read
 
-    def read(self: DatabaseStore, selected: Any) -> Any:
-        reads["n"] += 1
-        return real(self, selected)
+    def counted(real: Any) -> Any:
+        def read(self: DatabaseStore, *args: Any) -> Any:
+            reads["n"] += 1
+            return real(self, *args)
 
-    monkeypatch.setattr(DatabaseStore, "_read", read)
+        return read
+
+    for method in ("_read_all", "_read_rows"):
+        monkeypatch.setattr(DatabaseStore, method, counted(getattr(DatabaseStore, method)))
     return reads
 
 

@@ -15,7 +15,7 @@ from sqlalchemy import func, select
 
 from privacy_wall.formats import FormatError, iter_lines, read_tabular_csv
 from privacy_wall.names import is_dataset_name
-from privacy_wall.sensitive_schema import rows, stored_datasets
+from privacy_wall.sensitive_schema import blocks, stored_datasets
 from privacy_wall.sqlengine import create_db_engine
 from vips.cli import main
 
@@ -47,9 +47,9 @@ def _stored(home: Path) -> int:
     engine = create_db_engine(f"sqlite:///{home / 'sensitive.db'}")
     try:
         with engine.connect() as conn:
-            return int(conn.execute(select(func.count()).select_from(rows)).scalar_one()) + int(
-                conn.execute(select(func.count()).select_from(stored_datasets)).scalar_one()
-            )
+            return int(
+                conn.execute(select(func.coalesce(func.sum(blocks.c.row_count), 0))).scalar_one()
+            ) + int(conn.execute(select(func.count()).select_from(stored_datasets)).scalar_one())
     finally:
         engine.dispose()
 

@@ -18,7 +18,7 @@ from privacy_wall.ingest import IngestError, ingest, ingest_bag_of_words
 from privacy_wall.ledger import InMemoryLedger
 from privacy_wall.queries.blr import LogisticRegressionQuery
 from privacy_wall.queries.lda import LdaQuery
-from privacy_wall.sensitive_schema import rows, stored_datasets
+from privacy_wall.sensitive_schema import blocks, stored_datasets
 from privacy_wall.sqlengine import create_db_engine
 from privacy_wall.store import BoundViolation, InMemoryTabularStore
 from tests.dbservers import fresh_database
@@ -58,8 +58,9 @@ def tabular_data(n: int = 500, d: int = 4, seed: int = 0) -> tuple[np.ndarray, n
 
 
 def row_count(engine: Engine) -> int:
+    """Rows stored in the sensitive database's blocks, all datasets."""
     with engine.connect() as conn:
-        return int(conn.execute(select(func.count()).select_from(rows)).scalar_one())
+        return int(conn.execute(select(func.coalesce(func.sum(blocks.c.row_count), 0))).scalar_one())
 
 
 def test_tabular_round_trip_and_uniform_distinct_batches(
@@ -285,19 +286,20 @@ def write_regression(path: Path, features: np.ndarray, targets: np.ndarray) -> P
     return path
 
 
-def test_a_full_pass_reads_in_parts_what_reads_by_id_return(
+def test_a_full_pass_reads_in_blocks_what_reads_by_id_return(
     engines: tuple[Engine, Engine], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A full pass decodes PART_ROWS rows at a time (here 7, so 101 rows end in a partial part) into one
-    array: the same rows as reading every id; rows past the population (a failed append's leftover) are
-    not read."""
+    """A full pass decodes one block at a time (here of 7 rows, so 101 rows end in a partial block) into
+    one array: the same rows as reading every id; rows past the population (a failed append's leftover)
+    are not read."""
     from typing import Any
 
     from sqlalchemy import insert
 
-    from privacy_wall import db_store
+    from privacy_wall import blocks as block_layout
 
     control, sensitive = engines
+    monkeypatch.setattr(block_layout, "block_rows", lambda kind, dimension: 7)
     x, y = tabular_data(n=101, d=3, seed=8)
     ingest(
         control=control, sensitive=sensitive, name="t", kind="tabular", label="label",
@@ -307,9 +309,12 @@ def test_a_full_pass_reads_in_parts_what_reads_by_id_return(
     binary = tmp_path / "bits.csv"
     binary.write_text("a,b,c,d,e\n" + "".join(",".join(map(str, r)) + "\n" for r in bits))
     ingest(control=control, sensitive=sensitive, name="bits", kind="binary", path=binary)
-    monkeypatch.setattr(db_store, "PART_ROWS", 7)
-    with sensitive.begin() as conn:  # a leftover row beyond the population
-        conn.execute(insert(rows).values(dataset="t", row_id=101, payload=np.ones(3).tobytes(), label=1.0))
+    with sensitive.begin() as conn:  # a leftover block beyond the population
+        conn.execute(
+            insert(blocks).values(
+                dataset="t", first_row=101, row_count=1, features=np.ones(3).tobytes(), labels=b"\0" * 8
+            )
+        )
     for name, columns in (("t", 4), ("bits", 5)):
         store = DatabaseStore(sensitive, name)
         whole, by_id = store.take(slice(None)), store.take(np.arange(101))

@@ -16,6 +16,7 @@ import pytest
 from sqlalchemy import Engine, func, insert, select
 
 import privacy_wall.ingest as ingest_module
+from privacy_wall import blocks as block_layout
 from privacy_wall import ledger_db
 from privacy_wall.accounting import SubsampledGaussianEvent
 from privacy_wall.control_schema import datasets
@@ -31,7 +32,7 @@ from privacy_wall.formats import (
 from privacy_wall.gate import Gate
 from privacy_wall.ingest import IngestError, encode_bag_of_words, ingest, store_encoded
 from privacy_wall.queries.blr import LogisticRegressionQuery
-from privacy_wall.sensitive_schema import rows, stored_datasets
+from privacy_wall.sensitive_schema import blocks, stored_datasets
 from privacy_wall.sqlengine import create_db_engine
 from tests.dbservers import fresh_database
 from vips.cli import main
@@ -74,16 +75,31 @@ def write_tabular(path: Path, x: np.ndarray, y: np.ndarray, *, crlf: bool = Fals
 
 
 def stored(sensitive: Engine, name: str) -> tuple[int, list[tuple[int, bytes, float | None]]]:
+    """The stored population and every stored row (id, its features' bytes, label) of a dense dataset,
+    read from its blocks, leftovers past the population included."""
     with sensitive.connect() as conn:
-        population = conn.execute(
-            select(stored_datasets.c.population).where(stored_datasets.c.name == name)
-        ).scalar_one()
+        meta = conn.execute(select(stored_datasets).where(stored_datasets.c.name == name)).one()
         found = conn.execute(
-            select(rows.c.row_id, rows.c.payload, rows.c.label)
-            .where(rows.c.dataset == name)
-            .order_by(rows.c.row_id)
+            select(blocks).where(blocks.c.dataset == name).order_by(blocks.c.first_row)
         ).all()
-    return int(population), [(int(i), bytes(p), label) for i, p, label in found]
+    rows = []
+    for block in found:
+        batch = block_layout.decode(meta.kind, meta.dimension, block.row_count, block.features, block.labels)
+        for r in range(batch.size):
+            label = None if batch.labels is None else float(batch.labels[r])
+            rows.append((block.first_row + r, batch.features[r].tobytes(), label))
+    return int(meta.population), rows
+
+
+def leftover_block(first_row: int, row_count: int = 7) -> dict[str, object]:
+    """A killed ingest's block of dataset "t" (3 features), its values junk."""
+    return {
+        "dataset": "t",
+        "first_row": first_row,
+        "row_count": row_count,
+        "features": b"junk",
+        "labels": b"\0" * 8 * row_count,
+    }
 
 
 def catalogued(control: Engine, name: str) -> int | None:
@@ -99,7 +115,7 @@ def counts(control: Engine, sensitive: Engine) -> tuple[int, int, int]:
         entries = int(conn.execute(select(func.count()).select_from(datasets)).scalar_one())
     with sensitive.connect() as conn:
         stores = int(conn.execute(select(func.count()).select_from(stored_datasets)).scalar_one())
-        written = int(conn.execute(select(func.count()).select_from(rows)).scalar_one())
+        written = int(conn.execute(select(func.coalesce(func.sum(blocks.c.row_count), 0))).scalar_one())
     return entries, stores, written
 
 
@@ -261,9 +277,7 @@ def test_the_leftover_of_a_killed_ingest_is_removed_by_the_next(
                 created_at=datetime.now(UTC),
             )
         )
-        conn.execute(
-            insert(rows), [{"dataset": "t", "row_id": i, "payload": b"junk", "label": 0.0} for i in range(50)]
-        )
+        conn.execute(insert(blocks), [leftover_block(first) for first in range(0, 50, 10)])
     path = write_tabular(tmp_path / "t.csv", x, y)
     meta = ingest(control=control, sensitive=sensitive, name="t", kind="tabular", path=path, label="label")
     assert meta.population == 20 == catalogued(control, "t")
@@ -427,10 +441,7 @@ def test_a_failed_append_leaves_the_dataset_as_it_was(
     monkeypatch.undo()
     # A killed append's leftover (rows at or above the population) is removed by the next append.
     with sensitive.begin() as conn:
-        conn.execute(
-            insert(rows),
-            [{"dataset": "t", "row_id": 30 + i, "payload": b"junk", "label": 0.0} for i in range(7)],
-        )
+        conn.execute(insert(blocks), [leftover_block(30)])
     ingest(
         control=control,
         sensitive=sensitive,
