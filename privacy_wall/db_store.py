@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 from numpy.typing import NDArray
-from sqlalchemy import Connection, Integer, any_, bindparam, func, select
+from sqlalchemy import Connection, Integer, Select, any_, bindparam, func, select
 from sqlalchemy.dialects.postgresql import ARRAY
 
 from privacy_wall import blocks as block_layout
@@ -69,12 +69,25 @@ _BLOCKS_BY_FIRST_ROW = select(*_BLOCK_COLUMNS).where(
 )
 
 
-def _blocks_by_first_row(conn: Connection, dataset: str, firsts: list[int]) -> Any:
+def _blocks_by_first_row(conn: Connection, dataset: str, firsts: list[int]) -> list[Any]:
     if conn.dialect.name == "postgresql":
-        return conn.execute(_BLOCKS_BY_FIRST_ROW, {"p_dataset": dataset, "p_firsts": firsts})
-    return conn.execute(
-        select(*_BLOCK_COLUMNS).where(blocks.c.dataset == dataset, blocks.c.first_row.in_(firsts))
+        return _fetch_blocks(conn, _BLOCKS_BY_FIRST_ROW.params(p_dataset=dataset, p_firsts=firsts))
+    return _fetch_blocks(
+        conn, select(*_BLOCK_COLUMNS).where(blocks.c.dataset == dataset, blocks.c.first_row.in_(firsts))
     )
+
+
+def _fetch_blocks(conn: Connection, statement: Select[Any]) -> list[Any]:
+    """The rows of a select of blocks. On PostgreSQL through a binary-format cursor: bytea arrives as its
+    bytes instead of hex text (a third of the time for a full pass)."""
+    if conn.dialect.name != "postgresql":
+        return list(conn.execute(statement).all())
+    compiled = statement.compile(dialect=conn.dialect)
+    driver = conn.connection.driver_connection
+    assert driver is not None
+    with driver.cursor(binary=True) as cursor:
+        cursor.execute(str(compiled), compiled.params)
+        return list(cursor.fetchall())
 
 
 @dataclass
@@ -154,15 +167,16 @@ class DatabaseStore:
         with reading(self.bind) as conn:
             for start in range(0, len(index.first_rows), PASS_BLOCKS):
                 stop = min(start + PASS_BLOCKS, len(index.first_rows))
-                part = conn.execute(
+                part = _fetch_blocks(
+                    conn,
                     select(*_BLOCK_COLUMNS)
                     .where(
                         blocks.c.dataset == self.name,
                         blocks.c.first_row >= bounds[start],
                         blocks.c.first_row < bounds[stop],
                     )
-                    .order_by(blocks.c.first_row)
-                ).all()
+                    .order_by(blocks.c.first_row),
+                )
                 if [int(row[0]) for row in part] != bounds[start:stop]:
                     raise RuntimeError(f"dataset {self.name!r} changed while it was read")
                 for first, count, features, labels in part:
