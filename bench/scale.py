@@ -8,7 +8,7 @@ job (S = 1,000). Seconds per iteration are the median gap between consecutive re
 so the job's start and its posterior do not count. The floor is numpy's X^T (w X) and X^T y on the same
 arrays in this process (best of 3); the worker's peak RSS is its VmHWM after the jobs.
 
-    python -m bench.scale                      # N = 10^5 and 10^6
+    python -m bench.scale                      # N = 10^4, 10^5 and 10^6
     python -m bench.scale --rows 5000000       # one N (5 x 10^6 needs ~2 GB of CSV in /tmp)
 """
 
@@ -108,12 +108,12 @@ def run(rows: int, folder: Path) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, action="append", help="N (repeatable); default 10^5 and 10^6")
+    parser.add_argument("--rows", type=int, action="append", help="N (repeatable); default 10^4, 10^5 and 10^6")
     args = parser.parse_args()
     header = "N ingest_s ingest_RSS_MB full_s/it floor_s ratio mini_s/it worker_RSS_MB data_MB"
     print(header)
     with tempfile.TemporaryDirectory() as folder:
-        for rows in args.rows or [100_000, 1_000_000]:
+        for rows in args.rows or [10_000, 100_000, 1_000_000]:
             r = run(rows, Path(folder))
             print(
                 f"{rows:,} {r['ingest_s']:.1f} {r['ingest_rss_mb']:.0f} {r['full_s_per_it']:.3f} "
