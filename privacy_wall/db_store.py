@@ -211,8 +211,11 @@ class DatabaseStore:
         if ids.size and (ids[0] < 0 or ids[-1] >= self._info.population):
             raise IndexError(f"dataset {self.name!r}: a row id outside 0..N-1")
         index = self._block_index()
-        positions = index.blocks_of(ids)
+        positions = index.blocks_of(ids)  # sorted, as the ids are
         wanted = np.unique(positions)
+        # The ids of block wanted[k] are ids[lo[k]:hi[k]].
+        lo, hi = np.searchsorted(positions, wanted, "left"), np.searchsorted(positions, wanted, "right")
+        span = {int(index.first_rows[p]): (int(a), int(b)) for p, a, b in zip(wanted, lo, hi, strict=True)}
         parts: dict[int, Batch] = {}
         with reading(self.bind) as conn:
             for start in range(0, wanted.size, FETCH_BLOCKS):
@@ -220,7 +223,8 @@ class DatabaseStore:
                 firsts = index.first_rows[chosen].tolist()
                 for first, count, features, labels in _blocks_by_first_row(conn, self.name, firsts):
                     block = self._decode(int(count), features, labels)
-                    local = ids[positions == np.searchsorted(index.first_rows, first)] - int(first)
+                    a, b = span[int(first)]
+                    local = ids[a:b] - int(first)
                     parts[int(first)] = _rows_at(block, local)
         if len(parts) != wanted.size:
             raise RuntimeError(f"dataset {self.name!r}: the store returned a batch of the wrong size")
