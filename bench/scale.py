@@ -108,7 +108,9 @@ def run(rows: int, folder: Path) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, action="append", help="N (repeatable); default 10^4, 10^5 and 10^6")
+    parser.add_argument(
+        "--rows", type=int, action="append", help="N (repeatable); default 10^4, 10^5 and 10^6"
+    )
     args = parser.parse_args()
     header = "N ingest_s ingest_RSS_MB full_s/it floor_s ratio mini_s/it worker_RSS_MB data_MB"
     print(header)
