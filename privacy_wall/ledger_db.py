@@ -27,17 +27,15 @@ from privacy_wall.accounting import (
     ACCOUNTANTS,
     ORDERS,
     Accountant,
-    CalibrationError,
     PrivacyCost,
     SubsampledGaussianEvent,
-    calibrate_sigma,
     configured_accountant,
     event_from_dict,
     event_to_dict,
 )
-from privacy_wall.accounting import epsilon as schedule_epsilon
 from privacy_wall.control_schema import accountant_changes, budgets, charges, reservations
 from privacy_wall.ledger import BudgetExceeded, Charge, DuplicateCharge
+from privacy_wall.refusals import budget_exceeded, headroom_epsilon
 from privacy_wall.sqlengine import Bind, reading, run_writes, transaction
 
 
@@ -237,12 +235,8 @@ def _check(row: Any, conn: Connection, extra: PrivacyCost) -> tuple[BudgetStatus
 
 def _refuse(status: BudgetStatus, after: float) -> BudgetExceeded:
     assert status.epsilon_budget is not None
-    return BudgetExceeded(
-        f"dataset {status.dataset}: epsilon {status.epsilon_reserved:.4g} of {status.epsilon_budget:.4g} is "
-        f"spent or reserved (delta {status.delta:g}); this would bring it to {after:.4g}",
-        spent=status.epsilon_reserved,
-        requested=after,
-        budget=status.epsilon_budget,
+    return budget_exceeded(
+        f"dataset {status.dataset}", status.epsilon_reserved, status.epsilon_budget, status.delta, after
     )
 
 
@@ -309,33 +303,10 @@ def _budget_row(conn: Connection, dataset: str) -> Any:
     return row
 
 
-#: Relative tolerance on sigma when pricing the headroom: the epsilon quoted is at most ~1e-4 (relative)
-#: below the largest that fits, never above it (tens of milliseconds with the default accountant).
-_HEADROOM_TOLERANCE = 1e-4
-
-
 def _largest_epsilon(
     base: PrivacyCost, status: BudgetStatus, sample_size: int, population: int, iterations: int
 ) -> float | None:
     return headroom_epsilon(base, status.epsilon_budget, status.delta, sample_size, population, iterations)
-
-
-def headroom_epsilon(
-    base: PrivacyCost, cap: float | None, delta: float, sample_size: int, population: int, iterations: int
-) -> float | None:
-    """The largest job epsilon (on its own, at `delta`) of this schedule whose cost composed with `base`
-    stays within `cap` (priced by base's accountant, ~1e-4 below the exact value, never above); None
-    without a cap or when no job fits. Also prices a key's quota (service.quotas)."""
-    if cap is None:
-        return None
-    try:
-        sigma = calibrate_sigma(
-            cap, sample_size, population, iterations, delta, spent=base, rel_tol=_HEADROOM_TOLERANCE
-        )
-    except CalibrationError:  # nothing is left, or no sigma the calibration tries fits
-        return None
-    value = schedule_epsilon(sigma, sample_size, population, iterations, delta, base.accountant)
-    return value if math.isfinite(value) else None
 
 
 def largest_epsilon(

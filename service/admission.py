@@ -5,7 +5,7 @@ dataset's delta), the dry-run quote, and the numbers of a budget refusal."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from sqlalchemy import Engine, Row
 
@@ -17,10 +17,12 @@ from privacy_wall.accounting import (
 )
 from privacy_wall.accounting import epsilon as job_epsilon
 from privacy_wall.ledger import BudgetExceeded
+from privacy_wall.refusals import refusal_detail
 from service.budgets import ensure_budget, finite
 from service.errors import Loc, SpecError
 from service.options import MODEL_KINDS, algorithm_problem, option_problem, schedule_problem
 from service.pricing import pricing_slot
+from service.quotas import QuotaExceeded, quota_quote, tighter
 from service.resources import Resources, estimate, resource_errors
 from service.schemas import BudgetRefusal, JobCreate, JobQuote, ResourceEstimate
 from service.settings import ServiceSettings
@@ -124,9 +126,21 @@ def plan_job(engine: Engine, spec: JobCreate, dataset: Row[Any], settings: Servi
     return Plan(dataset.name, batch_size, population, sigma, budget.delta, finite(eps), resources)
 
 
-def quote_job(engine: Engine, spec: JobCreate, plan: Plan) -> JobQuote:
-    """The dry run: the job's cost and the dataset's budget after it; reserves nothing."""
+def quote_job(engine: Engine, spec: JobCreate, plan: Plan, key_id: str | None = None) -> JobQuote:
+    """The dry run: the job's cost, the dataset's budget after it and, when the submitting key has a quota
+    on the dataset, that quota after it; admissible and largest_epsilon within both. Reserves nothing."""
     quote = ledger_db.quote(engine, plan.dataset, plan.event, spec.iterations)
+    mine = (
+        None
+        if key_id is None
+        else quota_quote(engine, plan.dataset, key_id, plan.event, spec.iterations, quote.status.delta)
+    )
+    limit: Literal["dataset", "quota"] | None = None
+    if not quote.admissible:
+        limit = "dataset"
+    elif mine is not None and not mine.admissible:
+        limit = "quota"
+    capped = quote.status.epsilon_budget is not None
     return JobQuote(
         dataset=plan.dataset,
         iterations=spec.iterations,
@@ -139,35 +153,48 @@ def quote_job(engine: Engine, spec: JobCreate, plan: Plan) -> JobQuote:
         epsilon_after=finite(quote.epsilon_after),
         epsilon_budget=quote.status.epsilon_budget,
         epsilon_remaining=quote.status.epsilon_remaining,
-        admissible=quote.admissible,
-        largest_epsilon=quote.largest_epsilon,
+        admissible=limit is None,
+        largest_epsilon=tighter(quote.largest_epsilon, capped, mine),
         resources=ResourceEstimate(
             memory_bytes=plan.resources.memory_bytes,
             release_bytes=plan.resources.release_bytes,
             stored_bytes=plan.resources.stored_bytes,
         ),
+        limit=limit,
+        quota_epsilon=None if mine is None else mine.quota,
+        quota_epsilon_reserved=None if mine is None else finite(mine.epsilon_reserved),
+        quota_epsilon_after=None if mine is None else finite(mine.epsilon_after),
+        quota_remaining=None if mine is None else mine.remaining,
     )
 
 
-def refusal(engine: Engine, exc: BudgetExceeded, plan: Plan, iterations: int) -> BudgetRefusal:
-    """The 409 body: what is spent or reserved, what is left, and the largest epsilon that would fit."""
-    remaining = max(exc.budget - exc.spent, 0.0)
+def refusal(
+    engine: Engine, exc: BudgetExceeded, plan: Plan, iterations: int, key_id: str | None = None
+) -> BudgetRefusal:
+    """The 409 body: which limit refused the job (the dataset's budget or the key's quota), what is spent
+    or reserved against it, what is left, and the largest epsilon that would fit both."""
+    limit: Literal["dataset", "quota"] = "quota" if isinstance(exc, QuotaExceeded) else "dataset"
     try:
-        largest = ledger_db.largest_epsilon(
+        status = ledger_db.budget_status(engine, plan.dataset)
+        dataset_largest = ledger_db.largest_epsilon(
             engine, plan.dataset, plan.batch_size, plan.population, iterations
         )
+        mine = (
+            None
+            if key_id is None
+            else quota_quote(engine, plan.dataset, key_id, plan.event, iterations, status.delta)
+        )
+        largest = tighter(dataset_largest, status.epsilon_budget is not None, mine)
     except ledger_db.UnknownDataset:
         largest = None
-    fits = (
-        f"; a job of this schedule could have at most epsilon {largest:.4g} (submit it as epsilon)"
-        if largest is not None
-        else "; no job of this schedule fits"
-    )
-    return BudgetRefusal(
-        detail=f"{exc}; epsilon remaining {remaining:.4g}{fits}",
-        epsilon_spent_or_reserved=exc.spent,
-        epsilon_requested_total=finite(exc.requested),
-        epsilon_budget=exc.budget,
-        epsilon_remaining=remaining,
-        largest_epsilon=largest,
+    return (
+        BudgetRefusal(  # the message names the limit: "dataset D: ..." or "key K's quota on dataset D: ..."
+            detail=refusal_detail(exc, largest),
+            epsilon_spent_or_reserved=exc.spent,
+            epsilon_requested_total=finite(exc.requested),
+            epsilon_budget=exc.budget,
+            epsilon_remaining=max(exc.budget - exc.spent, 0.0),
+            largest_epsilon=largest,
+            limit=limit,
+        )
     )

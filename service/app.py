@@ -27,7 +27,8 @@ from service.periodic import run_every
 from service.proxies import ForwardedHeaders
 from service.queue import CeleryQueue, JobQueue
 from service.reaper import start_reaper_thread
-from service.routes import budgets, datasets, health, jobs, keys, posteriors
+from service.redoc import redoc_router
+from service.routes import budgets, datasets, health, jobs, key_ledger, keys, posteriors
 from service.settings import ServiceSettings, get_settings
 from service.ui import routes as ui_routes
 from service.ui.views import warm_spend_curves
@@ -44,8 +45,8 @@ are described in the repository's docs/posterior-format.md (and below, one schem
 dashboard for people is at /ui."""
 
 
-#: The API's documentation pages load only from this host. ReDoc's sidebar asks cdn.redoc.ly for a logo
-#: and would otherwise reach out; the policy blocks it (the image hides itself). Swagger UI and ReDoc
+#: The API's documentation pages load only from this host (ReDoc's bundle is served without the logo it
+#: would fetch from cdn.redoc.ly: service.redoc); the policy refuses anything else. Swagger UI and ReDoc
 #: start from inline scripts and styles, ReDoc searches in a blob: worker.
 DOCS_POLICY = (
     "default-src 'self'; script-src 'self' 'unsafe-inline'; style-src 'self' 'unsafe-inline'; "
@@ -53,6 +54,8 @@ DOCS_POLICY = (
     "frame-ancestors 'none'; base-uri 'none'"
 )
 DOCS_PAGES = ("/docs", "/redoc")
+#: Where fastapi_offline serves Swagger UI's files and the favicon.
+DOCS_ASSETS = "/docs-assets"
 
 
 class DocsPolicy:
@@ -137,14 +140,16 @@ def create_app(
             app.state.queue.close()
             app.state.engine.dispose()
 
-    # Swagger UI and ReDoc from fastapi_offline's own copies, served here: /docs and /redoc work offline.
+    # Swagger UI and ReDoc from fastapi_offline's own copies, served here: /docs and /redoc work offline
+    # (/redoc from service.redoc, which drops the bundle's one request to another host).
     app = FastAPIOffline(
+        redoc_url=None,
         title="VIPS",
         version="1",
         description=DESCRIPTION,
         lifespan=lifespan,
         swagger_ui_parameters={"validatorUrl": None},  # never ask validator.swagger.io
-        static_url="/docs-assets",
+        static_url=DOCS_ASSETS,
     )
     app.state.settings = settings
     app.state.engine = engine
@@ -161,8 +166,9 @@ def create_app(
     app.add_middleware(DocsPolicy)
     # Outermost: scheme and client from X-Forwarded-* only when the peer is in VIPS_TRUSTED_PROXIES.
     app.add_middleware(ForwardedHeaders, networks=settings.trusted_networks())
+    app.include_router(redoc_router(app.openapi_url or "/openapi.json", DOCS_ASSETS, app.title))
     app.include_router(health.router)
-    for resource in (datasets, budgets, jobs, posteriors, keys):
+    for resource in (datasets, budgets, key_ledger, jobs, posteriors, keys):
         app.include_router(resource.router, prefix=API_PREFIX)
     app.include_router(ui_routes.router)
     return app

@@ -18,6 +18,14 @@ from service.keys import Principal, Role, authenticate
 _bearer = HTTPBearer(auto_error=False, description="an API key: `Authorization: Bearer vips_<id>_<secret>`")
 
 
+#: The 401 of a key that does not authenticate here. The same words whatever the reason (never a key
+#: of this store, tampered, revoked or expired), and nothing about any other service or store.
+UNKNOWN_KEY = (
+    "API key unknown to this service: not a key of its store, or revoked or expired (a key works only "
+    "with the service whose store made it: check VIPS_URL against the `vips up` or admin that gave it)"
+)
+
+
 def _unauthorized(detail: str) -> HTTPException:
     return HTTPException(status.HTTP_401_UNAUTHORIZED, detail, headers={"WWW-Authenticate": "Bearer"})
 
@@ -29,7 +37,7 @@ def current_key(
         raise _unauthorized("missing API key: send `Authorization: Bearer <key>`")
     principal = authenticate(engine, credentials.credentials)
     if principal is None:
-        raise _unauthorized("invalid, revoked or expired API key")
+        raise _unauthorized(UNKNOWN_KEY)
     return principal
 
 
@@ -37,7 +45,7 @@ CurrentKey = Annotated[Principal, Depends(current_key)]
 
 #: Documented on every authenticated router.
 AUTH_RESPONSES: dict[int | str, dict[str, Any]] = {
-    401: {"description": "missing, invalid, revoked or expired API key"},
+    401: {"description": "missing API key, or one unknown to this service (invalid, revoked or expired)"},
     403: {"description": "this key's role may not do this"},
 }
 

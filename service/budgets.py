@@ -46,3 +46,18 @@ def ensure_budget(engine: Engine, dataset: Row[Any]) -> ledger_db.BudgetStatus:
         return ledger_db.set_budget(engine, dataset.name, None, PUBLIC_DEFAULT_DELTA)
     except IntegrityError:  # a concurrent first use created it
         return ledger_db.budget_status(engine, dataset.name)
+
+
+def exhausted(epsilon: float | None, epsilon_spent: float) -> bool:
+    """Is a cap at or below what is already spent (so that no job, whatever its epsilon, can be admitted)?"""
+    return epsilon is not None and epsilon_spent > 0 and epsilon <= epsilon_spent
+
+
+def budget_warning(name: str, epsilon: float | None, epsilon_spent: float) -> str | None:
+    """What `budget set` warns when the cap is at or below the spend (exhausted); None otherwise."""
+    if not exhausted(epsilon, epsilon_spent):
+        return None
+    return (
+        f"dataset {name}: the budget epsilon {epsilon:g} is at or below the epsilon already spent "
+        f"({epsilon_spent:.4g}): no job can be admitted until the budget is raised above it"
+    )

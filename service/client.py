@@ -196,6 +196,27 @@ class VipsClient:
         result: dict[str, Any] = self._request("GET", f"/v1/datasets/{quote(name, safe='')}/ledger/jobs")
         return result
 
+    def ledger_keys(self, name: str) -> dict[str, Any]:
+        """Per key on the dataset: name, jobs, iterations charged, its own releases' epsilon composed, quota
+        (an analyst: its own row only)."""
+        result: dict[str, Any] = self._request("GET", f"/v1/datasets/{quote(name, safe='')}/ledger/keys")
+        return result
+
+    def quotas(self, name: str) -> list[dict[str, Any]]:
+        """Every key's quota on the dataset, with what the key has used of it (custodian, admin)."""
+        result: list[dict[str, Any]] = self._request("GET", f"/v1/datasets/{quote(name, safe='')}/quotas")
+        return result
+
+    def set_quota(self, name: str, key_id: str, epsilon: float) -> dict[str, Any]:
+        """Cap what the key's own releases on the dataset may cost (custodian, admin)."""
+        path = f"/v1/datasets/{quote(name, safe='')}/quotas/{quote(key_id, safe='')}"
+        result: dict[str, Any] = self._request("PUT", path, json={"epsilon": epsilon})
+        return result
+
+    def clear_quota(self, name: str, key_id: str) -> None:
+        """Remove the key's quota on the dataset: the dataset's budget alone bounds it again."""
+        self._request("DELETE", f"/v1/datasets/{quote(name, safe='')}/quotas/{quote(key_id, safe='')}")
+
     # ---- jobs ---------------------------------------------------------------------------------------
 
     def submit_job(

@@ -6,7 +6,7 @@ import json
 from collections import Counter
 from collections.abc import Iterable
 
-from sqlalchemy import Engine, func, select
+from sqlalchemy import Connection, Engine, func, select
 
 from privacy_wall.accounting import (
     PrivacyCost,
@@ -31,30 +31,33 @@ def job_costs(engine: Engine, ids: list[str]) -> dict[str, PrivacyCost]:
     exactly committed x the reserved per-iteration event: one row read. Otherwise (a retried attempt
     beyond the reservation, a job without one) its charges' events are counted and priced once each.
     """
+    with reading(engine) as conn:
+        return job_costs_within(conn, ids)
+
+
+def job_costs_within(conn: Connection, ids: list[str]) -> dict[str, PrivacyCost]:
+    """`job_costs` read on the caller's connection (inside its transaction, e.g. under the budget lock)."""
     accountant = configured_accountant()
     totals: dict[str, PrivacyCost] = {}
     charge_count = select(func.count()).where(charges.c.job_id == reservations.c.job_id).scalar_subquery()
-    with reading(engine) as conn:
-        for chunk in _chunks(ids):
-            rows = conn.execute(
-                select(
-                    reservations.c.job_id,
-                    reservations.c.event,
-                    reservations.c.committed,
-                    charge_count.label("charges"),
-                ).where(reservations.c.job_id.in_(chunk))
-            )
-            for job_id, event, committed, count in rows:
-                if committed == count:
-                    totals[job_id] = accountant.cost(event_from_dict(event)).scaled(committed)
-        rest = [job_id for job_id in ids if job_id not in totals]
-        counts: dict[str, Counter[str]] = {job_id: Counter() for job_id in rest}
-        for chunk in _chunks(rest):
-            stored = conn.execute(
-                select(charges.c.job_id, charges.c.event).where(charges.c.job_id.in_(chunk))
-            )
-            for job_id, event in stored:
-                counts[job_id][json.dumps(event, sort_keys=True)] += 1
+    for chunk in id_chunks(ids):
+        rows = conn.execute(
+            select(
+                reservations.c.job_id,
+                reservations.c.event,
+                reservations.c.committed,
+                charge_count.label("charges"),
+            ).where(reservations.c.job_id.in_(chunk))
+        )
+        for job_id, event, committed, count in rows:
+            if committed == count:
+                totals[job_id] = accountant.cost(event_from_dict(event)).scaled(committed)
+    rest = [job_id for job_id in ids if job_id not in totals]
+    counts: dict[str, Counter[str]] = {job_id: Counter() for job_id in rest}
+    for chunk in id_chunks(rest):
+        stored = conn.execute(select(charges.c.job_id, charges.c.event).where(charges.c.job_id.in_(chunk)))
+        for job_id, event in stored:
+            counts[job_id][json.dumps(event, sort_keys=True)] += 1
     for job_id, counter in counts.items():
         total = accountant.zero()
         for key, n in counter.items():
@@ -63,6 +66,7 @@ def job_costs(engine: Engine, ids: list[str]) -> dict[str, PrivacyCost]:
     return totals
 
 
-def _chunks(ids: list[str], size: int = 500) -> Iterable[list[str]]:
+def id_chunks(ids: list[str], size: int = 500) -> Iterable[list[str]]:
+    """Ids in chunks small enough for one IN (...) on every backend."""
     for start in range(0, len(ids), size):
         yield ids[start : start + size]

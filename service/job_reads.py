@@ -16,6 +16,7 @@ from service.errors import Conflict, NotFound
 from service.job_costs import epsilon_spent
 from service.keys import Principal, key_names
 from service.models import jobs
+from service.options import typed_options
 from service.schemas import JobPublic
 from service.timestamps import aware
 
@@ -124,7 +125,7 @@ def to_public(engine: Engine, rows: Sequence[Row[Any]]) -> list[JobPublic]:
             epsilon_job=row.epsilon_job,
             epsilon_spent=finite(spent[row.id]),
             delta=row.delta,
-            options=dict(row.options),
+            options=typed_options(row.model, dict(row.options), row.algorithm),
             cancel_requested=bool(row.cancel_requested),
             error=row.error,
             created_at=aware(row.created_at),

@@ -91,6 +91,18 @@ posteriors = Table(
     Column("created_at", DateTime(timezone=True), nullable=False),
 )
 
+#: A custodian's cap on what one key may spend on one dataset: the composition of the key's own releases
+#: there (charges and open reservations) stays within `epsilon` at the dataset's delta (service.quotas).
+key_quotas = Table(
+    "key_quotas",
+    metadata,
+    Column("dataset", String(128), ForeignKey("datasets.name"), nullable=False),
+    Column("key_id", String(32), ForeignKey("api_keys.id"), nullable=False),
+    Column("epsilon", Float, nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+    PrimaryKeyConstraint("dataset", "key_id"),
+)
+
 ui_sessions = Table(
     "ui_sessions",
     metadata,

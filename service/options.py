@@ -13,11 +13,12 @@ class OptionSpec:
 
     check: Callable[[float], bool]
     requirement: str
+    whole: bool = False  # a count or a switch (topics, hidden, noise_aware): an int wherever it is shown
 
 
 def _whole(low: int, high: int) -> OptionSpec:
     return OptionSpec(
-        lambda v: v == int(v) and low <= v <= high, f"must be a whole number in [{low}, {high}]"
+        lambda v: v == int(v) and low <= v <= high, f"must be a whole number in [{low}, {high}]", whole=True
     )
 
 
@@ -80,6 +81,15 @@ def option_specs(model: str, algorithm: str = "vips") -> dict[str, OptionSpec]:
     if algorithm == "vips":
         return {**COMMON_OPTIONS, **MODEL_OPTIONS.get(model, {})}
     return {**COMMON_OPTIONS, **ALGORITHM_OPTIONS.get((algorithm, model), {})}
+
+
+def typed_options(model: str, options: dict[str, float], algorithm: str = "vips") -> dict[str, int | float]:
+    """`options` with its whole-number ones as ints (`topics: 50`, not 50.0), the others as they are."""
+    specs = option_specs(model, algorithm)
+    return {
+        name: int(value) if name in specs and specs[name].whole and value == int(value) else value
+        for name, value in options.items()
+    }
 
 
 def option_problem(model: str, name: str, value: float, algorithm: str = "vips") -> str | None:

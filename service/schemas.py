@@ -61,8 +61,22 @@ class BudgetPublic(BaseModel):
     epsilon: float | None = Field(description="the cap; null means no cap (public datasets)")
     delta: float
     epsilon_spent: float = Field(description="committed releases, at the dataset's delta")
-    epsilon_reserved: float = Field(description="committed releases plus open reservations")
-    epsilon_remaining: float | None = Field(description="cap minus reserved; null without a cap")
+    epsilon_reserved: float = Field(
+        description="spent plus in flight: the committed releases and what the open reservations of "
+        "running and queued jobs may still spend, composed at the dataset's delta (never below "
+        "epsilon_spent; equal to it when no job is in flight)"
+    )
+    epsilon_remaining: float | None = Field(description="cap minus reserved, at least 0; null without a cap")
+
+
+class BudgetSet(BudgetPublic):
+    """The answer of PUT budget: the new budget, with a warning when the cap is at or below the spend."""
+
+    warning: str | None = Field(
+        default=None,
+        description="set when the new cap is at or below the epsilon already spent: no job can be "
+        "admitted until it is raised; null otherwise",
+    )
 
 
 class LedgerEntry(BaseModel):
@@ -106,6 +120,60 @@ class LedgerJobs(BaseModel):
     dataset: str
     delta: float | None = Field(description="the dataset's delta; null until a budget is set")
     jobs: list[LedgerJob]
+
+
+class LedgerKey(BaseModel):
+    key_id: str
+    key_name: str | None = Field(description="the key's name; null when it has none")
+    jobs: int = Field(description="jobs the key submitted on the dataset, in any state")
+    iterations_charged: int = Field(description="distinct iterations charged over those jobs")
+    epsilon_spent: float | None = Field(
+        description="the key's own charged releases composed by the accountant at the dataset's delta "
+        "(not the sum of its jobs' epsilons); null when unbounded"
+    )
+    epsilon_reserved: float | None = Field(
+        description="its charges plus the uncommitted rest of its open reservations, composed the same way "
+        "(what its quota bounds); null when unbounded"
+    )
+    quota_epsilon: float | None = Field(description="the key's quota on the dataset; null when it has none")
+
+
+class LedgerKeys(BaseModel):
+    """Per key on a dataset: what its own releases cost (custodian and admin: every key with a job or a
+    quota there; an analyst: its own row only)."""
+
+    dataset: str
+    delta: float | None = Field(description="the dataset's delta; null until a budget is set")
+    keys: list[LedgerKey]
+
+
+class QuotaUpdate(_Strict):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"epsilon": 0.2}]})
+
+    epsilon: FiniteFloat = Field(
+        gt=0,
+        description="the most the key's own releases on the dataset may cost, composed at its delta",
+    )
+
+
+class QuotaPublic(BaseModel):
+    """A key's quota on a dataset, with what the key has used of it."""
+
+    dataset: str
+    key_id: str
+    key_name: str | None
+    epsilon: float = Field(description="the quota")
+    epsilon_spent: float | None = Field(
+        description="the key's charged releases composed; null when unbounded"
+    )
+    epsilon_reserved: float | None = Field(
+        description="charged plus open reservations, composed (what the quota bounds); null when unbounded"
+    )
+    epsilon_remaining: float = Field(description="the quota minus epsilon_reserved (at least 0)")
+    warning: str | None = Field(
+        default=None,
+        description="set when the quota is at or below what the key has reserved: its next job is refused",
+    )
 
 
 # ---- datasets -----------------------------------------------------------------------------------------
@@ -202,7 +270,7 @@ class JobPublic(BaseModel):
     epsilon_job: float | None = Field(description="the whole job on its own; null when sigma = 0")
     epsilon_spent: float | None = Field(description="epsilon of the iterations charged so far")
     delta: float
-    options: dict[str, float]
+    options: dict[str, int | float] = Field(description="whole-number options (topics, hidden) as integers")
     cancel_requested: bool
     error: str | None
     created_at: datetime
@@ -246,6 +314,26 @@ class JobQuote(BaseModel):
     admissible: bool
     largest_epsilon: float | None = Field(default=None, description=LARGEST_EPSILON)
     resources: ResourceEstimate | None = Field(default=None, description="the job's estimated resources")
+    limit: Literal["dataset", "quota"] | None = Field(
+        default=None,
+        description="the limit that would refuse the job: `dataset` (its budget; checked first) or `quota` "
+        "(the submitting key's quota on the dataset); null when admissible. `admissible` and "
+        "`largest_epsilon` take both into account",
+    )
+    quota_epsilon: float | None = Field(
+        default=None, description="the submitting key's quota on the dataset; null when it has none"
+    )
+    quota_epsilon_reserved: float | None = Field(
+        default=None,
+        description="the key's own charges and open reservations on the dataset composed at its delta "
+        "(what the quota bounds); null without a quota",
+    )
+    quota_epsilon_after: float | None = Field(
+        default=None, description="quota_epsilon_reserved with this job; null without a quota or unbounded"
+    )
+    quota_remaining: float | None = Field(
+        default=None, description="quota minus quota_epsilon_reserved now; null without a quota"
+    )
 
 
 class BudgetRefusal(BaseModel):
@@ -256,7 +344,15 @@ class BudgetRefusal(BaseModel):
     epsilon_requested_total: float | None
     epsilon_budget: float
     epsilon_remaining: float
-    largest_epsilon: float | None = Field(default=None, description=LARGEST_EPSILON)
+    largest_epsilon: float | None = Field(
+        default=None,
+        description=LARGEST_EPSILON + "; within both the dataset's budget and the submitting key's quota",
+    )
+    limit: Literal["dataset", "quota"] = Field(
+        default="dataset",
+        description="which limit refused the job: `dataset` (the dataset's budget) or `quota` (the "
+        "submitting key's quota on the dataset); the epsilon_* fields above are that limit's",
+    )
 
 
 class ReleasePublic(BaseModel):
@@ -384,6 +480,10 @@ class BlrPosterior(_Posterior):
     model: Literal["blr"]
     mean: list[float]
     covariance: list[list[float]]
+    columns: list[str] | None = Field(
+        default=None, description="the feature columns' names, in mean's order (absent in older documents)"
+    )
+    label: str | None = Field(default=None, description="the label column's name (absent in older documents)")
 
 
 class LinregPosterior(_Posterior):
@@ -394,6 +494,10 @@ class LinregPosterior(_Posterior):
     covariance: list[list[float]]
     noise_variance: float
     noise_precision: dict[str, float] | None = Field(default=None, description="Gamma shape and rate (VIPS)")
+    columns: list[str] | None = Field(
+        default=None, description="the feature columns' names, in mean's order (absent in older documents)"
+    )
+    label: str | None = Field(default=None, description="the target column's name (not in older documents)")
 
 
 class LdaTopic(BaseModel):

@@ -17,6 +17,7 @@ from sqlalchemy import Connection, Engine, Row, and_, func, insert, select
 from sqlalchemy.exc import IntegrityError
 
 from privacy_wall import ledger_db
+from privacy_wall.accounting import configured_accountant
 from privacy_wall.ledger import BudgetExceeded
 from privacy_wall.sqlengine import reading
 from service.admission import Plan, refusal
@@ -26,6 +27,7 @@ from service.job_reads import get_job
 from service.keys import Principal
 from service.models import api_keys, jobs
 from service.queue import JobQueue
+from service.quotas import check_quota
 from service.schemas import JobCreate
 
 log = logging.getLogger(__name__)
@@ -109,8 +111,8 @@ def submit_job(
     idempotency_key: str | None = None,
     max_queued: int | None = None,
 ) -> Submitted:
-    """Reserve and insert (one transaction), queue; returns the job row. Raises BudgetRefused,
-    QueueUnavailable.
+    """Reserve and insert (one transaction), queue; returns the job row. Raises BudgetRefused (the
+    dataset's budget or the key's quota on it, both checked under the dataset's lock), QueueUnavailable.
 
     With an idempotency key, a concurrent submission with the same key that committed first wins: this
     one's reservation is rolled back with its row and the winner's job returned, also when the winner's
@@ -129,7 +131,10 @@ def submit_job(
                 _check_queue_room(conn, owner, max_queued)
             # The reservation and the row commit together: a racer refused by this reservation, or whose
             # row conflicts with this one, finds this job when it looks again.
-            ledger_db.reserve_within(conn, plan.dataset, job_id, plan.event, spec.iterations)
+            budget = ledger_db.reserve_within(conn, plan.dataset, job_id, plan.event, spec.iterations)
+            # Still under the budget row's lock, and before this job's row exists: the key's quota.
+            job_cost = configured_accountant().cost(plan.event).scaled(spec.iterations)
+            check_quota(conn, plan.dataset, owner.key_id, job_cost, budget.delta)
             conn.execute(
                 insert(jobs).values(
                     id=job_id,
@@ -155,7 +160,7 @@ def submit_job(
         winner = _winner(engine, owner, idempotency_key, spec)
         if winner is not None:
             return Submitted(winner, True)
-        raise BudgetRefused(refusal(engine, exc, plan, spec.iterations)) from None
+        raise BudgetRefused(refusal(engine, exc, plan, spec.iterations, owner.key_id)) from None
     except ledger_db.UnknownDataset:
         raise Conflict(f"the custodian has not set a budget for dataset {plan.dataset}") from None
     except IntegrityError:

@@ -25,6 +25,7 @@ from privacy_wall.control_schema import budgets, datasets, reservations
 from privacy_wall.ledger import Charge
 from privacy_wall.sqlengine import create_db_engine
 from service.app import create_app
+from service.auth import UNKNOWN_KEY
 from service.client import ApiError, VipsClient
 from service.keys import create_key, revoke_key
 from service.models import api_keys, jobs, posteriors, releases
@@ -208,6 +209,27 @@ def test_a_tampered_or_revoked_key_is_401(api: Api) -> None:
     assert r.status_code == 401
     assert revoke_key(api.engine, api.ids["analyst"])
     assert api.call("GET", "/v1/jobs", "analyst").status_code == 401
+
+
+def test_a_key_unknown_here_is_told_so_and_nothing_more(tmp_path: Path, api: Api) -> None:
+    """Issue 24.8: a key made against another store gets a 401 saying the key is unknown to this service,
+    word for word the answer to a tampered or a revoked one (nothing says whether it exists elsewhere)."""
+    with fresh_database("sqlite", tmp_path) as url:
+        upgrade("control", url)
+        other = create_db_engine(url)
+        try:
+            elsewhere = create_key(other, "analyst", all_datasets=True)[1]
+        finally:
+            other.dispose()
+    key = api.keys["cust"]
+    tampered = key[:-1] + ("A" if key[-1] != "A" else "B")
+    assert revoke_key(api.engine, api.ids["analyst"])
+    details = set()
+    for presented in (elsewhere, tampered, api.keys["analyst"]):
+        r = api.client.get("/v1/jobs", headers={"Authorization": f"Bearer {presented}"})
+        assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer"
+        details.add(r.json()["detail"])
+    assert details == {UNKNOWN_KEY} and "unknown to this service" in UNKNOWN_KEY
 
 
 @pytest.mark.parametrize(
@@ -740,6 +762,7 @@ def test_budget_updates_are_checked(api: Api) -> None:
         "epsilon_spent": 0.0,
         "epsilon_reserved": 0.0,
         "epsilon_remaining": 2.0,
+        "warning": None,  # set when the cap is at or below the spend (tests/test_ui_jobs.py)
     }
     for body, field in (
         ({"epsilon": None, "delta": DELTA}, "epsilon"),

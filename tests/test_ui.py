@@ -110,10 +110,15 @@ def test_the_dataset_page_states_the_budget_and_lists_the_jobs_for_its_custodian
     assert b"<svg" in svg.content
     # nothing it loads: links only within itself (#id) or inline (data:); the namespaces are names
     assert not re.findall(rb'(?:href|src)="(?!#|data:)', svg.content)
-    # an analyst sees the dataset and its budget but not every job on it, and no budget form
+    # an analyst sees the dataset, its budget and its own jobs, and no budget form; another analyst no job
     sign_in(api, "analyst")
     page = api.client.get("/ui/datasets/priv").text
-    assert "remaining epsilon" in page and 'name="epsilon"' not in page and job_id not in page
+    assert (
+        "remaining epsilon" in page and 'name="epsilon"' not in page and f'href="/ui/jobs/{job_id}"' in page
+    )
+    sign_in(api, "analyst2")
+    page = api.client.get("/ui/datasets/priv").text
+    assert "remaining epsilon" in page and job_id not in page
 
 
 def test_the_spend_curve_is_the_ledgers_composition_job_by_job(api: Api) -> None:

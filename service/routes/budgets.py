@@ -12,7 +12,7 @@ from sqlalchemy import select
 from privacy_wall import ledger_db
 from privacy_wall.sqlengine import reading
 from service.auth import AUTH_RESPONSES, CustodianKey
-from service.budgets import budget_or_none, finite
+from service.budgets import budget_or_none, budget_warning, finite
 from service.deps import EngineDep
 from service.errors import Conflict, SpecError
 from service.job_costs import epsilon_spent
@@ -21,7 +21,7 @@ from service.models import jobs
 from service.params import DatasetNamePath, decimal_digits
 from service.routes.datasets import budget_public, visible_dataset
 from service.schemas import (
-    BudgetPublic,
+    BudgetSet,
     BudgetUpdate,
     LedgerEntry,
     LedgerJob,
@@ -36,11 +36,12 @@ router = APIRouter(prefix="/datasets", tags=["budgets"], responses=AUTH_RESPONSE
 _ERRORS: dict[int | str, dict[str, Any]] = {404: {"model": Message}, 409: {"model": Message}}
 
 
-@router.put("/{name}/budget", response_model=BudgetPublic, responses=_ERRORS)
+@router.put("/{name}/budget", response_model=BudgetSet, responses=_ERRORS)
 def set_budget(
     name: DatasetNamePath, budget: BudgetUpdate, engine: EngineDep, principal: CustodianKey
-) -> BudgetPublic:
-    """Set the dataset's epsilon cap and delta (delta is fixed once anything was charged)."""
+) -> BudgetSet:
+    """Set the dataset's epsilon cap and delta (delta is fixed once anything was charged). A cap at or
+    below what is already spent is accepted, with a `warning` that no job can be admitted."""
     row = visible_dataset(engine, principal, name, administer=True)
     if budget.epsilon is None and not row.public:
         raise SpecError([(("epsilon",), f"dataset {name} is private: it needs an epsilon cap (> 0)")])
@@ -48,7 +49,8 @@ def set_budget(
         status = ledger_db.set_budget(engine, name, budget.epsilon, budget.delta)
     except ValueError as exc:  # delta cannot change after releases were charged
         raise Conflict(f"dataset {name}: {exc}") from None
-    return budget_public(status)
+    warning = budget_warning(name, status.epsilon_budget, status.epsilon_spent)
+    return BudgetSet(**budget_public(status).model_dump(), warning=warning)
 
 
 def _after(cursor: str | None) -> int | None:

@@ -109,7 +109,7 @@ def _price_or_submit(
     if spec.dry_run:
         response.status_code = status.HTTP_200_OK
         with pricing_slot(settings):  # the headroom is priced by calibration (tens of milliseconds)
-            return quote_job(engine, spec, plan)
+            return quote_job(engine, spec, plan, principal.key_id)
     job, replayed = submit_job(
         engine, queue, principal, spec, plan, idempotency_key, max_queued=settings.max_queued_per_key
     )

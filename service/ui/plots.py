@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import io
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 
 import matplotlib
@@ -13,7 +13,7 @@ import matplotlib
 matplotlib.use("Agg")  # never a window, whatever the environment says
 from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
 from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
+from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 
 matplotlib.rcParams["svg.fonttype"] = "path"
 matplotlib.rcParams["svg.hashsalt"] = "vips"  # the same plot gives the same bytes
@@ -82,28 +82,43 @@ def cumulative_epsilon(
     return _svg(figure)
 
 
-def convergence(changes: Mapping[str, Sequence[float]], title: str) -> bytes:
-    """Per iteration t >= 2, the relative change ||s_t - s_{t-1}|| / ||s_{t-1}|| of each released
-    statistic (noise included): a fit has settled when these stop falling."""
-    figure = Figure(figsize=(7.5, 3.2), dpi=100)
-    figure.subplots_adjust(**_MARGINS)
+def _plain(value: float, unit: str) -> str:
+    """A tick label as people write numbers: 0.01, 2.5, 300 (no exponent), with the unit (%) if any."""
+    text = f"{value:.6f}".rstrip("0").rstrip(".") if value < 1000 else f"{value:,.0f}"
+    return f"{text}{unit}"
+
+
+def convergence(
+    iterations: Sequence[int], values: Sequence[float], label: str, title: str, percent: bool
+) -> bytes:
+    """One line per job: the signal of service.ui.convergence at each iteration (log scale when it spans
+    more than a decade and stays above 0), labelled in words, with plain tick labels."""
+    figure = Figure(figsize=(7.5, 3.4), dpi=100)
+    figure.subplots_adjust(left=0.12, right=0.97, bottom=0.16, top=0.9)
     axes = figure.add_subplot()
-    drawn = False
-    for name, values in changes.items():
-        if values:
-            axes.plot(range(2, len(values) + 2), values, marker="o", markersize=3, label=name)
-            drawn = True
-    if drawn:
-        axes.set_yscale("log")
-        axes.legend(loc="upper right", frameon=False, fontsize=8)
+    unit = "%" if percent else ""
+    if values:
+        marker = "o" if len(values) <= MARKERS_UP_TO else None
+        axes.plot(list(iterations), list(values), color=_SPENT, linewidth=1.4, marker=marker, markersize=3)
+        low, high = min(values), max(values)
+        if low > 0 and high > 10 * low:
+            axes.set_yscale("log")
+            axes.yaxis.set_major_locator(LogLocator(base=10, numticks=8))
+            axes.yaxis.set_minor_formatter(NullFormatter())
+        else:
+            axes.set_ylim(0, high * 1.1 if high > 0 else 1.0)
+            axes.yaxis.set_major_locator(MaxNLocator(nbins=6))
+        axes.yaxis.set_major_formatter(FuncFormatter(lambda v, _: _plain(v, unit)))
     else:
         axes.text(0.5, 0.5, "two releases are needed to see a change", ha="center", va="center",
                   transform=axes.transAxes)  # fmt: skip
+        axes.set_yticks([])
     axes.xaxis.set_major_locator(MaxNLocator(integer=True))
+    axes.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.0f}"))
     axes.set_xlabel("iteration")
-    axes.set_ylabel("relative change of the release")
+    axes.set_ylabel(label, fontsize=9)
     axes.set_title(title)
-    axes.grid(alpha=0.3, which="both")
+    axes.grid(alpha=0.3)
     return _svg(figure)
 
 

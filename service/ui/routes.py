@@ -28,17 +28,18 @@ from pydantic import ValidationError
 from privacy_wall.accounting import epsilon
 from privacy_wall.names import NAME_RULE, is_dataset_name
 from service.auth import owns_dataset, reads_releases, sees_dataset
-from service.budgets import load_dataset
+from service.budgets import exhausted, load_dataset
 from service.deps import EngineDep, SettingsDep
 from service.errors import Conflict, NotFound, ServiceError, SpecError
 from service.job_outputs import job_posterior
 from service.job_reads import to_public, visible_job
+from service.key_spend import key_spend
 from service.keys import Principal, authenticate
 from service.params import JOB_ID_RULE, decimal_number, is_job_id
 from service.routes.budgets import set_budget
 from service.routes.datasets import list_datasets, show_dataset
 from service.schemas import BudgetPublic, BudgetUpdate
-from service.ui import views
+from service.ui import convergence, views
 from service.ui.sessions import COOKIE, UiSession, close_session, find_session, open_session
 
 
@@ -106,6 +107,10 @@ router = APIRouter(prefix="/ui", include_in_schema=False, route_class=SameOrigin
 HERE = Path(__file__).parent
 templates = Jinja2Templates(directory=HERE / "templates")
 
+#: How often a running job's page reloads: its convergence plot takes well under a second to redraw
+#: (bench/dashboard.py), and one reload per job every few seconds costs the API little.
+RUNNING_REFRESH_SECONDS = 5
+
 #: How long a sign-in lasts.
 SESSION_LIFETIME = timedelta(hours=8)
 
@@ -128,14 +133,21 @@ def _epsilon(value: float | None) -> str:
 
 
 def _held(budget: BudgetPublic) -> float:
-    """What open reservations hold beyond the spend (reserved includes spent); 0 when both are unbounded."""
+    """In flight: what open reservations hold beyond the spend (reserved is spent plus in flight, as in
+    BudgetPublic); 0 when both are unbounded."""
     if budget.epsilon_reserved == budget.epsilon_spent:
         return 0.0
     return max(budget.epsilon_reserved - budget.epsilon_spent, 0.0)
 
 
+def _exhausted(budget: BudgetPublic | None) -> bool:
+    """Is the budget's cap at or below its spend (service.budgets.exhausted)?"""
+    return budget is not None and exhausted(budget.epsilon, budget.epsilon_spent)
+
+
 templates.env.filters["eps"] = _epsilon
 templates.env.filters["held"] = _held
+templates.env.tests["exhausted"] = _exhausted
 
 
 def _svg(svg: bytes) -> Response:
@@ -236,11 +248,16 @@ def signout(
 
 
 @router.get("", response_class=HTMLResponse)
-def datasets_page(request: Request, engine: EngineDep) -> Response:
+def datasets_page(
+    request: Request, engine: EngineDep, page: Annotated[int, Query(ge=0, le=100_000)] = 0
+) -> Response:
     def render(session: UiSession) -> Response:
         shown = list_datasets(engine, session.principal)
         bars = {d.name: views.remaining_fraction(d.budget) for d in shown}
-        return _page(request, "datasets.html", session=session, datasets=shown, bars=bars)
+        jobs = views.readable_jobs(engine, session.principal, page)
+        return _page(
+            request, "datasets.html", session=session, datasets=shown, bars=bars, jobs=jobs, pages_at="/ui"
+        )
 
     return _guarded(request, engine, render)
 
@@ -262,13 +279,13 @@ def _dataset_context(engine: EngineDep, principal: Principal, name: str, page: i
         "dataset": dataset,
         "bar": views.remaining_fraction(dataset.budget),
         "administers": administers,
-        "page": page,
-        "jobs": [],
-        "owners": {},
-        "more": False,
+        "jobs": views.readable_jobs(engine, principal, page, name),
+        "pages_at": f"/ui/datasets/{name}",
+        # Who spent the budget: the custodian's and the admin's view only (GET .../ledger/keys).
+        "spend_by_key": key_spend(engine, name, dataset.budget.delta)
+        if administers and dataset.budget is not None
+        else None,
     }
-    if views.sees_dataset_jobs(principal, row):
-        context["jobs"], context["owners"], context["more"] = views.dataset_jobs(engine, name, page)
     return context
 
 
@@ -379,6 +396,8 @@ def job_page(request: Request, engine: EngineDep, job_id: str) -> Response:
             "releases": reads_releases(session.principal, job, dataset),
             "summary": summary,
             "running": job.status in ("queued", "running"),
+            "refresh": RUNNING_REFRESH_SECONDS,
+            "signal": convergence.signal_of(job.algorithm),
             "per_iteration": _per_iteration(job, dataset),
         }
         return _page(request, "job.html", session=session, **context)
@@ -396,15 +415,12 @@ def _per_iteration(job: Any, dataset: Any) -> float | None:
 
 @router.get("/jobs/{job_id}/convergence.svg")
 def convergence_plot(request: Request, engine: EngineDep, job_id: str) -> Response:
-    from service.ui import plots
-
     def render(session: UiSession) -> Response:
         job, dataset = _job(engine, session.principal, job_id)
         if not reads_releases(session.principal, job, dataset):
             raise NotFound(f"job {job_id} has no releases this key may read")
-        title = f"How much each release changed: job {job.id[:8]}"
-        svg = plots.convergence(views.release_changes(engine, job.id), title)
-        return _svg(svg)
+        population = dataset.population if dataset is not None else job.batch_size
+        return _svg(views.convergence_plot(engine, job, population))
 
     return _guarded(request, engine, render)
 

@@ -10,21 +10,19 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Generic, TypeVar
 
-import numpy as np
 from sqlalchemy import Engine, Row, func, select
 
 from privacy_wall.accounting import PrivacyCost, configured_accountant
 from privacy_wall.control_schema import budgets, charges
 from privacy_wall.sqlengine import reading
-from service.auth import owns_dataset
 from service.job_costs import job_costs
-from service.job_reads import to_public
+from service.job_reads import list_jobs, to_public
 from service.keys import Principal
-from service.models import jobs, releases
+from service.models import jobs
 from service.posterior_summary import Coefficient, TopicWords, coefficients, top_words
-from service.release_arrays import decode_arrays
 from service.schemas import JobPublic
 from service.timestamps import aware
+from service.ui import convergence
 
 T = TypeVar("T")
 
@@ -80,6 +78,7 @@ def clear_caches() -> None:
     """Forget every cached curve and plot (benchmarks measure the first request with this)."""
     _curves.clear()
     _plots.clear()
+    convergence.clear()
 
 
 def _ledger_state(conn: Any, dataset: str, delta: float) -> tuple[Any, ...]:
@@ -139,43 +138,42 @@ def spend_curve(engine: Engine, dataset: str, delta: float) -> SpendCurve:
     return curve
 
 
-def dataset_jobs(engine: Engine, dataset: str, page: int) -> tuple[list[JobPublic], dict[str, str], bool]:
-    """One page of the dataset's jobs, newest first, with each submitting key's id, and whether more
-    pages follow. The caller has checked that this key may see the dataset's jobs."""
-    with reading(engine) as conn:
-        rows = conn.execute(
-            select(jobs)
-            .where(jobs.c.dataset == dataset)
-            .order_by(jobs.c.created_at.desc(), jobs.c.id)
-            .limit(JOBS_PER_PAGE + 1)
-            .offset(page * JOBS_PER_PAGE)
-        ).all()
+@dataclass(frozen=True)
+class JobsPage:
+    """One page of the jobs a key may read, newest first: their public views, the submitting key's id
+    of each where the key administers the job's dataset (custodians and admins; None otherwise), and
+    whether older jobs follow."""
+
+    jobs: list[JobPublic]
+    owners: dict[str, str] | None
+    page: int
+    more: bool
+
+
+def readable_jobs(engine: Engine, principal: Principal, page: int, dataset: str | None = None) -> JobsPage:
+    """Page `page` of the jobs this key may read (service.job_reads.list_jobs: the rules of GET /v1/jobs),
+    on `dataset` only if given."""
+    rows = list_jobs(engine, principal, dataset=dataset, limit=JOBS_PER_PAGE + 1, offset=page * JOBS_PER_PAGE)
     shown = rows[:JOBS_PER_PAGE]
-    return to_public(engine, shown), {row.id: row.owner for row in shown}, len(rows) > JOBS_PER_PAGE
+    owners = {row.id: row.owner for row in shown} if principal.role in ("admin", "custodian") else None
+    return JobsPage(to_public(engine, shown), owners, page, len(rows) > JOBS_PER_PAGE)
 
 
-def sees_dataset_jobs(principal: Principal, dataset: Row[Any]) -> bool:
-    """Whose pages list every job of a dataset: its custodian and admins (over HTTP, GET /v1/jobs
-    filtered by the dataset). Analysts see their own jobs, clients those of their scope."""
-    return owns_dataset(principal, dataset)
+def convergence_plot(engine: Engine, job: Row[Any], population: int) -> bytes:
+    """The SVG of the job's convergence signal (service.ui.convergence), cached by (job, iterations
+    released): a new release is a new key, so nothing cached is ever stale."""
+    key = ("convergence", job.id, convergence.released_count(engine, job.id))
+    svg = _plots.get(key)
+    if svg is None:
+        from service.ui import plots  # matplotlib: only when a plot is drawn
 
-
-def release_changes(engine: Engine, job_id: str) -> dict[str, list[float]]:
-    """Per released statistic, ||s_t - s_(t-1)|| / ||s_(t-1)|| for t = 2..T (noise included)."""
-    changes: dict[str, list[float]] = {}
-    previous: dict[str, np.ndarray] = {}
-    with reading(engine) as conn:
-        rows = conn.execute(
-            select(releases.c.arrays).where(releases.c.job_id == job_id).order_by(releases.c.iteration)
+        shown = convergence.curve(engine, job, population)
+        title = f"Is job {job.id[:8]} still moving? {shown.last} iterations released"
+        svg = plots.convergence(
+            shown.iterations, shown.values, shown.signal.label, title, shown.signal is convergence.NATURAL
         )
-        for (blob,) in rows:  # one release decoded at a time
-            for name, value in decode_arrays(blob).items():
-                flat = value.ravel()
-                if name in previous and previous[name].shape == flat.shape:
-                    norm = float(np.linalg.norm(previous[name])) or 1.0
-                    changes.setdefault(name, []).append(float(np.linalg.norm(flat - previous[name])) / norm)
-                previous[name] = flat
-    return changes
+        _plots.put(key, svg)
+    return svg
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
-"""Client verbs over HTTP (VIPS_URL, VIPS_API_KEY): `vips budget`, `vips fit`, `vips jobs`, `vips job`,
-`vips cancel`, `vips posterior`, `vips ledger`."""
+"""Client verbs over HTTP (VIPS_URL, VIPS_API_KEY): `vips budget`, `vips fit`, `vips wait`, `vips jobs`,
+`vips job`, `vips cancel`, `vips posterior`, `vips ledger`."""
 
 from __future__ import annotations
 
@@ -31,14 +31,47 @@ def client() -> Iterator[VipsClient]:
 
 
 def run_budget_set(args: argparse.Namespace) -> int:
+    """The new budget as one JSON line; its warning (a cap at or below the spend) also on stderr."""
     with client() as api:
-        print_json(api.set_budget(args.name, args.epsilon, args.delta))
+        answer = api.set_budget(args.name, args.epsilon, args.delta)
+    print_json(answer)
+    if answer.get("warning"):
+        note(f"warning: {answer['warning']}")
+    return 0
+
+
+def run_budget_quota(args: argparse.Namespace) -> int:
+    """Set (--epsilon) or remove (--clear) a key's quota on a dataset, printing it as one JSON line (epsilon
+    null once removed); without --key, one JSON line per quota on the dataset."""
+    if args.key is None:
+        if args.epsilon is not None or args.clear:
+            raise UsageError("--epsilon and --clear need --key KEY_ID")
+        with client() as api:
+            for quota in api.quotas(args.name):
+                print_json(quota)
+        return 0
+    if args.epsilon is None and not args.clear:
+        raise UsageError("give --epsilon E (set the key's quota) or --clear (remove it)")
+    with client() as api:
+        if args.clear:
+            api.clear_quota(args.name, args.key)
+            print_json({"dataset": args.name, "key_id": args.key, "epsilon": None})
+        else:
+            answer = api.set_quota(args.name, args.key, args.epsilon)
+            print_json(answer)
+            if answer.get("warning"):
+                note(f"warning: {answer['warning']}")
     return 0
 
 
 def run_budget_show(args: argparse.Namespace) -> int:
+    """The dataset with its budget and spend as one JSON line; its schema (the column names or the
+    vocabulary, which may run to thousands of entries) only with --schema."""
     with client() as api:
-        print_json(api.dataset(args.name))
+        dataset = api.dataset(args.name)
+    if not args.schema:
+        dataset.pop("schema", None)
+    print_json(dataset)
     return 0
 
 
@@ -51,12 +84,15 @@ def run_jobs(args: argparse.Namespace) -> int:
 
 
 def run_ledger(args: argparse.Namespace) -> int:
-    """The per-job summary (one JSON line), or with --entries one page of charges (--cursor: the
-    next_cursor of the previous page) or every page (--all: one document, no next_cursor)."""
+    """The per-job summary (one JSON line), with --by-key the per-key one, or with --entries one page of
+    charges (--cursor: the next_cursor of the previous page) or every page (--all: one document, no
+    next_cursor)."""
     if not args.entries and (args.limit is not None or args.cursor is not None or args.all):
         raise UsageError("--limit, --cursor and --all page the charge entries: add --entries")
     with client() as api:
-        if not args.entries:
+        if args.by_key:
+            print_json(api.ledger_keys(args.name))
+        elif not args.entries:
             print_json(api.ledger_jobs(args.name))
         elif args.all:
             print_json(api.ledger(args.name, page_size=args.limit or LEDGER_PAGE))
@@ -74,7 +110,21 @@ def run_posterior(args: argparse.Namespace) -> int:
     with client() as api:
         document = api.posterior(args.job)
     _save(document, Path(args.output))
+    note(
+        f"posterior of job {document.get('job_id', args.job)} written to {args.output}; "
+        f"{_privacy_text(document)}"
+    )
     return 0
+
+
+def _privacy_text(document: dict[str, Any]) -> str:
+    """The job's own epsilon at its delta, from the posterior's `privacy` (docs/posterior-format.md)."""
+    privacy: dict[str, Any] = document.get("privacy") or {}
+    if privacy.get("epsilon_is_infinite"):
+        return "the job's epsilon is inf (sigma 0: not private)"
+    delta = privacy.get("delta")
+    at = "" if delta is None else f" at delta {delta:g}"
+    return f"the job's epsilon {epsilon_text(privacy.get('epsilon'))}{at}"
 
 
 def _save(document: dict[str, Any], path: Path) -> None:
@@ -88,7 +138,10 @@ WAIT_TIMED_OUT = 124
 
 
 def _follow_hint(job_id: str) -> str:
-    return f"follow it with `vips job {job_id}`; `vips cancel {job_id}` stops it and refunds the rest"
+    return (
+        f"reattach with `vips wait {job_id}`, follow it with `vips job {job_id}`; `vips cancel {job_id}` "
+        "stops it and refunds the rest"
+    )
 
 
 def _submit(api: VipsClient, key: str, **spec: Any) -> dict[str, Any]:
@@ -142,36 +195,58 @@ def run_fit_remote(args: argparse.Namespace, options: dict[str, float]) -> int:
                 file=sys.stderr,
             )
             return 130
+        _announce(job["id"], key)
         if not args.wait:
             print(job["id"])
             return 0
-        print(job["id"], file=sys.stderr)
-        try:
-            job = _wait_with_progress(api, job, args.timeout)
-        except KeyboardInterrupt:
-            print(
-                f"vips: stopped waiting; job {job['id']} goes on: {_follow_hint(job['id'])}", file=sys.stderr
-            )
-            return 130
-        except TimeoutError:
-            print(
-                f"vips: job {job['id']} is not finished after {args.timeout:g} s and goes on: "
-                f"{_follow_hint(job['id'])}",
-                file=sys.stderr,
-            )
-            return WAIT_TIMED_OUT
-        print(json.dumps(job, allow_nan=False))
-        if job["status"] != "succeeded":
-            if job.get("error"):
-                print(f"vips: job {job['id']} {job['status']}: {job['error']}", file=sys.stderr)
-            return 1
-        if args.output is not None:
-            _save(api.posterior(job["id"]), Path(args.output))
-            note(f"posterior written to {args.output}")
-        else:
-            note(f"posterior not saved: download it with `vips posterior {job['id'][:8]} -o posterior.json`")
-        note(_budget_left(api, job))
+        return _wait_and_end(api, job, args.timeout, args.output)
+
+
+def _announce(job_id: str, key: str) -> None:
+    """On stderr at submission: the job id with its idempotency key, and how to get back to the job."""
+    note(
+        f"job {job_id} submitted with idempotency key {key} (rerunning the command with --idempotency-key "
+        f"{key} gets this job back, never a second one); reattach with `vips wait {job_id}`"
+    )
+
+
+def _wait_and_end(api: VipsClient, job: dict[str, Any], timeout: float | None, output: str | None) -> int:
+    """`fit --wait` and `vips wait`: the progress bar to the job's end, then the finished job as one JSON
+    line, where the posterior went (-o) and the budget left; 1 if the job did not succeed, 130 on Ctrl-C
+    and 124 after `timeout` seconds (the job goes on in both)."""
+    try:
+        job = _wait_with_progress(api, job, timeout)
+    except KeyboardInterrupt:
+        print(f"vips: stopped waiting; job {job['id']} goes on: {_follow_hint(job['id'])}", file=sys.stderr)
+        return 130
+    except TimeoutError:
+        print(
+            f"vips: job {job['id']} is not finished after {timeout:g} s and goes on: "
+            f"{_follow_hint(job['id'])}",
+            file=sys.stderr,
+        )
+        return WAIT_TIMED_OUT
+    print(json.dumps(job, allow_nan=False))
+    if job["status"] != "succeeded":
+        if job.get("error"):
+            print(f"vips: job {job['id']} {job['status']}: {job['error']}", file=sys.stderr)
+        return 1
+    if output is not None:
+        _save(api.posterior(job["id"]), Path(output))
+        note(f"posterior written to {output}")
+    else:
+        note(f"posterior not saved: download it with `vips posterior {job['id'][:8]} -o posterior.json`")
+    note(_budget_left(api, job))
     return 0
+
+
+def run_wait(args: argparse.Namespace) -> int:
+    """`vips wait JOB`: reattach to a job (a running one, e.g. after Ctrl-C in `fit --wait`) and end as
+    `fit --wait` does."""
+    if args.output is not None:
+        check_writable(Path(args.output))
+    with client() as api:
+        return _wait_and_end(api, api.job(args.job), args.timeout, args.output)
 
 
 def _budget_left(api: VipsClient, job: dict[str, Any]) -> str:

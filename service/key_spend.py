@@ -1,0 +1,106 @@
+"""What each key has spent on a dataset: its own releases there composed by the configured accountant,
+exactly as the dataset's ledger composes all of them (additive costs of the stored events, priced once
+per event; docs/design.md section 3), at the dataset's delta. Never a sum of per-job epsilons."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from sqlalchemy import Connection, Engine, select
+
+from privacy_wall import ledger_db
+from privacy_wall.accounting import PrivacyCost, configured_accountant, event_from_dict, sum_costs
+from privacy_wall.control_schema import reservations
+from privacy_wall.sqlengine import reading
+from service.job_costs import id_chunks, job_costs_within
+from service.keys import key_names
+from service.models import jobs, key_quotas
+
+
+@dataclass(frozen=True)
+class KeySpend:
+    """One key's share of a dataset's ledger (epsilons composed at the dataset's delta)."""
+
+    key_id: str
+    key_name: str | None
+    jobs: int  # jobs the key submitted on the dataset, in any state
+    iterations_charged: int  # distinct charged iterations over those jobs
+    epsilon_spent: float  # the key's committed releases composed (inf: unbounded)
+    epsilon_reserved: float  # committed plus the uncommitted rest of its open reservations, composed
+    quota: float | None  # the key's cap on this dataset (service.quotas); None: only the dataset's
+
+
+def key_cost(conn: Connection, dataset: str, key_id: str) -> PrivacyCost:
+    """The composed cost of the key's releases on the dataset: its jobs' charges plus the uncommitted
+    rest of their open reservations (what a quota is checked against), read on the caller's connection."""
+    ids = list(
+        conn.execute(select(jobs.c.id).where(jobs.c.dataset == dataset, jobs.c.owner == key_id)).scalars()
+    )
+    charged, rest = _charged_and_rest(conn, ids)
+    return sum_costs([*charged.values(), *rest.values()], configured_accountant().name)
+
+
+def key_spend(engine: Engine, dataset: str, delta: float, key_id: str | None = None) -> list[KeySpend]:
+    """Per key with a job or a quota on the dataset (only `key_id`'s row when given, also without either),
+    in order of its first job, then the keys with a quota only."""
+    with reading(engine) as conn:
+        query = select(jobs.c.id, jobs.c.owner).where(jobs.c.dataset == dataset).order_by(jobs.c.created_at)
+        quota_query = select(key_quotas.c.key_id, key_quotas.c.epsilon).where(key_quotas.c.dataset == dataset)
+        if key_id is not None:
+            query = query.where(jobs.c.owner == key_id)
+            quota_query = quota_query.where(key_quotas.c.key_id == key_id)
+        owners = {row.id: row.owner for row in conn.execute(query)}
+        quotas = {row.key_id: float(row.epsilon) for row in conn.execute(quota_query)}
+        charged, rest = _charged_and_rest(conn, list(owners))
+    iterations = {c["job_id"]: c["iterations"] for c in ledger_db.charges_per_job(engine, dataset)}
+    by_key: dict[str, list[str]] = defaultdict(list)
+    for job_id, owner in owners.items():
+        by_key[owner].append(job_id)
+    keys = [*by_key, *(k for k in quotas if k not in by_key)]
+    if key_id is not None and key_id not in keys:
+        keys.append(key_id)
+    names = key_names(engine, keys)
+    name = configured_accountant().name
+    rows = []
+    for key in keys:
+        ids = by_key.get(key, [])
+        spent = sum_costs([charged[j] for j in ids], name)
+        reserved = spent + sum_costs([rest[j] for j in ids if j in rest], name)
+        rows.append(
+            KeySpend(
+                key_id=key,
+                key_name=names.get(key),
+                jobs=len(ids),
+                iterations_charged=sum(iterations.get(j, 0) for j in ids),
+                epsilon_spent=spent.epsilon(delta),
+                epsilon_reserved=reserved.epsilon(delta),
+                quota=quotas.get(key),
+            )
+        )
+    return rows
+
+
+def _charged_and_rest(
+    conn: Connection, ids: list[str]
+) -> tuple[dict[str, PrivacyCost], dict[str, PrivacyCost]]:
+    """Per job: the cost of its charges (service.job_costs) and of the uncommitted rest of its open
+    reservation (jobs without an open one are left out of the second), as the dataset's ledger prices them."""
+    accountant = configured_accountant()
+    rest: dict[str, PrivacyCost] = {}
+    for chunk in id_chunks(ids):
+        rows = conn.execute(
+            select(
+                reservations.c.job_id,
+                reservations.c.event,
+                reservations.c.iterations,
+                reservations.c.committed,
+            ).where(
+                reservations.c.job_id.in_(chunk),
+                reservations.c.open.is_(True),
+                reservations.c.committed < reservations.c.iterations,
+            )
+        )
+        for job_id, event, total, committed in rows:
+            rest[job_id] = accountant.cost(event_from_dict(event)).scaled(total - committed)
+    return job_costs_within(conn, ids), rest
