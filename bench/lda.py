@@ -20,6 +20,7 @@ Sections:
 
     python -m bench.lda [--quick] [--seeds N] [--out DIR]
     python -m bench.lda --full [--out DIR]
+    python -m bench.lda --whole-process [--repeats R]   # `vips fit --local` as a process vs scikit-learn
 
 Fits run through the real pieces: an in-memory store, privacy_wall.gate.Gate, an InMemoryLedger and
 worker.runner.run_vips. Private fits cannot be seeded (OS CSPRNG): their repeats are independent runs.
@@ -712,10 +713,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--seeds", type=int, default=None, help="wikipedia repeats (5; 1 with --quick)")
     parser.add_argument("--wikipedia-only", action="store_true", help="skip the private section")
+    parser.add_argument(
+        "--whole-process",
+        action="store_true",
+        help="only `vips fit --local` as a whole process against scikit-learn's fit (bench.lda_process)",
+    )
+    parser.add_argument("--repeats", type=int, default=3, help="--whole-process: alternated repeats")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "out")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
+    if args.whole_process:
+        from bench.lda_process import measure, report
+
+        table = report(measure(args.repeats))
+        print(table)
+        (args.out / "lda_process.md").write_text(
+            f"Produced by `python -m bench.lda --whole-process --repeats {args.repeats}`.\n\n{table}\n",
+            encoding="utf-8",
+        )
+        return 0
     if args.full_worker:
         import tempfile
 

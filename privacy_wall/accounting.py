@@ -18,7 +18,8 @@ subsampled releases. An accountant turns a cost into (epsilon, delta):
 
 Conventions (docs/design.md section 2): replace-one neighbours; each iteration samples exactly S of N records
 uniformly without replacement; one Gaussian mechanism with noise multiplier sigma per iteration.
-This module and privacy_wall.pld are the only ones of the project that import autodp or dp_accounting.
+This module and privacy_wall.pld are the only ones of the project that import autodp or dp_accounting,
+each where it prices (they take about a second to import, which a sigma = 0 fit never needs).
 """
 
 from __future__ import annotations
@@ -33,15 +34,11 @@ from functools import lru_cache
 from typing import Any
 
 import numpy as np
-from autodp import dp_bank, rdp_acct, rdp_bank
-from dp_accounting import gaussian_mechanism
-from dp_accounting.rdp import rdp_privacy_accountant
 from numpy.typing import NDArray
-from pydantic_settings import BaseSettings, SettingsConfigDict
-from scipy.optimize import brentq
 
 from privacy_wall import pld
-from privacy_wall.accountant_names import ACCOUNTANT_NAMES, DEFAULT_ACCOUNTANT
+from privacy_wall.accountant_names import ACCOUNTANT_NAMES
+from privacy_wall.accountant_names import DEFAULT_ACCOUNTANT as DEFAULT_ACCOUNTANT  # re-exported
 from privacy_wall.pld import Group
 from privacy_wall.wor_rdp import sampled_gaussian_rdp
 
@@ -338,6 +335,8 @@ class RdpAccountant(Accountant):
 
     def epsilon(self, cost: PrivacyCost, delta: float) -> float:
         """eps = min_a rdp(a) + log((a-1)/a) - (log delta + log a)/(a-1) (Balle et al. 2020, Thm 21)."""
+        from dp_accounting.rdp import rdp_privacy_accountant  # ~1 s to import: on first pricing only
+
         eps, _ = rdp_privacy_accountant.compute_epsilon(ORDERS, cost.rdp, delta)
         return float(eps)
 
@@ -403,6 +402,8 @@ def _gaussian_epsilon(mu2: float, delta: float) -> float:
         return math.inf
     # dp_accounting solves delta(eps) = delta to 1e-12 with brentq; the tolerance is added back so
     # the answer is never below the exact epsilon.
+    from dp_accounting import gaussian_mechanism  # ~1 s to import: on first pricing only
+
     with np.errstate(divide="ignore"):
         return float(gaussian_mechanism.get_epsilon_gaussian(1.0 / math.sqrt(mu2), delta)) + 1e-12
 
@@ -420,14 +421,6 @@ ACCOUNTANTS: dict[str, Accountant] = {
 assert tuple(ACCOUNTANTS) == ACCOUNTANT_NAMES
 
 
-class AccountingSettings(BaseSettings):
-    """VIPS_ACCOUNTANT: the accountant that prices every dataset of a deployment (default pld)."""
-
-    model_config = SettingsConfigDict(env_prefix="VIPS_", extra="ignore")
-
-    accountant: str = DEFAULT_ACCOUNTANT
-
-
 def get_accountant(name: str) -> Accountant:
     """The accountant of that name (pld, rdp or paper), or ValueError naming the choices."""
     try:
@@ -439,6 +432,8 @@ def get_accountant(name: str) -> Accountant:
 @lru_cache
 def configured_accountant() -> Accountant:
     """The deployment's accountant (VIPS_ACCOUNTANT), read once per process."""
+    from privacy_wall.accounting_settings import AccountingSettings  # pydantic-settings: only here
+
     return get_accountant(AccountingSettings().accountant)
 
 
@@ -471,6 +466,7 @@ def _exact_orders(sigma: float, sampling_rate: float) -> int:
 
 
 def _autodp_subsampled_gaussian_rdp(sigma: float, sample_size: int, population: int) -> tuple[float, ...]:
+    from autodp import rdp_acct, rdp_bank  # autodp (~0.3 s to import) only where the `paper` prices
 
     def gaussian(alpha: float) -> float:
         return float(rdp_bank.RDP_gaussian({"sigma": sigma}, alpha))
@@ -558,6 +554,8 @@ def calibrate_sigma(
         return math.log(value / target_epsilon) if 0 < value < math.inf else (1e300 if value else -1e300)
 
     # The root is within step/4 of the crossing, so step/2 above it fits (unless epsilon is not smooth there).
+    from scipy.optimize import brentq  # ~0.2 s to import: on first calibration only
+
     root = brentq(excess, lo_log, hi_log, xtol=step / 4)
     candidate = min(root + step / 2, hi_log)
     if fits(at(candidate)):
@@ -589,6 +587,8 @@ def _first_guess(
         )
     except CalibrationError:
         fitting = None
+    from dp_accounting import gaussian_mechanism
+
     with contextlib.suppress(ValueError, ArithmeticError):
         target_mu2 = 1.0 / gaussian_mechanism.get_sigma_gaussian(target_epsilon, delta) ** 2
         spent_mu2 = base.gaussian_mu_squared + sum(
@@ -650,6 +650,8 @@ def strong_composition_epsilon(
     delta0 = delta / 2 / (iterations * q)
     if delta0 >= 1:
         delta0 = 1 - 1e-12
+    from autodp import dp_bank  # comparisons only: not loaded by a fit
+
     eps0 = float(dp_bank.get_eps_ana_gaussian(sigma, delta0))
     eps1 = float(np.logaddexp(math.log1p(-q), math.log(q) + eps0)) if q < 1 else eps0
     t = iterations
@@ -674,6 +676,8 @@ def calibrate_sigma_strong(
         raise CalibrationError("target epsilon is unreachable by strong composition")
     if gap(lo) <= 0:
         return _SIGMA_MIN
+    from scipy.optimize import brentq
+
     return math.exp(brentq(gap, lo, hi, xtol=1e-8)) * (1 + 1e-9)
 
 
@@ -684,6 +688,8 @@ def autodp_reference_epsilon(
 
     Same bound and the same number of exact orders as the `paper` accountant, which differs only by our grid.
     """
+    from autodp import rdp_acct, rdp_bank  # audits only: not loaded by a fit
+
     exact_orders = _exact_orders(sigma, sample_size / population)
     acct = rdp_acct.anaRDPacct(m=exact_orders, m_max=exact_orders)
 

@@ -37,6 +37,10 @@ class FormatError(ValueError):
     """An input file that breaks its format. The message never contains a cell's value."""
 
 
+class MissingHeader(FormatError):
+    """A tabular CSV whose line 1 is numeric: a header row of column names was required."""
+
+
 @dataclass(frozen=True, eq=False)
 class TabularFile:
     """A numeric table: features (rows x columns), optional 0/1 labels, and the feature columns' names.
@@ -148,7 +152,9 @@ def _header(path: Path, first_line: str) -> tuple[str, ...]:
         raise FormatError(f"{_where(path, 1)}: the header row is not valid CSV") from None
     # Checked first: a file without a header must not have its first data row echoed as column names.
     if all(_NUMBER.fullmatch(name) or _NON_FINITE.fullmatch(name) for name in names):
-        raise FormatError(f"{_where(path, 1)}: a header row of column names is required (line 1 is numeric)")
+        raise MissingHeader(
+            f"{_where(path, 1)}: a header row of column names is required (line 1 is numeric)"
+        )
     for index, name in enumerate(names):
         if not name:
             raise FormatError(f"{_where(path, 1)}: column {index + 1} of the header has no name")
@@ -200,6 +206,8 @@ class TabularStream:
     0/1 labels when `binary_label` (any finite target otherwise), 0/1 values everywhere when
     `binary_values`. Errors name the line (and column), never a value; an error in a later block is raised
     when that block is reached, after the earlier blocks were yielded.
+
+    `names` given: the file has no header row (line 1 is data) and these are its columns' names.
     """
 
     def __init__(
@@ -211,14 +219,20 @@ class TabularStream:
         binary_values: bool = False,
         block_bytes: int = TABLE_BLOCK_BYTES,
         max_line_bytes: int = MAX_LINE_BYTES,
+        names: tuple[str, ...] | None = None,
     ) -> None:
         self.path = Path(path)
         self._binary_label = binary_label
         self._binary_values = binary_values
         self._block_bytes = max(1, block_bytes)
         self._max_line_bytes = max_line_bytes
-        header, self._data_offset = self._read_header()
-        names = _header(self.path, header)
+        self.has_header = names is None
+        if names is None:
+            header, self._data_offset = self._read_header()
+            names = _header(self.path, header)
+        else:
+            self._data_offset = 0
+        self.first_data_line = FIRST_DATA_LINE if self.has_header else 1
         if label is not None and label not in names:
             raise FormatError(
                 f"{self.path}: no label column {label!r}; the header has {len(names)} columns"
@@ -260,7 +274,7 @@ class TabularStream:
         path = self.path
         with _open(path) as stream:
             stream.seek(self._data_offset)
-            number = FIRST_DATA_LINE
+            number = self.first_data_line
             pending = b""
             while chunk := stream.read(self._block_bytes):
                 buffer = pending + chunk if pending else chunk
@@ -287,7 +301,8 @@ class TabularStream:
                 rows += count
                 yield first_line, self._parse(first_line, data, count)
         if rows == 0:
-            raise FormatError(f"{self.path}: the header is not followed by any data row")
+            what = "the header is not followed by any data row" if self.has_header else "no data row"
+            raise FormatError(f"{self.path}: {what}")
 
     def _check_block(
         self, first_line: int, block: bytes, width: int, blank_from: int | None
@@ -343,9 +358,8 @@ class TabularStream:
             if blank_from is not None:
                 raise FormatError(f"{_where(path, blank_from)}: empty line between data rows")
             if commas[i] != width - 1:
-                raise FormatError(
-                    f"{_where(path, number)}: {int(commas[i]) + 1} cells, but the header has {width} columns"
-                )
+                expected = f"the header has {width} columns" if self.has_header else f"{width} are expected"
+                raise FormatError(f"{_where(path, number)}: {int(commas[i]) + 1} cells, but {expected}")
         if blank_from is not None and blank_here is None and lines:
             raise FormatError(f"{_where(path, blank_from)}: empty line between data rows")
         if blank_here is None:
@@ -364,11 +378,13 @@ class TabularStream:
         table: NDArray[np.float64]
         parsed = None
         # pyarrow's message quotes the cell: the block is parsed again below, outside this block, so
-        # that no error raised from there carries pyarrow's exception as its context.
+        # that no error raised from there carries pyarrow's exception as its context. On the calling
+        # thread: no faster on 2 cores here, and Arrow's thread pool can abort the process at exit
+        # ("terminate called without an active exception", apache/arrow#34314).
         with contextlib.suppress(pa.ArrowInvalid, pa.ArrowException):
             parsed = pa_csv.read_csv(
                 pa.py_buffer(data),
-                read_options=pa_csv.ReadOptions(column_names=columns),
+                read_options=pa_csv.ReadOptions(column_names=columns, use_threads=False),
                 parse_options=pa_csv.ParseOptions(quote_char=False, ignore_empty_lines=False),
                 convert_options=pa_csv.ConvertOptions(
                     column_types=dict.fromkeys(columns, pa.float64()),
@@ -459,12 +475,17 @@ def _count_rest(tables: Iterator[tuple[int, NDArray[np.float64]]], column: int) 
 
 
 def read_tabular_csv(
-    path: Path, label: str | None, *, binary_label: bool = True, block_bytes: int = TABLE_BLOCK_BYTES
+    path: Path,
+    label: str | None,
+    *,
+    binary_label: bool = True,
+    block_bytes: int = TABLE_BLOCK_BYTES,
+    names: tuple[str, ...] | None = None,
 ) -> TabularFile:
-    """Read a numeric CSV with a header; split off the label column when `label` is given: 0/1 values,
-    or any finite numbers when `binary_label` is False (regression targets). The file is parsed in blocks
-    (TabularStream); only the values are held, as one array."""
-    stream = TabularStream(path, label, binary_label=binary_label, block_bytes=block_bytes)
+    """Read a numeric CSV with a header (or, with `names`, one without: these are its columns); split off
+    the label column when `label` is given: 0/1 values, or any finite numbers when `binary_label` is False
+    (regression targets). The file is parsed in blocks (TabularStream); only the values are held."""
+    stream = TabularStream(path, label, binary_label=binary_label, block_bytes=block_bytes, names=names)
     return _collect(stream)
 
 

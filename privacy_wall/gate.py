@@ -13,10 +13,10 @@ CSPRNG-seeded generator; a seed or sigma = 0 is accepted only for datasets marke
 from __future__ import annotations
 
 import logging
+import sys
 from dataclasses import dataclass
 
 import numpy as np
-from sqlalchemy.exc import InterfaceError, OperationalError
 
 from privacy_wall.accounting import SubsampledGaussianEvent
 from privacy_wall.ledger import Charge, Ledger
@@ -110,7 +110,8 @@ class Gate:
         function of public facts: the sensitive database could not be read, or memory ran out on data
         whose arrays have public shapes (not bag-of-words: the lengths of the sampled documents are
         data). Anything else (a numerical error, an unknown one) keeps its charge."""
-        if isinstance(failure, OperationalError | InterfaceError):
+        database = sys.modules.get("sqlalchemy.exc")  # not loaded: no database error can have occurred
+        if database is not None and isinstance(failure, database.OperationalError | database.InterfaceError):
             return True
         return isinstance(failure, MemoryError) and self._store.info.kind != "bow"
 

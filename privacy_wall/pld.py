@@ -34,12 +34,23 @@ import math
 import threading
 from collections import OrderedDict
 from functools import lru_cache
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from dp_accounting.pld import pld_pmf
 from numpy.typing import NDArray
 from scipy import fft as scipy_fft
 from scipy.special import log_ndtr
+
+if TYPE_CHECKING:
+    from dp_accounting.pld import pld_pmf
+
+
+def _dense(*args: Any, **kwargs: Any) -> pld_pmf.DensePLDPmf:
+    """dp_accounting's DensePLDPmf, imported on first use (about a second: a sigma = 0 fit never needs it)."""
+    from dp_accounting.pld import pld_pmf
+
+    return pld_pmf.DensePLDPmf(*args, **kwargs)
+
 
 #: A group of identical releases: (sigma, sample_size, population, count).
 Group = tuple[float, int, int, int]
@@ -212,9 +223,7 @@ def connect_the_dots(h: float, lowest: int, deltas: NDArray[np.float64]) -> pld_
     probs[0] = 1.0 - deltas[0] + steps[0] / math.expm1(h)
     probs[1:-1] = (steps[1:] - steps[:-1] * math.exp(h)) / math.expm1(h)
     probs[-1] = steps[-1] / math.expm1(-h)
-    return pld_pmf.DensePLDPmf(
-        h, lowest, np.maximum(probs, 0.0), float(deltas[-1]), pessimistic_estimate=True
-    )
+    return _dense(h, lowest, np.maximum(probs, 0.0), float(deltas[-1]), pessimistic_estimate=True)
 
 
 def _cut(pmf: pld_pmf.DensePLDPmf, tail: float) -> pld_pmf.DensePLDPmf:
@@ -226,7 +235,7 @@ def _cut(pmf: pld_pmf.DensePLDPmf, tail: float) -> pld_pmf.DensePLDPmf:
     end = max(end, start + 1)
     kept = probs[start:end].copy()
     kept[0] += probs[:start].sum()
-    return pld_pmf.DensePLDPmf(
+    return _dense(
         pmf._discretization,
         pmf._lower_loss + start,
         kept,
@@ -259,7 +268,7 @@ def _self_composed(pmf: pld_pmf.DensePLDPmf, count: int) -> pld_pmf.DensePLDPmf:
     power = scipy_fft.irfft(scipy_fft.rfft(probs, fast) ** count, fast)
     kept = np.roll(power, -lower)[:size]  # the transform wraps modulo `fast`: the window of interest
     infinity = COMPOSITION_TAIL - math.expm1(count * math.log1p(-pmf._infinity_mass))
-    return pld_pmf.DensePLDPmf(
+    return _dense(
         pmf._discretization, pmf._lower_loss * count + lower, kept, infinity, pessimistic_estimate=True
     )
 
@@ -342,7 +351,7 @@ def coarsened(pmf: pld_pmf.DensePLDPmf, factor: int) -> pld_pmf.DensePLDPmf:
     last = -((-(lower + len(probs) - 1)) // factor)
     targets = -((-(lower + np.arange(len(probs)))) // factor) - first
     merged = np.bincount(targets, weights=probs, minlength=last - first + 1)
-    return pld_pmf.DensePLDPmf(
+    return _dense(
         pmf._discretization * factor,
         first,
         merged,

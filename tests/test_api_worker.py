@@ -81,6 +81,8 @@ def test_an_api_job_runs_in_the_worker_and_its_results_are_served(tmp_path: Path
                 ).json()
                 assert (posterior["job_id"], posterior["model"], posterior["dataset"]) == (job_id, "blr", "t")
                 assert posterior["privacy"]["epsilon"] == pytest.approx(job["epsilon_spent"])
+                # the dataset's public column names, by which `vips predict` matches an input's columns
+                assert (posterior["columns"], posterior["label"]) == (["x0", "x1", "x2"], "label")
                 ledger = http.get("/v1/datasets/t/ledger", headers=as_custodian).json()
                 assert len(ledger["entries"]) == 4
                 status = ledger_db.budget_status(control, "t")

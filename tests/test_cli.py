@@ -243,13 +243,19 @@ def test_predict_writes_one_probability_per_row(
     assert capsys.readouterr().out.splitlines() == lines
 
 
-def test_predict_without_label_on_a_file_with_a_label_is_a_dimension_error(
+def test_predict_without_label_drops_the_posteriors_label_and_an_old_posterior_needs_it(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, data: Synthetic
 ) -> None:
     posterior = tmp_path / "posterior.json"
     run_ok(capsys, fit_argv(data.train, "--sigma", "0", "--iterations", "1", "-o", str(posterior)))
-    err = run_error(capsys, ["predict", "--posterior", str(posterior), "--input", str(data.test)])
-    assert "6 feature columns" in err and "expects 5" in err and "--label" in err
+    assert main(["predict", "--posterior", str(posterior), "--input", str(data.test)]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == data.test_rows + 1
+    document = json.loads(posterior.read_text())
+    del document["columns"], document["label"]  # as written before posteriors kept names
+    posterior.write_text(json.dumps(document))
+    assert main(["predict", "--posterior", str(posterior), "--input", str(data.test)]) == 2
+    err = capsys.readouterr().err
+    assert "6 feature columns" in err and "expects 5" in err and "--label" in err and "by position" in err
 
 
 def test_predict_with_a_broken_posterior(

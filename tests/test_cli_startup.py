@@ -23,7 +23,9 @@ def loaded_after(code: str) -> set[str]:
     return set(json.loads(result.stdout.splitlines()[-1]))
 
 
-@pytest.mark.parametrize("argv", [["--help"], ["--version"], ["fit", "--help"], ["jobs", "--help"]])
+@pytest.mark.parametrize(
+    "argv", [["--help"], ["--version"], ["fit", "--help"], ["jobs", "--help"], ["wait", "--help"]]
+)
 def test_help_and_version_load_nothing_heavy(argv: list[str]) -> None:
     loaded = loaded_after(f"from vips.cli import main\nassert main({argv!r}) == 0")
     assert not loaded & HEAVY, sorted(loaded & HEAVY)

@@ -4,6 +4,7 @@ timed-out submission with it, prints the job id at once, says how to recover aft
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from service.models import jobs
 from tests.dbservers import fresh_database
 from tests.test_api import Api, make_api
 from vips.cli import main
+from vips.commands.fit import parse_options
 
 FIT = ["fit", "--dataset", "priv", "--model", "blr", "--iterations", "5", "--batch-size", "100"]
 
@@ -119,3 +121,55 @@ def test_an_unreachable_server_is_not_a_timeout(
     assert main([*FIT, "--sigma", "2"]) == 1
     err = capsys.readouterr().err
     assert "cannot reach the VIPS service" in err and "did not answer" not in err
+
+
+def test_the_printed_idempotency_key_gets_the_same_job_back(
+    api: Api, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 24.2: the automatic key is printed with the job id, so a rerun after Ctrl-C can reuse it."""
+    flaky = Flaky(api, monkeypatch)
+    assert main([*FIT, "--sigma", "2"]) == 0
+    out, err = capsys.readouterr()
+    job_id, key = out.strip(), flaky.posts[0].headers["Idempotency-Key"]
+    assert f"job {job_id} submitted with idempotency key {key}" in err and f"vips wait {job_id}" in err
+    assert main([*FIT, "--sigma", "2", "--idempotency-key", key]) == 0
+    assert capsys.readouterr().out.strip() == job_id and flaky.job_count() == 1
+
+
+def test_wait_reattaches_and_ends_as_fit_wait_does(
+    api: Api, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    Flaky(api, monkeypatch)  # no worker: the job stays queued
+    assert main([*FIT, "--sigma", "2"]) == 0
+    job_id = capsys.readouterr().out.strip()
+    assert main(["wait", job_id[:8], "--timeout", "0.3"]) == 124
+    err = capsys.readouterr().err
+    assert f"vips wait {job_id}" in err and f"vips cancel {job_id}" in err
+    assert main(["wait", job_id, "-o", str(tmp_path / "missing" / "p.json")]) == 1
+    assert "directory" in capsys.readouterr().err  # refused before waiting
+    assert main(["cancel", job_id]) == 0
+    capsys.readouterr()
+    assert main(["wait", job_id]) == 1  # as fit --wait: the finished job, non-zero unless it succeeded
+    out, _ = capsys.readouterr()
+    assert json.loads(out)["status"] == "cancelled"
+    assert main(["wait", "0123456789abcdef"]) == 1
+    assert capsys.readouterr().err.startswith("vips: error: ")
+
+
+def test_whole_number_options_are_echoed_as_integers(
+    api: Api, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 24.8: `topics: 50`, not 50.0, in the job the service echoes and in `fit --local`'s line."""
+    assert parse_options(["topics=50", "alpha=0.5", "doc_length=100.0"], "lda") == {
+        "topics": 50,
+        "alpha": 0.5,
+        "doc_length": 100,
+    }
+    assert type(parse_options(["topics=50"], "lda")["topics"]) is int
+    Flaky(api, monkeypatch)
+    assert main([*FIT, "--sigma", "2", "--option", "noise_aware=1", "--option", "tau0=2"]) == 0
+    job_id = capsys.readouterr().out.strip()
+    assert main(["job", job_id]) == 0
+    echoed = capsys.readouterr().out
+    assert '"noise_aware": 1,' in echoed or '"noise_aware": 1}' in echoed
+    assert json.loads(echoed)["options"] == {"noise_aware": 1, "tau0": 2.0}

@@ -1,0 +1,77 @@
+"""VIPS from Python: the scikit-learn estimators, the shared PrivacyBudget and the public-bounds scaler.
+
+    from vips import VIPSLogisticRegression, PrivacyBudget
+    budget = PrivacyBudget(epsilon=1.0, delta=1e-5)
+    model = VIPSLogisticRegression(epsilon=0.4, data_norm=5.0, budget=budget).fit(X, y)
+
+The names load on first use (module __getattr__), so `import vips` and the `vips` CLI stay light: neither
+imports scikit-learn until an estimator is asked for.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from privacy_wall.ledger import BudgetExceeded
+    from worker.budget import BudgetCharge, PrivacyBudget
+    from worker.estimator import (
+        DPSEPLinearRegression,
+        DPSEPLogisticRegression,
+        DPVILogisticRegression,
+        VipsEstimator,
+        VIPSLatentDirichletAllocation,
+        VIPSLinearRegression,
+        VIPSLogisticRegression,
+        VIPSSigmoidBeliefNetwork,
+    )
+    from worker.preprocessing import DataNormWarning, PublicBoundsScaler
+
+#: Each public name and the module that defines it.
+_LAZY: dict[str, str] = {
+    "VipsEstimator": "worker.estimator",
+    "VIPSLogisticRegression": "worker.estimator",
+    "DPVILogisticRegression": "worker.estimator",
+    "DPSEPLogisticRegression": "worker.estimator",
+    "VIPSLinearRegression": "worker.estimator",
+    "DPSEPLinearRegression": "worker.estimator",
+    "VIPSLatentDirichletAllocation": "worker.estimator",
+    "VIPSSigmoidBeliefNetwork": "worker.estimator",
+    "PrivacyBudget": "worker.budget",
+    "BudgetCharge": "worker.budget",
+    "BudgetExceeded": "privacy_wall.ledger",
+    "PublicBoundsScaler": "worker.preprocessing",
+    "DataNormWarning": "worker.preprocessing",
+}
+
+__all__ = [
+    "BudgetCharge",
+    "BudgetExceeded",
+    "DPSEPLinearRegression",
+    "DPSEPLogisticRegression",
+    "DPVILogisticRegression",
+    "DataNormWarning",
+    "PrivacyBudget",
+    "PublicBoundsScaler",
+    "VIPSLatentDirichletAllocation",
+    "VIPSLinearRegression",
+    "VIPSLogisticRegression",
+    "VIPSSigmoidBeliefNetwork",
+    "VipsEstimator",
+]
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name's module on first use and cache the name here."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'vips' has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    """The public names (loaded or not) beside the module's own."""
+    return sorted(set(globals()) | set(__all__))

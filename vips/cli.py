@@ -11,6 +11,7 @@ import argparse
 import importlib
 import math
 import os
+import re
 import sys
 from collections.abc import Callable
 from importlib import metadata
@@ -91,6 +92,16 @@ def _epsilon(text: str) -> float:
     if value <= 0:
         raise argparse.ArgumentTypeError(f"epsilon must be > 0, got {text!r}")
     return value
+
+
+def _key_id(text: str) -> str:
+    """A key's id (1-32 letters and digits), never the key: `vips_ID_SECRET` is refused, not split."""
+    if not re.fullmatch(r"[A-Za-z0-9]{1,32}", text):
+        raise argparse.ArgumentTypeError(
+            "give the key's id (the part between `vips_` and the next `_` of the key, as list-keys shows "
+            "it), not the key itself"
+        )
+    return text
 
 
 def _delta(text: str) -> float:
@@ -177,6 +188,17 @@ def _add_fit(commands: argparse._SubParsersAction[_Parser]) -> None:
     parser.set_defaults(handler="fit:run")
 
 
+def _add_no_header(parser: _Parser, *, evaluate: bool = False) -> None:
+    """--no-header of predict / evaluate: without it a CSV's columns are matched by their header's names."""
+    then = ", then the label column" if evaluate else ""
+    parser.add_argument(
+        "--no-header",
+        action="store_true",
+        help="BLR/linreg: the CSV has no header row; its columns are the posterior's feature columns in the "
+        f"posterior's order{then} (without this flag, columns are matched by their header names, any order)",
+    )
+
+
 def _add_predict_evaluate(commands: argparse._SubParsersAction[_Parser]) -> None:
     parser = commands.add_parser(
         "predict",
@@ -191,6 +213,7 @@ def _add_predict_evaluate(commands: argparse._SubParsersAction[_Parser]) -> None
         "--label", metavar="COLUMN", help="BLR: a column of the input to drop (not a feature)"
     )
     parser.add_argument("--vocab", metavar="FILE", help="LDA: the input's vocabulary, one word per line")
+    _add_no_header(parser)
     parser.add_argument("-o", "--output", metavar="predictions.csv", help="default: stdout")
     parser.set_defaults(handler="predict:run_predict")
 
@@ -203,6 +226,7 @@ def _add_predict_evaluate(commands: argparse._SubParsersAction[_Parser]) -> None
         "--label", metavar="COLUMN", help=f"BLR label column (default {choices.DEFAULT_LABEL})"
     )
     parser.add_argument("--vocab", metavar="FILE", help="LDA: the input's vocabulary, one word per line")
+    _add_no_header(parser, evaluate=True)
     parser.set_defaults(handler="predict:run_evaluate")
 
     parser = commands.add_parser(
@@ -233,8 +257,14 @@ def _add_server(commands: argparse._SubParsersAction[_Parser]) -> None:
         ("serve", "the API (configured by environment; embedded files without URLs)", "server:run_serve"),
     ):
         parser = commands.add_parser(name, help=helptext, description=helptext)
-        parser.add_argument("--host", default="127.0.0.1")
-        parser.add_argument("--port", type=_positive_int, default=8000)
+        parser.add_argument(
+            "--host",
+            default="127.0.0.1",
+            help="the address to listen on (default 127.0.0.1: this machine only; 0.0.0.0: every interface)",
+        )
+        parser.add_argument(
+            "--port", type=_positive_int, default=8000, help="the TCP port to listen on (default 8000)"
+        )
         parser.set_defaults(handler=handler)
     parser.add_argument(
         "--workers",
@@ -300,8 +330,19 @@ def _add_admin_data(commands: argparse._SubParsersAction[_Parser]) -> None:
     sub.set_defaults(handler="admin:run_revoke_key")
 
     parser = commands.add_parser("data", help="custodian side: datasets into the sensitive store")
-    verbs = parser.add_subparsers(dest="verb", required=True, metavar="{ingest}")
-    sub = verbs.add_parser("ingest", help="validate a file and store it behind the privacy wall")
+    verbs = parser.add_subparsers(dest="verb", required=True, metavar="{ingest,prepare-text}")
+    sub = verbs.add_parser(
+        "ingest",
+        help="validate a file and store it behind the privacy wall",
+        description="Validate a file and store it behind the privacy wall. The formats, by --kind: "
+        "tabular: a numeric CSV with a header line; one column (--label, default label) holds 0/1 labels, "
+        "the others the features, every row of norm <= 1 (vips scale maps raw columns there from public "
+        "bounds). regression: the same with a numeric target in [-1, 1] as the label. binary: a CSV of 0/1 "
+        "columns with a header line, no label (the sigmoid belief network's images). bow: a UCI docword "
+        "file (three lines D, W, NNZ, then one line `docID wordID count` per entry, 1-based ids) with its "
+        "public vocabulary (--vocab: one word per line, W lines). Errors name the line and column, never a "
+        "value.",
+    )
     sub.add_argument("name", metavar="NAME")
     sub.add_argument("--kind", choices=choices.KINDS, required=True)
     sub.add_argument("--input", metavar="FILE", required=True)
@@ -317,6 +358,7 @@ def _add_admin_data(commands: argparse._SubParsersAction[_Parser]) -> None:
         "no charge and no open reservation",
     )
     sub.set_defaults(handler="admin:run_ingest")
+    _add_prepare_text(verbs)
 
     parser = commands.add_parser(
         "scale",
@@ -338,11 +380,52 @@ def _add_admin_data(commands: argparse._SubParsersAction[_Parser]) -> None:
     parser.set_defaults(handler="scale:run")
 
 
+def _add_prepare_text(verbs: argparse._SubParsersAction[_Parser]) -> None:
+    """`vips data prepare-text`: texts to the docword and vocab files of `vips data ingest --kind bow`."""
+    from vips.tokens import TOKEN_RULES  # the standard library only
+
+    sub = verbs.add_parser(
+        "prepare-text",
+        help="turn sensitive texts into PREFIX.docword.txt and PREFIX.vocab.txt for `data ingest --kind bow`",
+        description="Count the words of each document (a .txt file of --input-dir, sorted by path and "
+        "searched in subfolders, or a row of --input-csv) over a PUBLIC vocabulary and write "
+        "PREFIX.docword.txt (UCI docword: D, W, NNZ, then `doc word count` lines) and PREFIX.vocab.txt "
+        f"(one word per line). Tokenising: {TOKEN_RULES}. The vocabulary is --vocab (used as given) or the "
+        "--vocab-size most frequent words of --vocab-from, another corpus that must be public: never the "
+        "sensitive texts. Words outside the vocabulary are dropped and reported only as a total and a "
+        "share; the output and messages carry no text. Texts are UTF-8.",
+    )
+    source = sub.add_mutually_exclusive_group(required=True)
+    source.add_argument("--input-dir", metavar="DIR", help="a folder of .txt files, one document each")
+    source.add_argument("--input-csv", metavar="FILE", help="a CSV with a header, one document per row")
+    sub.add_argument("--text-column", metavar="C", help="with --input-csv: the column holding the texts")
+    vocabulary = sub.add_mutually_exclusive_group(required=True)
+    vocabulary.add_argument(
+        "--vocab", metavar="PUBLIC_VOCAB.txt", help="the public vocabulary, one word a line"
+    )
+    vocabulary.add_argument(
+        "--vocab-from",
+        metavar="PATH",
+        help="a public corpus (a folder of .txt files or one .txt file) whose most frequent words are the "
+        "vocabulary",
+    )
+    sub.add_argument(
+        "--vocab-size",
+        type=_positive_int,
+        metavar="N",
+        help="with --vocab-from: how many words (default 5000)",
+    )
+    sub.add_argument(
+        "-o", "--output", metavar="PREFIX", required=True, help="writes PREFIX.docword.txt, PREFIX.vocab.txt"
+    )
+    sub.set_defaults(handler="prepare_text:run")
+
+
 def _add_client(commands: argparse._SubParsersAction[_Parser]) -> None:
     parser = commands.add_parser(
         "budget", help="a dataset's privacy budget (custodian; VIPS_URL, VIPS_API_KEY)"
     )
-    verbs = parser.add_subparsers(dest="verb", required=True, metavar="{set,show}")
+    verbs = parser.add_subparsers(dest="verb", required=True, metavar="{set,show,quota}")
     sub = verbs.add_parser("set", help="set the epsilon cap and delta of a dataset")
     sub.add_argument("name", metavar="NAME")
     sub.add_argument("--epsilon", type=_epsilon, required=True)
@@ -350,7 +433,24 @@ def _add_client(commands: argparse._SubParsersAction[_Parser]) -> None:
     sub.set_defaults(handler="remote:run_budget_set")
     sub = verbs.add_parser("show", help="a dataset with its budget and spend")
     sub.add_argument("name", metavar="NAME")
+    sub.add_argument(
+        "--schema", action="store_true", help="add the dataset's schema (its column names or vocabulary)"
+    )
     sub.set_defaults(handler="remote:run_budget_show")
+    sub = verbs.add_parser(
+        "quota",
+        help="cap what one analyst key may spend on a dataset (--key KEY_ID --epsilon E), remove the cap "
+        "(--clear), or list the dataset's quotas (no --key)",
+        description="A job is admitted only if it fits the dataset's budget and the submitting key's quota: "
+        "the key's own releases on the dataset (charged and reserved), composed at the dataset's delta. "
+        "Without --key: one JSON line per quota on the dataset.",
+    )
+    sub.add_argument("name", metavar="NAME")
+    sub.add_argument("--key", metavar="KEY_ID", type=_key_id, help="the analyst key's id (see list-keys)")
+    action = sub.add_mutually_exclusive_group()
+    action.add_argument("--epsilon", type=_epsilon, help="the key's quota at the dataset's delta")
+    action.add_argument("--clear", action="store_true", help="remove the key's quota")
+    sub.set_defaults(handler="remote:run_budget_quota")
     parser = commands.add_parser(
         "jobs", help="the jobs this key may read, newest first (one JSON line per job)"
     )
@@ -371,6 +471,22 @@ def _add_client(commands: argparse._SubParsersAction[_Parser]) -> None:
     )
     parser.add_argument("--limit", type=_at_most(100_000), metavar="N", help="at most N iterations")
     parser.set_defaults(handler="remote:run_releases")
+    parser = commands.add_parser(
+        "wait",
+        help="reattach to a job (e.g. after Ctrl-C in fit --wait): progress bar and ending of fit --wait",
+        description="Wait for a job with the progress bar of `vips fit --wait` and end as it does: the "
+        "finished job as one JSON line, where the posterior went (-o) and the budget left; exit 1 if the "
+        "job did not succeed.",
+    )
+    parser.add_argument("job", metavar="JOB")
+    parser.add_argument(
+        "--timeout",
+        type=_positive_float,
+        metavar="SECONDS",
+        help="stop waiting after this long (the job goes on; exit 124)",
+    )
+    parser.add_argument("-o", "--output", metavar="posterior.json", help="write the posterior here")
+    parser.set_defaults(handler="remote:run_wait")
     parser = commands.add_parser("cancel", help="cancel a job; its unspent budget is refunded")
     parser.add_argument("job", metavar="JOB")
     parser.set_defaults(handler="remote:run_cancel")
@@ -378,13 +494,20 @@ def _add_client(commands: argparse._SubParsersAction[_Parser]) -> None:
     parser = commands.add_parser(
         "ledger",
         help="a dataset's ledger (custodian): per job, its key's name, iterations charged and epsilon "
-        "spent; --entries: the charges",
+        "spent; --entries: the charges; --by-key: per key",
         description="Per job on the dataset: its key's name, status, iterations charged and epsilon spent "
         "(one JSON line). With --entries, the charged releases one page at a time (follow next_cursor with "
         "--cursor) or all of them (--all).",
     )
     parser.add_argument("name", metavar="DATASET")
-    parser.add_argument("--entries", action="store_true", help="the charge entries instead of the summary")
+    summary = parser.add_mutually_exclusive_group()
+    summary.add_argument("--entries", action="store_true", help="the charge entries instead of the summary")
+    summary.add_argument(
+        "--by-key",
+        action="store_true",
+        help="per key: its name, jobs, iterations charged and its own releases' epsilon composed, with its "
+        "quota (an analyst: its own row only)",
+    )
     parser.add_argument("--limit", type=_at_most(1000), metavar="N", help="--entries: entries per page")
     pages = parser.add_mutually_exclusive_group()
     pages.add_argument("--cursor", metavar="C", help="--entries: the next_cursor of the previous page")
@@ -448,8 +571,9 @@ def _handler(target: str) -> Handler:
 #: The modules of vips.commands whose verbs act on this machine's store (migrate, data ingest, admin, up,
 #: serve, worker, beat). They run under umask 077, so that whatever they create (VIPS_HOME, the SQLite files,
 #: logs, the file broker) is private to its owner; client-side verbs keep the user's umask for the files
-#: they write for the user (posteriors, predictions).
-_SERVER_SIDE = ("server", "admin")
+#: they write for the user (posteriors, predictions). prepare_text (`data prepare-text`) runs under it
+#: too: it writes the counts of sensitive texts.
+_SERVER_SIDE = ("server", "admin", "prepare_text")
 
 
 def _run(target: str, args: argparse.Namespace) -> int:

@@ -114,6 +114,10 @@ def run(home: Path, iterations: int, keep: bool = False) -> dict[str, Any]:
     demo = Demo(home, free_port())
     started = time.monotonic()
     demo.step(f"vips up: the embedded service (SQLite + a file broker under {home}); its log {home}/up.log")
+    print(
+        f"  ({home} is the demo's own store, emptied at every `make run`; your own `vips up` keeps its "
+        "store in ./var, the README's VIPS_HOME=$PWD/var, which the demo never touches)"
+    )
     print(f"$ export VIPS_HOME={shlex.quote(str(home))} VIPS_URL={demo.url}")
     port = demo.url.rsplit(":", 1)[1]
     demo.echo(("up", "--port", port))

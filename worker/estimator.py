@@ -1,4 +1,5 @@
-"""In-process entry point for researchers: scikit-learn estimators over the same gate and accountant.
+"""In-process entry point for researchers: scikit-learn estimators over the same gate and accountant
+(imported as `from vips import VIPSLogisticRegression, PrivacyBudget`; the loop is worker.fit_loop's).
 
     model = VIPSLogisticRegression(epsilon=1.0, delta=1e-5, iterations=5).fit(X, y)   # y: any two labels
     model.predict(X_test), model.predict_proba(X_test)[:, 1], model.epsilon_, model.posterior_
@@ -6,9 +7,10 @@
     sbn = VIPSSigmoidBeliefNetwork(hidden=20, epsilon=2.0, batch_size=400).fit(images)      # 0/1 rows
 
 The wall checks the bounds its sensitivities assume (it does not rescale): BLR rows of L2 norm <= 1 (the
-estimator encodes the two labels as 0, 1); linear regression also targets |y| <= 1; LDA whole non-negative
-counts; SBN 0/1 values. sigma = 0 is a non-private fit (epsilon infinite) and is the only kind that accepts
-random_state: private releases always draw sampling and noise from the OS's CSPRNG.
+estimator encodes the two labels as 0, 1; data_norm, a public bound, divides and clips rows to that);
+linear regression also targets |y| <= 1; LDA whole non-negative counts; SBN 0/1 values. sigma = 0 is a
+non-private fit (epsilon infinite) and is the only kind that accepts random_state: private releases always
+draw sampling and noise from the OS's CSPRNG.
 
 They are scikit-learn estimators (BaseEstimator and its mixins): get_params / set_params / clone,
 cross_val_score, GridSearchCV and Pipeline work. Classifiers take any two labels (strings too); the label
@@ -32,7 +34,6 @@ random_state 0 once the checks' data are mapped row by row into the wall's bound
 from __future__ import annotations
 
 import math
-import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Self
@@ -44,32 +45,27 @@ from sklearn.base import BaseEstimator, ClassifierMixin, DensityMixin, Regressor
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, check_non_negative, validate_data
 
-from privacy_wall.accounting import SubsampledGaussianEvent, calibrate_sigma, epsilon, get_accountant
-from privacy_wall.gate import Gate, PrivacyError
-from privacy_wall.ledger import InMemoryLedger
+from privacy_wall.accounting import epsilon
 from privacy_wall.store import InMemoryBinaryStore, InMemoryBowStore, InMemoryTabularStore, RowStore
+from worker.budget import PrivacyBudget
+from worker.estimator_columns import validated_by_name
+from worker.fit_loop import Progress, Schedule, fit_store
 from worker.models.base import Array
 from worker.models.blr import predict_proba
 from worker.models.lda import completion_perplexity, document_topics, perplexity_bound, split_documents
 from worker.models.linreg import predict as linreg_predict
-from worker.models.registry import model_setup
 from worker.models.sbn import reconstruct_proba, reconstruction_metrics
 from worker.posterior import (
     PosteriorError,
-    Privacy,
     blr_parameters,
-    build_posterior,
+    data_norm,
     lda_parameters,
     linreg_parameters,
     sbn_parameters,
 )
-from worker.runner import LoopSettings, run_vips
+from worker.preprocessing import within_data_norm
 
 Sampling = Literal["uniform", "passes"]
-
-Progress = Callable[[int, int, float], None]
-"""fit's progress hook: called after each iteration with (iterations done, iterations total, epsilon
-spent so far by this fit as the estimator's accountant prices it; math.inf for a sigma = 0 fit)."""
 
 
 @dataclass(kw_only=True, eq=False, repr=False)
@@ -80,7 +76,9 @@ class VipsEstimator(BaseEstimator):  # type: ignore[misc]
     sampling "uniform" (always with noise: S distinct rows drawn uniformly per iteration, what the
     accountant analyses) or "passes" (sigma = 0 only: shuffled passes over the data, as scikit-learn and
     gensim do; T iterations of S rows are T S / N passes). tau0, kappa: step sizes rho_t = (tau0 + t)^-kappa.
-    accountant: "pld" (default; exact for S = N), "rdp" or "paper" (privacy_wall.accounting).
+    accountant: "pld" (default; exact for S = N), "rdp" or "paper" (privacy_wall.accounting). budget: a
+    PrivacyBudget (worker.budget) every fit is charged to and refused by once it would exceed it; shared by
+    clone, not copied (fits in joblib worker processes are refused: use threads).
     Subclasses name their model and algorithm and add their options (docs/design.md section 6) as fields; an
     option left None takes the model's default (worker.models).
     """
@@ -99,87 +97,56 @@ class VipsEstimator(BaseEstimator):  # type: ignore[misc]
     random_state: int | None = None
     sampling: Sampling = "uniform"
     accountant: str = "pld"
+    budget: PrivacyBudget | None = None
 
     def model_options(self) -> dict[str, float]:
         """The model's options that are set (None means the model's default)."""
         values = {name: getattr(self, name) for name in self.option_names}
         return {name: float(value) for name, value in values.items() if value is not None}
 
-    def _resolve_sigma(self, batch_size: int, population: int) -> float:
-        if (self.epsilon is None) == (self.sigma is None):
-            raise ValueError("give exactly one of epsilon and sigma")
-        if self.sigma is not None:
-            if not self.sigma >= 0:
-                raise ValueError("sigma must be >= 0")
-            return float(self.sigma)
-        assert self.epsilon is not None
-        return calibrate_sigma(
-            self.epsilon, batch_size, population, self.iterations, self.delta, accountant=self.accountant
+    def _schedule(self) -> Schedule:
+        """The constructor's privacy schedule and step sizes, for worker.fit_loop."""
+        return Schedule(
+            epsilon=self.epsilon,
+            delta=self.delta,
+            sigma=self.sigma,
+            batch_size=self.batch_size,
+            iterations=self.iterations,
+            tau0=self.tau0,
+            kappa=self.kappa,
+            random_state=self.random_state,
+            sampling=self.sampling,
+            accountant=self.accountant,
         )
 
     def _fit_store(
-        self, make_store: Any, population: int, dataset: str, progress: Progress | None = None
+        self,
+        make_store: Callable[[bool], RowStore],
+        population: int,
+        dataset: str,
+        progress: Progress | None = None,
+        extra: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """Run the loop on the store `make_store(public)` builds, calling `progress` after each iteration;
-        set the fitted attributes and return the posterior document."""
-        batch_size = population if self.batch_size is None else int(self.batch_size)
-        sigma = self._resolve_sigma(batch_size, max(population, 1))
-        settings = LoopSettings(self.iterations, batch_size, sigma, self.tau0, self.kappa)
-        public = sigma == 0
-        if self.random_state is not None and not public:
-            raise PrivacyError(
-                "random_state is only accepted with sigma = 0: private releases cannot be seeded"
-            )
-        if self.sampling not in ("uniform", "passes"):
-            raise ValueError("sampling must be 'uniform' or 'passes'")
-        passes = self.sampling == "passes"
-        if passes and not public:
-            raise PrivacyError("sampling='passes' is only for sigma = 0: private fits sample uniformly")
-        setup = model_setup(self.model_name, self.model_options(), sigma=sigma, algorithm=self.algorithm)
-        store: RowStore = make_store(public)
-        accountant = get_accountant(self.accountant)
-        ledger = InMemoryLedger(delta=self.delta, epsilon_budget=self.epsilon, accountant=accountant)
-        gate = Gate(store, ledger, seed=self.random_state, passes=passes)
-        job_id = uuid.uuid4().hex
-
-        def report(t: int, _release: object, _state: object) -> None:
-            if progress is not None:
-                progress(t, self.iterations, ledger.epsilon_spent() if sigma > 0 else math.inf)
-
-        ledger.reserve(job_id, SubsampledGaussianEvent(sigma, batch_size, population), self.iterations)
-        try:
-            result = run_vips(
-                gate,
-                setup.query,
-                setup.model,
-                settings,
-                job_id=job_id,
-                dimension=store.info.dimension,
-                population=population,
-                on_iteration=None if progress is None else report,
-            )
-        finally:
-            ledger.refund(job_id)
-        self.state_ = result.state
-        document = build_posterior(
-            model=self.model_name,
-            algorithm=self.algorithm,
-            dataset=dataset,
-            job_id=job_id,
-            privacy=Privacy(
-                epsilon=ledger.epsilon_spent() if sigma > 0 else math.inf,
-                delta=self.delta,
-                sigma=sigma,
-                iterations=self.iterations,
-                batch_size=batch_size,
-                population=population,
-                accountant=accountant.version,
-                sampling="shuffled_passes" if passes else "without_replacement",
-            ),
-            parameters=setup.model.posterior(result.state),
+        """Run the loop on the store `make_store(public)` builds (worker.fit_loop; charged to `budget` when
+        set), calling `progress` after each iteration; set the fitted attributes and return the posterior
+        document."""
+        if self.budget is not None and not isinstance(self.budget, PrivacyBudget):
+            raise TypeError(f"budget must be a PrivacyBudget, not {type(self.budget).__name__}")
+        fitted = fit_store(
+            self.model_name,
+            self.algorithm,
+            self.model_options(),
+            self._schedule(),
+            make_store,
+            population,
+            dataset,
+            progress=progress,
+            budget=self.budget,
+            extra=extra,
         )
-        self._set_posterior(document)
-        return document
+        self.state_ = fitted.state
+        self._set_posterior(fitted.document)
+        return fitted.document
 
     def _set_posterior(self, document: dict[str, Any]) -> None:
         """Set posterior_, the privacy attributes and the model's fitted attributes from a document."""
@@ -248,7 +215,27 @@ class VipsEstimator(BaseEstimator):  # type: ignore[misc]
             raise TypeError(f"{type(self).__name__} is not a classifier: it takes no classes")
 
 
-class _LogisticRegressionFit(ClassifierMixin, VipsEstimator):  # type: ignore[misc]
+@dataclass(kw_only=True, eq=False, repr=False)
+class _BoundedRows(VipsEstimator):
+    """data_norm: a public bound on the rows' L2 norm (diffprivlib's name and meaning; never computed from
+    the data): rows are divided by it and any still above norm 1 clipped to norm 1 (a DataNormWarning
+    counts them), and the posterior records it so that predictions divide rows by it too. None: rows must
+    already have norm <= 1 (PublicBoundsScaler maps columns there from public per-column bounds)."""
+
+    data_norm: float | None = None
+
+    def _within_norm(self, features: Array) -> tuple[Array, dict[str, Any]]:
+        """The rows the wall is given, and what the posterior records of data_norm."""
+        if self.data_norm is None:
+            return features, {}
+        return within_data_norm(features, self.data_norm), {"data_norm": float(self.data_norm)}
+
+    @classmethod
+    def _options_from(cls, document: Mapping[str, Any]) -> dict[str, Any]:
+        return {"data_norm": data_norm(dict(document))} if "data_norm" in document else {}
+
+
+class _LogisticRegressionFit(ClassifierMixin, _BoundedRows):  # type: ignore[misc]
     """fit / predict_proba / predict / score (accuracy) of the logistic-regression estimators (any
     algorithm). y holds any two labels: classes_ (sorted) is the public label set, classes_[1] the one
     the model's "1" stands for."""
@@ -270,11 +257,13 @@ class _LogisticRegressionFit(ClassifierMixin, VipsEstimator):  # type: ignore[mi
         self.classes_ = classes
         ones = (labels == classes[1]).astype(np.float64)
         population = int(features.shape[0])
+        rows, extra = self._within_norm(features)
         self._fit_store(
-            lambda public: InMemoryTabularStore(dataset, features, ones, public=public),
+            lambda public: InMemoryTabularStore(dataset, rows, ones, public=public),
             population,
             dataset,
             progress,
+            extra,
         )
         return self
 
@@ -291,7 +280,7 @@ class _LogisticRegressionFit(ClassifierMixin, VipsEstimator):  # type: ignore[mi
     def predict_proba(self, X: ArrayLike) -> Array:
         """Columns P(y = classes_[0] | x), P(y = classes_[1] | x), as in scikit-learn."""
         check_is_fitted(self, "posterior_")
-        features = validate_data(self, X, dtype=np.float64, reset=False)
+        features = validated_by_name(self, X)
         p1 = predict_proba(self.coef_, self.covariance_, features)
         return np.column_stack([1 - p1, p1])
 
@@ -358,7 +347,7 @@ class DPSEPLogisticRegression(_LogisticRegressionFit):
     prior_variance: float | None = None
 
 
-class _LinearRegressionFit(RegressorMixin, VipsEstimator):  # type: ignore[misc]
+class _LinearRegressionFit(RegressorMixin, _BoundedRows):  # type: ignore[misc]
     """fit / predict / score (R^2) of the linear-regression estimators (rows of norm <= 1, targets
     |y| <= 1)."""
 
@@ -369,11 +358,13 @@ class _LinearRegressionFit(RegressorMixin, VipsEstimator):  # type: ignore[misc]
     ) -> Self:
         features, targets = validate_data(self, X, y, dtype=np.float64, y_numeric=True)
         population = int(features.shape[0])
+        rows, extra = self._within_norm(features)
         self._fit_store(
-            lambda public: InMemoryTabularStore(dataset, features, targets, public=public, kind="regression"),
+            lambda public: InMemoryTabularStore(dataset, rows, targets, public=public, kind="regression"),
             population,
             dataset,
             progress,
+            extra,
         )
         return self
 
@@ -384,7 +375,7 @@ class _LinearRegressionFit(RegressorMixin, VipsEstimator):  # type: ignore[misc]
     def predict(self, X: ArrayLike, *, return_std: bool = False) -> Array | tuple[Array, Array]:
         """The predictive mean of y (and its standard deviation, noise included, with return_std)."""
         check_is_fitted(self, "posterior_")
-        features = validate_data(self, X, dtype=np.float64, reset=False)
+        features = validated_by_name(self, X)
         mean, variance = linreg_predict(self.coef_, self.covariance_, self.noise_variance_, features)
         return (mean, np.sqrt(variance)) if return_std else mean
 
@@ -519,7 +510,7 @@ class VIPSSigmoidBeliefNetwork(DensityMixin, VipsEstimator):  # type: ignore[mis
 
     def _rows(self, Y: ArrayLike) -> Array:
         check_is_fitted(self, "posterior_")
-        return np.asarray(validate_data(self, Y, dtype=np.float64, reset=False))
+        return validated_by_name(self, Y)
 
     def reconstruct_proba(self, Y: ArrayLike) -> Array:
         """p(y_nj = 1 | <z_n>) for each row (n x J): the reconstruction of each image."""

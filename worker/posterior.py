@@ -4,7 +4,8 @@
 "batch_size", "sampling", "accountant"}, "natural_parameters", "sufficient_statistics",
 "variational_parameters", plus what prediction needs (BLR: "mean", "covariance"; linear regression:
 "mean", "covariance", "noise_variance"; LDA: "lambda",
-"vocabulary"; SBN: "W", "b", "c" and the column names).}
+"vocabulary"; SBN: "W", "b", "c" and the column names). BLR and linreg documents also name their feature
+columns ("columns") and label ("label") since this was added; older ones do not (feature_columns is None).}
 """
 
 from __future__ import annotations
@@ -106,7 +107,8 @@ def load_posterior(path: Path) -> dict[str, Any]:
 
 
 def blr_parameters(document: dict[str, Any]) -> tuple[Array, Array]:
-    """(mean, covariance) of the weights of a BLR (or linear regression) posterior, validated."""
+    """(mean, covariance) of the weights of a BLR (or linear regression) posterior, validated, for rows in
+    the input's units (see data_norm)."""
     model = document.get("model", "blr")
     try:
         mean = np.asarray(document["mean"], dtype=np.float64)
@@ -118,7 +120,17 @@ def blr_parameters(document: dict[str, Any]) -> tuple[Array, Array]:
         raise PosteriorError(
             f"{model} posterior: 'mean' must be a vector and 'covariance' a matching square matrix"
         )
-    return mean, covariance
+    scale = data_norm(document)
+    return mean / scale, covariance / (scale * scale)
+
+
+def data_norm(document: dict[str, Any]) -> float:
+    """The public bound the rows were divided by before the fit ("data_norm", 1 when absent): 'mean' and
+    'covariance' apply to rows / data_norm, so blr_parameters divides them by it for the input's units."""
+    value = document.get("data_norm", 1.0)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 < value < math.inf):
+        raise PosteriorError("a posterior's 'data_norm' must be a finite number > 0")
+    return float(value)
 
 
 def linreg_parameters(document: dict[str, Any]) -> tuple[Array, Array, float]:
@@ -150,6 +162,21 @@ def _names(document: dict[str, Any], key: str, count: int, model: str) -> tuple[
     if not isinstance(names, list) or len(names) != count or not all(isinstance(n, str) for n in names):
         raise PosteriorError(f"{model} posterior: {key!r} must be a list of {count} strings")
     return tuple(names)
+
+
+def feature_columns(document: dict[str, Any], dimension: int) -> tuple[str, ...] | None:
+    """The names of a blr/linreg/sbn posterior's `dimension` feature columns, in order; None for a document
+    written before columns were kept (its inputs are then matched by position)."""
+    model = str(document.get("model", "blr"))
+    return _names(document, "columns", dimension, model)
+
+
+def label_column(document: dict[str, Any]) -> str | None:
+    """The name of the label (or target) column the posterior was fitted with, if the document keeps it."""
+    label = document.get("label")
+    if label is not None and not isinstance(label, str):
+        raise PosteriorError(f"{document.get('model')} posterior: 'label' must be a string")
+    return label
 
 
 @dataclass(frozen=True)

@@ -7,11 +7,14 @@ data: a bound computed from the rows would itself leak them. Values outside thei
     x_j -> clip(2 (x_j - lower_j) / (upper_j - lower_j) - 1, -1, 1),  then the row / sqrt(d [+ 1])
 
 so every coordinate is in [-1, 1] and every row, with the optional intercept column of 1s, has norm <= 1.
+The estimators' data_norm (within_data_norm) is the per-row way: rows / data_norm, clipped to norm 1.
 """
 
 from __future__ import annotations
 
 import math
+import warnings
+from numbers import Real
 from typing import Any
 
 import numpy as np
@@ -48,6 +51,33 @@ def from_unit_interval(values: ArrayLike, lower: float, upper: float) -> NDArray
     targets scaled to [-1, 1]) back in the target's units."""
     low, high = _bounds(lower, upper)
     return np.asarray(low[0] + (np.asarray(values, dtype=np.float64) + 1.0) * (high[0] - low[0]) / 2.0)
+
+
+class DataNormWarning(UserWarning):
+    """Rows had an L2 norm above the estimator's public data_norm and were clipped to it."""
+
+
+def within_data_norm(rows: ArrayLike, data_norm: float) -> NDArray[np.float64]:
+    """Rows divided by the public bound data_norm (diffprivlib's meaning: the largest L2 norm of a row), any
+    still above norm 1 clipped to norm 1 with a DataNormWarning counting them; the bound must be public,
+    never computed from the rows (see the module docstring)."""
+    if isinstance(data_norm, bool) or not isinstance(data_norm, Real) or not 0 < data_norm < math.inf:
+        raise ValueError(
+            f"data_norm must be a finite number > 0 (a public bound on the rows' norm), not {data_norm!r}"
+        )
+    scaled = np.asarray(rows, dtype=np.float64) / float(data_norm)
+    norms = np.linalg.norm(scaled, axis=1)
+    over = norms > 1.0
+    if over.any():
+        scaled[over] /= norms[over, np.newaxis] * _ROUNDING_MARGIN
+        count = int(over.sum())
+        warnings.warn(
+            f"{count} of {scaled.shape[0]} rows had an L2 norm above data_norm={data_norm:g} and were "
+            "clipped to it",
+            DataNormWarning,
+            stacklevel=2,
+        )
+    return scaled
 
 
 class PublicBoundsScaler(TransformerMixin, BaseEstimator):  # type: ignore[misc]

@@ -1,15 +1,16 @@
 """`vips fit`: a job on the server, or `--local`: in-process through the same gate and accountant.
 
 The local fit reads the researcher's file with the wall's strict reader (tabular CSV, UCI docword with
-its vocabulary, binary CSV), hands it to the model's estimator in worker.estimator (in-memory store,
-throwaway ledger), writes the posterior and prints one JSON line with its privacy: {"epsilon", "delta",
-"sigma", "iterations", "batch_size", ...}.
+its vocabulary, binary CSV), runs the estimators' loop on it without importing scikit-learn
+(worker.fit_loop: in-memory store, throwaway ledger), writes the posterior and prints one JSON line with
+its privacy: {"epsilon", "delta", "sigma", "iterations", "batch_size", ...}.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,21 +24,35 @@ from privacy_wall.formats import (
     read_tabular_csv,
     read_vocabulary,
 )
-from privacy_wall.store import BoundViolation, check_regression_bounds, check_tabular_bounds
-from service.options import MODEL_KINDS, algorithm_problem, option_problem, option_specs, schedule_problem
+from privacy_wall.store import (
+    BoundViolation,
+    InMemoryBinaryStore,
+    InMemoryBowStore,
+    InMemoryTabularStore,
+    RowStore,
+    check_regression_bounds,
+    check_tabular_bounds,
+)
+from service.options import (
+    MODEL_KINDS,
+    algorithm_problem,
+    option_problem,
+    option_specs,
+    schedule_problem,
+    typed_options,
+)
 from vips.choices import DEFAULT_LABEL, KINDS
-from vips.commands import remote
 from vips.errors import NotAvailable, RuntimeFailure, UsageError
 from vips.output import check_writable, print_json
 from vips.progress import epsilon_text, fit_progress, note
-from worker.estimator import ESTIMATORS
+from worker.fit_loop import Schedule, fit_store
 from worker.models.base import Array
 from worker.posterior import save_posterior
 
 
 def parse_options(pairs: list[str], model: str, algorithm: str = "vips") -> dict[str, float]:
     """--option key=value pairs to a dict, checked against the option names and ranges of the model
-    fitted by the algorithm."""
+    fitted by the algorithm; whole-number options (topics, hidden, ...) come out as ints."""
     valid = ", ".join(sorted(option_specs(model, algorithm)))
     options: dict[str, float] = {}
     for pair in pairs:
@@ -55,13 +70,15 @@ def parse_options(pairs: list[str], model: str, algorithm: str = "vips") -> dict
         if problem is not None:
             raise UsageError(f"{problem} (got {text.strip()!r})")
         options[name] = value
-    return options
+    return dict(typed_options(model, options, algorithm))
 
 
 def run(args: argparse.Namespace) -> int:
     if args.local and args.dry_run:
         raise UsageError("--dry-run quotes a server job; without a server, vips privacy epsilon|sigma quote")
     if not args.local:
+        from vips.commands import remote  # the HTTP client: not loaded by a local fit
+
         return remote.run_fit_remote(args, parse_options(args.option or [], args.model, args.algorithm))
     return _run_local(args)
 
@@ -98,6 +115,7 @@ class LocalData:
     dimension: int
     vocabulary: tuple[str, ...] | None = None
     columns: tuple[str, ...] | None = None
+    label: str | None = None
 
 
 def read_local(args: argparse.Namespace) -> LocalData:
@@ -109,7 +127,14 @@ def read_local(args: argparse.Namespace) -> LocalData:
             assert table.labels is not None
             check = check_regression_bounds if regression else check_tabular_bounds
             check(table.features, table.labels)
-            return LocalData(table.features, table.labels, table.rows, table.dimension)
+            return LocalData(
+                table.features,
+                table.labels,
+                table.rows,
+                table.dimension,
+                columns=table.feature_names,
+                label=table.label_name,
+            )
         if args.kind == "binary":
             table = read_binary_csv(path)
             return LocalData(table.features, None, table.rows, table.dimension, columns=table.feature_names)
@@ -122,6 +147,22 @@ def read_local(args: argparse.Namespace) -> LocalData:
         raise UsageError(
             f"{path}: {exc} (data rows count from 0: row r is on line r + {FIRST_DATA_LINE})"
         ) from None
+
+
+def local_store(data: LocalData, kind: str, dataset: str) -> Callable[[bool], RowStore]:
+    """The in-memory store of a file read for --local, built once the fit knows whether it is public."""
+
+    def make(public: bool) -> RowStore:
+        if kind in ("tabular", "regression"):
+            assert data.labels is not None
+            if kind == "regression":
+                return InMemoryTabularStore(dataset, data.rows, data.labels, public=public, kind="regression")
+            return InMemoryTabularStore(dataset, data.rows, data.labels, public=public)
+        if kind == "binary":
+            return InMemoryBinaryStore(dataset, data.rows, public=public)
+        return InMemoryBowStore(dataset, data.rows, public=public)
+
+    return make
 
 
 def _run_local(args: argparse.Namespace) -> int:
@@ -141,18 +182,14 @@ def _run_local(args: argparse.Namespace) -> int:
     if conflict is not None:
         raise UsageError(f"option {conflict[0]!r}: {conflict[1]}")
     dataset = args.dataset or path.stem
-    model_options: dict[str, Any] = {
-        # whole-number options (topics, hidden, doc_length) are ints to the estimators
-        name: int(value) if name in ("topics", "hidden", "doc_length", "draws") else value
-        for name, value in options.items()
-    }
-    estimator: Any = ESTIMATORS[args.model, args.algorithm](
+    schedule = Schedule(
         epsilon=args.epsilon,
         delta=args.delta,
         sigma=args.sigma,
         batch_size=batch_size,
         iterations=args.iterations,
-        **model_options,
+        tau0=options.get("tau0", 0.0),
+        kappa=options.get("kappa", 1.0),
     )
     try:
         with fit_progress(f"{args.model} {args.algorithm}", args.iterations) as update:
@@ -160,28 +197,42 @@ def _run_local(args: argparse.Namespace) -> int:
             def progress(done: int, total: int, epsilon_spent: float) -> None:
                 update(done, epsilon_spent, "running" if done < total else "done")
 
-            if data.labels is not None:
-                estimator.fit(data.rows, data.labels, dataset=dataset, progress=progress)
-            else:
-                estimator.fit(data.rows, dataset=dataset, progress=progress)
+            fitted = fit_store(  # no scikit-learn: the estimators' loop without them (worker.fit_loop)
+                args.model,
+                args.algorithm,
+                options,
+                schedule,
+                local_store(data, args.kind, dataset),
+                data.population,
+                dataset,
+                progress=progress,
+            )
     except BoundViolation as exc:
         raise UsageError(f"{path}: {exc}") from None
-    document: dict[str, Any] = estimator.posterior_
+    document: dict[str, Any] = fitted.document
     if data.vocabulary is not None:
         document["vocabulary"] = list(data.vocabulary)
     if data.columns is not None:
         document["columns"] = list(data.columns)
+    if data.label is not None:
+        document["label"] = data.label
     if args.output is not None:
         _save(document, Path(args.output))
         note(f"posterior written to {args.output}")
     else:
         note("no -o given: the posterior was not saved")
     note(
-        f"epsilon spent {epsilon_text(estimator.epsilon_)} at delta {args.delta:g} on your own file "
+        f"epsilon spent {epsilon_text(_spent(document))} at delta {args.delta:g} on your own file "
         "(a local fit charges no server budget)"
     )
     print_json(_summary(document, args, options, data.dimension))
     return 0
+
+
+def _spent(document: dict[str, Any]) -> float:
+    """The fit's epsilon from its posterior's privacy (inf for sigma = 0)."""
+    privacy = document["privacy"]
+    return math.inf if privacy["epsilon_is_infinite"] else float(privacy["epsilon"])
 
 
 def _save(document: dict[str, Any], path: Path) -> None:

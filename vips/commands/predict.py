@@ -1,7 +1,8 @@
 """`vips predict` and `vips evaluate`: use a downloaded posterior on public data, outside the wall.
 
 The posterior's model decides the input and the output (docs/design.md section 6):
-- blr: a numeric CSV (a label column, if named, is dropped); predict writes column p = P(y = 1 | x);
+- blr: a numeric CSV (a label column, if named, is dropped; columns are matched to the posterior's by name,
+  vips.posterior_input; --no-header for a file without names); predict writes column p = P(y = 1 | x);
   evaluate prints {"auc", "accuracy", "log_loss", "n"}.
 - linreg: a numeric CSV (a target column, if named, is dropped); predict writes the predictive mean and
   variance of y (columns mean, variance); evaluate prints {"rmse", "mean_log_density", "n"} (targets in
@@ -10,7 +11,8 @@ The posterior's model decides the input and the output (docs/design.md section 6
   by spelling, unknown words dropped; without --vocab the file must use the posterior's word ids);
   predict writes each document's topic proportions (columns topic_0 ... topic_{K-1}); evaluate prints
   {"perplexity" (document completion), "perplexity_bound", "documents", "tokens"}.
-- sbn: a CSV of 0/1 columns; predict writes reconstruction probabilities (one column per input column);
+- sbn: a CSV of 0/1 columns (matched to the posterior's by name when it names them); predict writes
+  reconstruction probabilities (one column per posterior column);
   evaluate prints {"pixel_accuracy", "nll" (nats per row), "n"}.
 Every evaluation also prints "baseline": the same metrics of a model that ignores structure (a constant
 prediction, the mean target, word frequencies, independent pixels), computed on the evaluation file
@@ -31,12 +33,12 @@ from privacy_wall.formats import (
     TabularFile,
     read_binary_csv,
     read_docword,
-    read_tabular_csv,
     read_vocabulary,
 )
-from vips.choices import DEFAULT_LABEL
 from vips.errors import UsageError
 from vips.output import print_json, write_text_atomically
+from vips.posterior_input import read_for_posterior
+from worker.columns import ColumnMismatch, column_order
 from worker.models.base import Array
 from worker.models.blr import predict_proba
 from worker.models.lda import (
@@ -60,31 +62,39 @@ from worker.posterior import (
 )
 
 
-def _check_width(table: TabularFile, expected: int, posterior: Path, input_path: Path) -> None:
-    if table.dimension != expected:
-        hint = "" if table.labels is not None else " (name a label column to drop with --label)"
-        raise UsageError(
-            f"{input_path} has {table.dimension} feature columns, the posterior {posterior} expects "
-            f"{expected}{hint}"
-        )
-
-
 def _blr_probabilities(
-    document: dict[str, Any], posterior: Path, table: TabularFile, input_path: Path
-) -> Array:
-    """P(y = 1 | x) for each row of the table under a BLR posterior."""
+    document: dict[str, Any], args: argparse.Namespace, *, need_label: bool
+) -> tuple[Array, TabularFile]:
+    """P(y = 1 | x) for each row of the input under a BLR posterior, and the rows read."""
     mean, covariance = blr_parameters(document)
-    _check_width(table, mean.shape[0], posterior, input_path)
-    return predict_proba(mean, covariance, table.features)
+    table = read_for_posterior(
+        document,
+        mean.shape[0],
+        Path(args.input),
+        label=args.label,
+        need_label=need_label,
+        binary_label=True,
+        no_header=args.no_header,
+    )
+    return predict_proba(mean, covariance, table.features), table
 
 
 def _linreg_predictions(
-    document: dict[str, Any], posterior: Path, table: TabularFile, input_path: Path
-) -> tuple[Array, Array]:
-    """Predictive mean and variance of y for each row under a linear regression posterior."""
+    document: dict[str, Any], args: argparse.Namespace, *, need_label: bool
+) -> tuple[Array, Array, TabularFile]:
+    """Predictive mean and variance of y for each row of the input under a linear regression posterior,
+    and the rows read."""
     mean, covariance, noise_variance = linreg_parameters(document)
-    _check_width(table, mean.shape[0], posterior, input_path)
-    return linreg_predict(mean, covariance, noise_variance, table.features)
+    table = read_for_posterior(
+        document,
+        mean.shape[0],
+        Path(args.input),
+        label=args.label,
+        need_label=need_label,
+        binary_label=False,
+        no_header=args.no_header,
+    )
+    return (*linreg_predict(mean, covariance, noise_variance, table.features), table)
 
 
 def _lda_counts(fitted: LdaPosterior, input_path: Path, vocab: str | None) -> sp.csr_array:
@@ -111,11 +121,20 @@ def _lda_counts(fitted: LdaPosterior, input_path: Path, vocab: str | None) -> sp
 
 
 def _sbn_rows(fitted: SbnPosterior, input_path: Path) -> TabularFile:
+    """The input's 0/1 rows with their columns in the posterior's order (by name when it names them)."""
     table = read_binary_csv(input_path)
     visible = fitted.W.shape[0]
-    if table.dimension != visible:
-        raise UsageError(f"{input_path} has {table.dimension} columns, the sbn posterior expects {visible}")
-    return table
+    if fitted.columns is None:
+        if table.dimension != visible:
+            raise UsageError(
+                f"{input_path} has {table.dimension} columns, the sbn posterior expects {visible}"
+            )
+        return table
+    try:
+        order = column_order(table.feature_names, fitted.columns, source=str(input_path))
+    except ColumnMismatch as exc:
+        raise UsageError(str(exc)) from None
+    return TabularFile(table.features[:, order], None, fitted.columns)
 
 
 def _check_flags(model: str, args: argparse.Namespace) -> None:
@@ -123,6 +142,8 @@ def _check_flags(model: str, args: argparse.Namespace) -> None:
         raise UsageError("--vocab is only for lda posteriors")
     if args.label is not None and model not in ("blr", "linreg"):
         raise UsageError("--label is only for blr and linreg posteriors")
+    if getattr(args, "no_header", False) and model not in ("blr", "linreg"):
+        raise UsageError("--no-header is only for blr and linreg posteriors")
 
 
 def _csv(header: list[str], values: Array) -> str:
@@ -137,12 +158,10 @@ def run_predict(args: argparse.Namespace) -> int:
     model = document["model"]
     _check_flags(model, args)
     if model == "blr":
-        table = read_tabular_csv(input_path, args.label)
-        p = _blr_probabilities(document, posterior, table, input_path)
+        p, _ = _blr_probabilities(document, args, need_label=False)
         text = "p\n" + "".join(f"{value!r}\n" for value in p.tolist())
     elif model == "linreg":
-        table = read_tabular_csv(input_path, args.label, binary_label=False)
-        mean, variance = _linreg_predictions(document, posterior, table, input_path)
+        mean, variance, _ = _linreg_predictions(document, args, need_label=False)
         text = _csv(["mean", "variance"], np.column_stack([mean, variance]))
     elif model == "lda":
         fitted = lda_parameters(document)
@@ -164,13 +183,11 @@ def run_predict(args: argparse.Namespace) -> int:
 def _evaluate_blr(document: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     from sklearn.metrics import accuracy_score, log_loss, roc_auc_score  # slow import: only here
 
-    label = args.label or DEFAULT_LABEL
-    table = read_tabular_csv(Path(args.input), label)
+    p, table = _blr_probabilities(document, args, need_label=True)
     assert table.labels is not None
-    p = _blr_probabilities(document, Path(args.posterior), table, Path(args.input))
     y = table.labels
     if np.unique(y).size < 2:
-        raise UsageError(f"{args.input}: AUC needs both classes, but every {label!r} is the same")
+        raise UsageError(f"{args.input}: AUC needs both classes, but every {table.label_name!r} is the same")
     rate = float(np.mean(y))
     return {
         "auc": float(roc_auc_score(y, p)),
@@ -187,10 +204,8 @@ def _evaluate_blr(document: dict[str, Any], args: argparse.Namespace) -> dict[st
 
 
 def _evaluate_linreg(document: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
-    label = args.label or DEFAULT_LABEL
-    table = read_tabular_csv(Path(args.input), label, binary_label=False)
+    mean, variance, table = _linreg_predictions(document, args, need_label=True)
     assert table.labels is not None
-    mean, variance = _linreg_predictions(document, Path(args.posterior), table, Path(args.input))
     y = table.labels
     log_density = -0.5 * (np.log(2 * np.pi * variance) + (y - mean) ** 2 / variance)
     return {

@@ -11,6 +11,7 @@ import os
 import resource
 import shlex
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -25,7 +26,9 @@ from service.db import create_control_engine
 from service.keys import create_key, list_keys
 from service.settings import ServiceSettings
 from vips.errors import RuntimeFailure
+from vips.listen import bind_listener
 from vips.migrate import History, upgrade
+from vips.store_lock import lock_store
 from vips.supervisor import WorkerSupervisor
 
 #: The files of an embedded (SQLite) database: the database itself and its journals, when present.
@@ -112,8 +115,11 @@ def run_migrate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _serve(settings: ServiceSettings, host: str, port: int, workers: int = 1) -> None:
-    """uvicorn on the app; several worker processes build their apps from the same environment."""
+def _serve(
+    settings: ServiceSettings, host: str, port: int, workers: int = 1, listener: socket.socket | None = None
+) -> None:
+    """uvicorn on the app; several worker processes build their apps from the same environment. With
+    `listener` (one process), uvicorn serves on that already bound socket."""
     import uvicorn
 
     from service.app import create_app
@@ -121,6 +127,13 @@ def _serve(settings: ServiceSettings, host: str, port: int, workers: int = 1) ->
 
     # forwarded headers are read by the app, from VIPS_TRUSTED_PROXIES only (service.proxies)
     limits = {**uvicorn_options(settings), "proxy_headers": False}
+    if listener is not None:
+        config = uvicorn.Config(create_app(settings), host=host, port=port, log_level="warning", **limits)
+        server = uvicorn.Server(config)
+        server.run(sockets=[listener])
+        if not server.started:  # as uvicorn.run: a failed start is a failure, not a clean stop
+            raise RuntimeFailure("the API did not start (see above)")
+        return
     if workers == 1:
         uvicorn.run(create_app(settings), host=host, port=port, log_level="warning", **limits)
         return
@@ -212,11 +225,29 @@ def run_up(args: argparse.Namespace) -> int:
     (and the migration, a child process) opens sensitive.db; VIPS_HOME is 0700 and every file in it
     0600, so other local users cannot read the rows. The API and the worker still run as the same
     user, so they are not separated from each other the way production's networks separate them.
-    A VIPS_HOME or database file open to others is refused (require_private_store), never chmod-ed."""
+    A VIPS_HOME or database file open to others is refused (require_private_store), never chmod-ed.
+    A store already served by another `vips up` is refused (vips.store_lock), and a port in use before
+    anything is printed or started (vips.listen)."""
     settings = ServiceSettings()
     if settings.broker_url or settings.control_database_url:
         raise RuntimeFailure("vips up is the embedded mode: unset VIPS_BROKER_URL and the database URLs")
     home = _private_home(WallSettings(home=settings.home), ("control", "sensitive"))
+    url = f"http://{args.host}:{args.port}"
+    lock = lock_store(home, url)  # before anything touches the store: one `vips up` per VIPS_HOME
+    try:
+        listener = bind_listener(args.host, args.port)  # before anything is printed or started
+    except RuntimeFailure:
+        lock.release()
+        raise
+    try:
+        return _run_embedded(args, home, url, listener)
+    finally:
+        listener.close()
+        lock.release()
+
+
+def _run_embedded(args: argparse.Namespace, home: Path, url: str, listener: socket.socket) -> int:
+    """`vips up` once it holds its store's lock and its port: migrate, start the worker, serve."""
     env = {**os.environ, "VIPS_HOME": str(home)}
     migrated = subprocess.run([sys.executable, "-m", "vips.cli", "migrate", "all"], env=env, check=False)
     if migrated.returncode != 0:
@@ -230,9 +261,9 @@ def run_up(args: argparse.Namespace) -> int:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, stop)
-    print(_welcome(f"http://{args.host}:{args.port}", home, _first_admin_key(control)), file=sys.stderr)
+    print(_welcome(url, home, _first_admin_key(control)), file=sys.stderr)
     try:
-        _serve(embedded, args.host, args.port)
+        _serve(embedded, args.host, args.port, listener=listener)
     except KeyboardInterrupt:
         pass
     finally:

@@ -101,7 +101,13 @@ def model_setup(
 
 def public_schema_extra(model: str, schema: dict[str, Any]) -> dict[str, Any]:
     """What a posterior carries from the dataset's public schema so that clients can use it on their own
-    files: LDA the vocabulary (word ids -> words), SBN the column names (docs/design.md section 6)."""
+    files: LDA the vocabulary (word ids -> words), SBN the column names, BLR and linreg the feature
+    columns' names and the label's, by which inputs are matched (docs/posterior-format.md)."""
+    if model in ("blr", "linreg") and "features" in schema:
+        extra: dict[str, Any] = {"columns": list(schema["features"])}
+        if schema.get("label") is not None:
+            extra["label"] = str(schema["label"])
+        return extra
     if model == "lda" and "vocabulary" in schema:
         return {"vocabulary": list(schema["vocabulary"])}
     if model == "sbn" and "columns" in schema:

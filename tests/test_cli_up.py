@@ -1,0 +1,100 @@
+"""`vips up` owns its store and its port (issue 24.3), and `vips wait` reattaches to a running job (issue
+24.2): real `vips up` processes, one service for the module."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from service.client import VipsClient
+from tests.e2e import Service, _clean_env, embedded_service, free_port, synthetic_csv
+from vips.store_lock import LOCK_NAME
+
+DELTA = 1e-5
+#: What a `vips up` killed by SIGKILL leaves behind: its lock file, with no process holding the lock.
+STALE = "pid 999999999\nurl http://127.0.0.1:1\n"
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+    home = tmp_path_factory.mktemp("up") / "home"
+    home.mkdir(mode=0o700)
+    (home / LOCK_NAME).write_text(STALE)
+    (home / LOCK_NAME).chmod(0o600)
+    with embedded_service(home) as running:
+        yield running
+
+
+def home_of(service: Service) -> Path:
+    return Path(service.env["VIPS_HOME"])
+
+
+def up(home: Path, port: int) -> subprocess.CompletedProcess[str]:
+    """A second `vips up`, which must give up at once."""
+    env = {**_clean_env(), "VIPS_HOME": str(home)}
+    argv = [sys.executable, "-m", "vips.cli", "up", "--port", str(port)]
+    return subprocess.run(argv, env=env, text=True, capture_output=True, timeout=60)
+
+
+def test_a_stale_lock_of_a_dead_process_is_taken_over(service: Service) -> None:
+    pid = service.processes["up"].pid
+    assert (home_of(service) / LOCK_NAME).read_text() == f"pid {pid}\nurl {service.url}\n"
+
+
+def test_a_second_up_on_the_same_store_is_refused_naming_the_running_one(service: Service) -> None:
+    home = home_of(service)
+    worker_pid = (home / "worker.pid").read_text()
+    done = up(home, free_port())
+    assert done.returncode == 1
+    pid = service.processes["up"].pid
+    assert "already served by another `vips up`" in done.stderr
+    assert f"pid {pid}, serving on {service.url}" in done.stderr
+    assert "serving on http" not in done.stderr.replace(f"serving on {service.url})", "")
+    assert "export" not in done.stderr
+    assert (home / "worker.pid").read_text() == worker_pid
+
+
+def test_up_on_a_port_in_use_fails_before_printing_anything(service: Service, tmp_path: Path) -> None:
+    port = service.url.rsplit(":", 1)[1]
+    done = up(tmp_path / "other", int(port))
+    assert done.returncode == 1
+    assert done.stderr.startswith("vips: error: cannot listen on 127.0.0.1:")
+    assert f"port {port} is in use" in done.stderr
+    assert "serving on" not in done.stderr and "export" not in done.stderr
+    assert not (tmp_path / "other" / "worker.pid").exists()
+
+
+def test_wait_reattaches_to_a_running_job_and_ends_like_fit_wait(service: Service, tmp_path: Path) -> None:
+    synthetic_csv(tmp_path / "train.csv")
+    data = ["--kind", "tabular", "--input", str(tmp_path / "train.csv"), "--label", "label"]
+    service.vips("data", "ingest", "synth", *data)
+    custodian, analyst = service.key("custodian", "synth"), service.key("analyst")
+    service.vips("budget", "set", "synth", "--epsilon", "100", "--delta", str(DELTA), key=custodian)
+    fit = ["fit", "--dataset", "synth", "--model", "blr", "--iterations", "300", "--batch-size", "50"]
+    submitted = service.vips(*fit, "--sigma", "50", key=analyst)
+    job_id = submitted.stdout.strip()
+    assert f"vips wait {job_id}" in submitted.stderr
+    with VipsClient(service.url, analyst) as api:
+        deadline = time.monotonic() + 60
+        while api.job(job_id)["status"] == "queued":
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+
+    posterior = tmp_path / "posterior.json"
+    waited = service.vips("wait", job_id[:8], "-o", str(posterior), key=analyst)
+    finished = json.loads(waited.stdout)
+    assert (finished["id"], finished["status"], finished["iteration"]) == (job_id, "succeeded", 300)
+    assert f"posterior written to {posterior}" in waited.stderr
+    assert f"job {job_id[:8]} spent epsilon" in waited.stderr and "left of" in waited.stderr
+    assert json.loads(posterior.read_text())["job_id"] == job_id
+
+    downloaded = tmp_path / "again.json"
+    got = service.vips("posterior", job_id[:8], "-o", str(downloaded), key=analyst)
+    assert f"written to {downloaded}" in got.stderr and "the job's epsilon " in got.stderr
+    assert f"at delta {DELTA:g}" in got.stderr

@@ -1,0 +1,153 @@
+"""One in-process fit on an in-memory store: sigma for the schedule, the gate, a throwaway ledger (and a
+shared PrivacyBudget when given), the VIPS loop and the posterior document. No scikit-learn: `vips fit
+--local` calls it directly, the estimators (worker.estimator) through their fit."""
+
+from __future__ import annotations
+
+import math
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from privacy_wall.accounting import SubsampledGaussianEvent, calibrate_sigma, get_accountant
+from privacy_wall.gate import Gate, PrivacyError
+from privacy_wall.ledger import InMemoryLedger
+from privacy_wall.store import RowStore
+from worker.budget import PrivacyBudget
+from worker.models.registry import model_setup
+from worker.posterior import Privacy, build_posterior
+from worker.runner import LoopSettings, run_vips
+
+Progress = Callable[[int, int, float], None]
+"""fit's progress hook: called after each iteration with (iterations done, iterations total, epsilon
+spent so far by this fit as the estimator's accountant prices it; math.inf for a sigma = 0 fit)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Schedule:
+    """A fit's privacy schedule and step sizes, as the estimators' constructor arguments name them
+    (worker.estimator.VipsEstimator documents each)."""
+
+    epsilon: float | None
+    delta: float
+    sigma: float | None
+    batch_size: int | None
+    iterations: int
+    tau0: float = 0.0
+    kappa: float = 1.0
+    random_state: int | None = None
+    sampling: str = "uniform"
+    accountant: str = "pld"
+
+
+@dataclass(frozen=True)
+class Fitted:
+    """A fit's posterior document and the model's final state."""
+
+    document: dict[str, Any]
+    state: Any
+
+
+def resolve_sigma(schedule: Schedule, batch_size: int, population: int) -> float:
+    """The given sigma, or the smallest calibrated to the schedule's epsilon at its delta on its own."""
+    if (schedule.epsilon is None) == (schedule.sigma is None):
+        raise ValueError("give exactly one of epsilon and sigma")
+    if schedule.sigma is not None:
+        if not schedule.sigma >= 0:
+            raise ValueError("sigma must be >= 0")
+        return float(schedule.sigma)
+    assert schedule.epsilon is not None
+    return calibrate_sigma(
+        schedule.epsilon,
+        batch_size,
+        population,
+        schedule.iterations,
+        schedule.delta,
+        accountant=schedule.accountant,
+    )
+
+
+def fit_store(
+    model: str,
+    algorithm: str,
+    options: dict[str, float],
+    schedule: Schedule,
+    make_store: Callable[[bool], RowStore],
+    population: int,
+    dataset: str,
+    *,
+    progress: Progress | None = None,
+    budget: PrivacyBudget | None = None,
+    extra: dict[str, Any] | None = None,
+) -> Fitted:
+    """Run the loop on the store `make_store(public)` builds, calling `progress` after each iteration and
+    charging `budget` (refused with BudgetExceeded before anything is computed when it would not fit);
+    `extra` goes into the posterior document."""
+    batch_size = population if schedule.batch_size is None else int(schedule.batch_size)
+    sigma = resolve_sigma(schedule, batch_size, max(population, 1))
+    settings = LoopSettings(schedule.iterations, batch_size, sigma, schedule.tau0, schedule.kappa)
+    public = sigma == 0
+    if schedule.random_state is not None and not public:
+        raise PrivacyError("random_state is only accepted with sigma = 0: private releases cannot be seeded")
+    if schedule.sampling not in ("uniform", "passes"):
+        raise ValueError("sampling must be 'uniform' or 'passes'")
+    passes = schedule.sampling == "passes"
+    if passes and not public:
+        raise PrivacyError("sampling='passes' is only for sigma = 0: private fits sample uniformly")
+    if budget is not None and schedule.delta != budget.delta:
+        raise ValueError(
+            f"delta {schedule.delta:g} differs from the budget's delta {budget.delta:g}: "
+            f"give delta={budget.delta:g}"
+        )
+    setup = model_setup(model, options, sigma=sigma, algorithm=algorithm)
+    store = make_store(public)
+    accountant = get_accountant(schedule.accountant)
+    ledger = InMemoryLedger(delta=schedule.delta, epsilon_budget=schedule.epsilon, accountant=accountant)
+    gate = Gate(store, ledger, seed=schedule.random_state, passes=passes)
+    job_id = uuid.uuid4().hex
+    event = SubsampledGaussianEvent(sigma, batch_size, population)
+
+    def report(t: int, _release: object, _state: object) -> None:
+        if progress is not None:
+            progress(t, schedule.iterations, ledger.epsilon_spent() if sigma > 0 else math.inf)
+
+    if budget is not None:
+        budget.reserve(job_id, dataset, event, schedule.iterations)
+    try:
+        ledger.reserve(job_id, event, schedule.iterations)
+        try:
+            result = run_vips(
+                gate,
+                setup.query,
+                setup.model,
+                settings,
+                job_id=job_id,
+                dimension=store.info.dimension,
+                population=population,
+                on_iteration=None if progress is None else report,
+            )
+        finally:
+            ledger.refund(job_id)
+    finally:
+        if budget is not None:
+            budget.settle(job_id, len(ledger.charges()))
+    document = build_posterior(
+        model=model,
+        algorithm=algorithm,
+        dataset=dataset,
+        job_id=job_id,
+        privacy=Privacy(
+            epsilon=ledger.epsilon_spent() if sigma > 0 else math.inf,
+            delta=schedule.delta,
+            sigma=sigma,
+            iterations=schedule.iterations,
+            batch_size=batch_size,
+            population=population,
+            accountant=accountant.version,
+            sampling="shuffled_passes" if passes else "without_replacement",
+        ),
+        parameters=setup.model.posterior(result.state),
+        extra=extra,
+    )
+    return Fitted(document, result.state)
