@@ -25,7 +25,7 @@ contracts: $(STAMP)
 
 # pytest exits 5 when it collected nothing: a suite that runs no test has failed.
 test: lint typecheck contracts
-	$(BIN)/pytest -q; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
+	$(BIN)/pytest -q --durations=30; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 run: $(STAMP)
 	$(BIN)/python -m vips.demo $(if $(KEEP),--keep)

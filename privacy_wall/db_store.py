@@ -17,6 +17,7 @@ import scipy.sparse as sp
 from numpy.typing import NDArray
 from sqlalchemy import Connection, Integer, Select, any_, bindparam, func, select
 from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.exc import InterfaceError, OperationalError
 
 from privacy_wall import blocks as block_layout
 from privacy_wall.dataset_cache import DatasetCache, Version, rows_of
@@ -82,12 +83,20 @@ def _fetch_blocks(conn: Connection, statement: Select[Any]) -> list[Any]:
     bytes instead of hex text (a third of the time for a full pass)."""
     if conn.dialect.name != "postgresql":
         return list(conn.execute(statement).all())
+    import psycopg  # the PostgreSQL driver: loaded when a PostgreSQL connection exists
+
     compiled = statement.compile(dialect=conn.dialect)
     driver = conn.connection.driver_connection
     assert driver is not None
-    with driver.cursor(binary=True) as cursor:
-        cursor.execute(str(compiled), compiled.params)
-        return list(cursor.fetchall())
+    try:
+        with driver.cursor(binary=True) as cursor:
+            cursor.execute(str(compiled), compiled.params)
+            return list(cursor.fetchall())
+    except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+        # As SQLAlchemy reports them (the gate withdraws the charge of a release the database could not
+        # read); the statement, never its parameters.
+        kind = OperationalError if isinstance(exc, psycopg.OperationalError) else InterfaceError
+        raise kind(str(compiled), None, exc, hide_parameters=True) from None
 
 
 @dataclass
@@ -177,7 +186,9 @@ class DatabaseStore:
                     )
                     .order_by(blocks.c.first_row),
                 )
-                if [int(row[0]) for row in part] != bounds[start:stop]:
+                found = [(int(row[0]), int(row[1])) for row in part]
+                expected = list(zip(bounds[start:stop], index.row_counts[start:stop].tolist(), strict=True))
+                if found != expected:
                     raise RuntimeError(f"dataset {self.name!r} changed while it was read")
                 for first, count, features, labels in part:
                     yield int(first), self._decode(int(count), features, labels)
@@ -222,6 +233,9 @@ class DatabaseStore:
                 chosen = wanted[start : start + FETCH_BLOCKS]
                 firsts = index.first_rows[chosen].tolist()
                 for first, count, features, labels in _blocks_by_first_row(conn, self.name, firsts):
+                    position = int(np.searchsorted(index.first_rows, first))
+                    if int(count) != int(index.row_counts[position]):
+                        raise RuntimeError(f"dataset {self.name!r} changed while it was read")
                     block = self._decode(int(count), features, labels)
                     a, b = span[int(first)]
                     local = ids[a:b] - int(first)

@@ -222,3 +222,33 @@ def test_migration_s0002_moves_rows_into_blocks_and_back(tmp_path: Path, backend
                     assert [(i, bytes(p), y) for i, p, y in back] == rows
         finally:
             engine.dispose()
+
+
+def test_a_lost_postgresql_connection_is_reported_as_sqlalchemy_reports_it(tmp_path: Path) -> None:
+    """Block reads on PostgreSQL go through the driver's binary cursor; a dropped connection still comes out
+    as SQLAlchemy's OperationalError, the failure the gate knows tells nothing of the values."""
+    from sqlalchemy.exc import OperationalError
+
+    with fresh_database("postgresql", tmp_path) as control_url, fresh_database("postgresql", tmp_path) as url:
+        upgrade("control", control_url)
+        upgrade("sensitive", url)
+        control, sensitive = create_db_engine(control_url), create_db_engine(url)
+        try:
+            x, y = tabular_data(n=N, d=D, seed=4)
+            ingest(
+                control=control, sensitive=sensitive, name="tab", kind="tabular", label="label",
+                path=write_tabular(tmp_path / "t.csv", x, y),
+            )  # fmt: skip
+            with sensitive.connect() as conn:
+                store = DatabaseStore(conn, "tab")
+                store.take(np.array([0]))  # the block index is read
+                driver = conn.connection.driver_connection
+                assert driver is not None
+                driver.close()
+                for selected in (slice(None), np.array([1, 2])):
+                    with pytest.raises(OperationalError):
+                        store.take(selected)
+                conn.invalidate()
+        finally:
+            control.dispose()
+            sensitive.dispose()

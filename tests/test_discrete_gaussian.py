@@ -161,7 +161,9 @@ class FloatFreeGenerator(np.random.Generator):
     random = normal = standard_normal = uniform = exponential = standard_exponential = integers = _refuse  # type: ignore[assignment]
 
 
-def test_never_touches_floating_point() -> None:
+def test_a_generator_whose_float_methods_raise_gives_the_raw_bit_streams_samples() -> None:
+    """The sampler reads only the bit generator's raw words (the syntax-tree test below is the check that
+    no float operation is in its code)."""
     with np.errstate(all="raise"):
         for sigma2 in (
             Fraction(1),

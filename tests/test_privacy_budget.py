@@ -10,7 +10,7 @@ import joblib
 import numpy as np
 import pytest
 from sklearn.base import clone
-from sklearn.model_selection import cross_val_score
+from sklearn.model_selection import KFold, cross_val_score
 
 from privacy_wall.accounting import SubsampledGaussianEvent, get_accountant
 from privacy_wall.gate import PrivacyError
@@ -74,7 +74,7 @@ def test_clone_and_cross_val_score_share_the_budget(data: tuple[np.ndarray, np.n
     estimator = model(budget)
     assert clone(estimator).budget is budget
     x, y = data
-    cross_val_score(estimator, x, y, cv=3)
+    cross_val_score(estimator, x, y, cv=KFold(3))
     assert len(budget.history) == 3
     assert 0.4 < budget.spent < 1.2
 
@@ -107,3 +107,32 @@ def test_delta_must_match_and_sigma_zero_is_refused(data: tuple[np.ndarray, np.n
         public.fit(x, y)  # sigma = 0 is infinitely expensive
     with pytest.raises(TypeError, match="PrivacyBudget"):
         VIPSLogisticRegression(epsilon=1.0, budget=1.0).fit(x, y)  # type: ignore[arg-type]
+
+
+def test_racing_reservations_admit_exactly_what_fits() -> None:
+    """20 threads reserve the same fit at once against a budget halfway between 3 and 4 composed fits:
+    exactly 3 are admitted and nothing is over-reserved (the lock serialises admissions)."""
+    import threading
+
+    event = SubsampledGaussianEvent(2.0, 100, 1000)
+    job = get_accountant("pld").cost(event).scaled(10)
+    cap = (job.scaled(3).epsilon(1e-5) + job.scaled(4).epsilon(1e-5)) / 2
+    budget = PrivacyBudget(epsilon=cap, delta=1e-5, accountant="pld")
+    start = threading.Barrier(20)
+    outcomes: list[str] = []
+
+    def reserve(i: int) -> None:
+        start.wait()
+        try:
+            budget.reserve(f"fit-{i}", "local", event, 10)
+            outcomes.append("admitted")
+        except BudgetExceeded:
+            outcomes.append("refused")
+
+    threads = [threading.Thread(target=reserve, args=(i,)) for i in range(20)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert outcomes.count("admitted") == 3 and outcomes.count("refused") == 17
+    assert 0 < budget.remaining < cap - job.scaled(3).epsilon(1e-5) + 1e-9

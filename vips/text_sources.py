@@ -63,8 +63,11 @@ def csv_texts(path: Path, column: str) -> Iterator[str]:
                 raise UsageError(f"{path}: empty file (a header row naming the columns is required)")
             names = [name.strip() for name in header]
             if column not in names:
-                listed = f" ({', '.join(names)})" if len(names) <= 20 else ""
-                raise UsageError(f"{path}: no column {column!r}; the header has {len(names)} columns{listed}")
+                # The cells are not listed: in a file without a header, line 1 is a document's text.
+                raise UsageError(
+                    f"{path}: no column {column!r} in line 1 ({len(names)} cells; a header row naming the "
+                    "columns is required)"
+                )
             index = names.index(column)
             for row in reader:
                 if not row:

@@ -1,8 +1,14 @@
 """PrivacyBudget: one (epsilon, delta) budget shared by in-process fits, as diffprivlib's BudgetAccountant.
 
     budget = PrivacyBudget(epsilon=1.0, delta=1e-5)
-    cross_val_score(VIPSLogisticRegression(epsilon=0.4, budget=budget), X, y, cv=2)
+    cross_val_score(VIPSLogisticRegression(epsilon=0.4, budget=budget), X, y, cv=KFold(2))
     budget.spent, budget.remaining, budget.history
+
+What the budget covers is each fit's release, on the rows it was given. Split rows by index (`KFold`,
+whose folds do not depend on the data), never by the labels: scikit-learn's default for a classifier with
+`cv=int` is StratifiedKFold, whose folds move when one record's label changes, so neighbouring datasets
+could give a fit inputs that differ in many records. The scores cross_val_score computes on the held-out
+folds are not private at all (exact statistics of the rows): they are for data you may see.
 
 Every fit it pays for reserves its whole cost before it starts and is charged for the iterations it
 released when it ends (the service's ledger protocol, privacy_wall.ledger); costs compose with the
