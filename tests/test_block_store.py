@@ -4,7 +4,6 @@ per-row storage into blocks and back, values exact. On SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -33,23 +32,10 @@ N, D, V = 101, 4, 9
 PER_BLOCK = 7
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def engines(
-    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[tuple[Engine, Engine]]:
+@pytest.fixture(autouse=True)
+def small_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """PER_BLOCK rows per block, so 101 rows span many blocks and end in a partial one."""
     monkeypatch.setattr(block_layout, "block_rows", lambda kind, dimension: PER_BLOCK)
-    with (
-        fresh_database(request.param, tmp_path) as control_url,
-        fresh_database(request.param, tmp_path) as sensitive_url,
-    ):
-        upgrade("control", control_url)
-        upgrade("sensitive", sensitive_url)
-        control, sensitive = create_db_engine(control_url), create_db_engine(sensitive_url)
-        try:
-            yield control, sensitive
-        finally:
-            control.dispose()
-            sensitive.dispose()
 
 
 def corpus(seed: int = 3) -> BagOfWords:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -19,26 +18,7 @@ from privacy_wall.ledger import InMemoryLedger
 from privacy_wall.queries.blr import LogisticRegressionQuery
 from privacy_wall.queries.lda import LdaQuery
 from privacy_wall.sensitive_schema import blocks, stored_datasets
-from privacy_wall.sqlengine import create_db_engine
 from privacy_wall.store import BoundViolation, InMemoryTabularStore
-from tests.dbservers import fresh_database
-from vips.migrate import upgrade
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def engines(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Engine, Engine]]:
-    with (
-        fresh_database(request.param, tmp_path) as control_url,
-        fresh_database(request.param, tmp_path) as sensitive_url,
-    ):
-        upgrade("control", control_url)
-        upgrade("sensitive", sensitive_url)
-        control, sensitive = create_db_engine(control_url), create_db_engine(sensitive_url)
-        try:
-            yield control, sensitive
-        finally:
-            control.dispose()
-            sensitive.dispose()
 
 
 def write_tabular(path: Path, features: np.ndarray, labels: np.ndarray) -> Path:

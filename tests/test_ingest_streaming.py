@@ -6,7 +6,6 @@ the leftover of a killed ingest does not block the next one. On SQLite and Postg
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -33,30 +32,11 @@ from privacy_wall.gate import Gate
 from privacy_wall.ingest import IngestError, encode_bag_of_words, ingest, store_encoded
 from privacy_wall.queries.blr import LogisticRegressionQuery
 from privacy_wall.sensitive_schema import blocks, stored_datasets
-from privacy_wall.sqlengine import create_db_engine
-from tests.dbservers import fresh_database
 from vips.cli import main
-from vips.migrate import upgrade
 
 #: Block sizes from one byte (every block a line) to the whole file at once.
 BLOCKS = (1, 7, 100, 1 << 20)
 SECRET = "0.7777"
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def engines(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Engine, Engine]]:
-    with (
-        fresh_database(request.param, tmp_path) as control_url,
-        fresh_database(request.param, tmp_path) as sensitive_url,
-    ):
-        upgrade("control", control_url)
-        upgrade("sensitive", sensitive_url)
-        control, sensitive = create_db_engine(control_url), create_db_engine(sensitive_url)
-        try:
-            yield control, sensitive
-        finally:
-            control.dispose()
-            sensitive.dispose()
 
 
 def tabular_data(n: int, d: int = 3, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:

@@ -78,6 +78,9 @@ class Trace:
     values: list[float] = field(default_factory=list)
     last: int = 0
     state: dict[str, Any] = field(default_factory=dict)
+    #: Held while releases are replayed into this trace: two views of one job never decode the same
+    #: releases twice, and views of other jobs do not wait for it.
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
 
 def _step(options: dict[str, Any], t: int, exact_batch: bool) -> float:
@@ -150,8 +153,8 @@ class Curve:
 
 
 class _Traces:
-    """Each job's trace with its replay state, least recently used out first, safe across threads (a
-    job's replay runs under the lock: two views of one job never decode the same releases twice)."""
+    """Each job's trace with its replay state, least recently used out first, safe across threads: the
+    cache's lock guards the dictionary only, each trace's own lock its replay."""
 
     def __init__(self, size: int = CACHED_JOBS) -> None:
         self._items: OrderedDict[str, Trace] = OrderedDict()
@@ -164,22 +167,29 @@ class _Traces:
 
     def update(self, engine: Engine, job: Row[Any], population: int) -> Curve:
         with self._lock:
-            trace = self._items.pop(job.id, None)
+            trace = self._items.get(job.id)
             if trace is None:
-                trace = Trace(signal_of(job.algorithm))
-            step = _adagrad if job.algorithm == "dpvi" else _average
-            with reading(engine) as conn:
-                rows = conn.execute(
-                    select(releases.c.iteration, releases.c.arrays)
-                    .where(releases.c.job_id == job.id, releases.c.iteration > trace.last)
-                    .order_by(releases.c.iteration)
-                )
-                for iteration, blob in rows:  # one release decoded at a time
-                    step(trace, job, population, int(iteration), decode_arrays(blob))
-                    trace.last = int(iteration)
-            self._items[job.id] = trace
+                trace = self._items[job.id] = Trace(signal_of(job.algorithm))
+            self._items.move_to_end(job.id)
             while len(self._items) > self._size:
                 self._items.popitem(last=False)
+        step = _adagrad if job.algorithm == "dpvi" else _average
+        with trace.lock:
+            try:
+                with reading(engine) as conn:
+                    rows = conn.execute(
+                        select(releases.c.iteration, releases.c.arrays)
+                        .where(releases.c.job_id == job.id, releases.c.iteration > trace.last)
+                        .order_by(releases.c.iteration)
+                    )
+                    for iteration, blob in rows:  # one release decoded at a time
+                        step(trace, job, population, int(iteration), decode_arrays(blob))
+                        trace.last = int(iteration)
+            except BaseException:  # a step may have stopped half-way: the next view replays from scratch
+                with self._lock:
+                    if self._items.get(job.id) is trace:
+                        del self._items[job.id]
+                raise
             return Curve(trace.signal, tuple(trace.iterations), tuple(trace.values), trace.last)
 
 
