@@ -6,7 +6,8 @@ For each N: a synthetic tabular CSV (20 features scaled to norm <= 1 and a 0/1 l
 embedded `vips up` with default settings, a 10-iteration full-batch BLR job and a 50-iteration minibatch
 job (S = 1,000). Seconds per iteration are the median gap between consecutive releases (their created_at),
 so the job's start and its posterior do not count. The floor is numpy's X^T (w X) and X^T y on the same
-arrays in this process (best of 3); the worker's peak RSS is its VmHWM after the jobs.
+arrays in this process (best of 3); the worker's peak RSS is the largest VmHWM of its processes after
+the jobs.
 
     python -m bench.scale                      # N = 10^4, 10^5 and 10^6
     python -m bench.scale --rows 5000000       # one N (5 x 10^6 needs ~2 GB of CSV in /tmp)
@@ -70,10 +71,16 @@ def seconds_per_iteration(api: VipsClient, job_id: str) -> float:
 
 
 def peak_rss_kb(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1])
-    return 0
+    """The largest VmHWM of the worker and of its job processes (Celery's prefork children)."""
+    peaks = []
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            fields = dict(line.split(":", 1) for line in status.read_text().splitlines() if ":" in line)
+        except OSError:  # the process ended while we looked
+            continue
+        if int(fields["Pid"]) == pid or int(fields["PPid"]) == pid:
+            peaks.append(int(fields.get("VmHWM", "0 kB").split()[0]))
+    return max(peaks, default=0)
 
 
 def run(rows: int, folder: Path) -> dict[str, float]:

@@ -25,6 +25,11 @@ RUN_JOB_TASK = "vips.run_job"
 REAP_TASK = "vips.reap"
 
 
+#: What a job process holds before any job (MiB): the interpreter, numpy, scipy and the drivers (an idle
+#: job process maps about 670 MB and keeps about 170 MB resident).
+JOB_PROCESS_BASE_MB = 1024
+
+
 @lru_cache
 def default_job_memory_mb() -> float:
     """Half of this machine's physical memory in MiB (read once); 4096 where the OS does not say."""
@@ -57,11 +62,11 @@ class ServiceSettings(BaseSettings):
     #: GET /v1/jobs/{id}/releases answers in pages of at most this many MiB of stored releases (at least one
     #: release each), its Link header naming the next page.
     releases_page_mb: float = Field(default=8.0, gt=0)
-    #: The hard limit a worker process puts on itself (its address space, RLIMIT_AS, in MiB): an estimate
-    #: that was wrong fails the job that outgrows it (MemoryError: failed, the unspent rest refunded), not
-    #: the worker. Default: the process's start (1 GiB), its dataset cache (worker_cache_mb) and
-    #: worker_concurrency jobs of max_job_memory_mb,
-    #: at most twice this machine's memory; 0: no limit.
+    #: The hard limit on each of a worker's job processes (its address space, RLIMIT_AS, in MiB; a job
+    #: process runs one job at a time): an estimate that was wrong fails the job that outgrows it
+    #: (MemoryError: failed, the unspent rest refunded), not its neighbours nor the worker. Default: the
+    #: process's start (1 GiB), its dataset cache (worker_cache_mb) and one job of max_job_memory_mb, at
+    #: most twice this machine's memory; 0: no limit.
     worker_memory_mb: float | None = Field(default=None, ge=0)
     #: Each worker keeps decoded datasets between iterations and jobs (privacy_wall.dataset_cache), at most
     #: this many MiB of arrays; a dataset larger than it is read from the database on every full pass.
@@ -111,11 +116,16 @@ class ServiceSettings(BaseSettings):
         return value
 
     def worker_memory_bytes(self) -> int | None:
-        """The worker's address-space limit in bytes (worker_memory_mb), None for none."""
+        """Each job process's address-space limit in bytes (worker_memory_mb), None for none."""
         if self.worker_memory_mb is not None:
             return int(self.worker_memory_mb * (1 << 20)) if self.worker_memory_mb > 0 else None
-        mb = 1024 + self.worker_cache_mb + self.worker_concurrency * self.max_job_memory_mb
+        mb = JOB_PROCESS_BASE_MB + self.worker_cache_mb + self.max_job_memory_mb
         return int(min(mb, 4 * default_job_memory_mb()) * (1 << 20))
+
+    def job_process_replace_kib(self) -> int:
+        """A job process still resident above its start and its dataset cache after a job (KiB) is replaced
+        by a fresh one: what a big job left behind (freed but kept by the allocator) goes back."""
+        return int((JOB_PROCESS_BASE_MB + self.worker_cache_mb) * 1024)
 
     @property
     def embedded(self) -> bool:

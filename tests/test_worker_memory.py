@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import resource
 import time
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -31,6 +32,8 @@ def wait(api: VipsClient, job_id: str, seconds: float = 120) -> dict[str, object
 
 
 def test_a_job_over_the_workers_limit_fails_alone_and_the_next_job_runs(tmp_path: Path) -> None:
+    """The big job and a neighbour run at once, each in its own job process: the big one fails with
+    MemoryError, the neighbour succeeds, and the worker (same pid) then runs the next job."""
     home = tmp_path / "home"
     # Admission lets the job through (its limits raised), as it would a job whose estimate was wrong.
     limits = {
@@ -46,7 +49,10 @@ def test_a_job_over_the_workers_limit_fails_alone_and_the_next_job_runs(tmp_path
             custodian = service.key("custodian", dataset)
             service.vips("budget", "set", dataset, "--epsilon", "100", "--delta", str(DELTA), key=custodian)
         pid_before = (home / "worker.pid").read_text().strip()
-        with VipsClient(service.url, service.key("analyst")) as api:
+        analyst, neighbour = service.key("analyst"), service.key("analyst")
+        with VipsClient(service.url, analyst) as api, VipsClient(service.url, neighbour) as other:
+            # The neighbour's job releases all along the big job's life (another key: it is not deferred).
+            beside = other.submit_job(dataset="synth", model="blr", iterations=300, sigma=50.0)
             big = api.submit_job(
                 dataset="digits",
                 model="sbn",
@@ -58,6 +64,9 @@ def test_a_job_over_the_workers_limit_fails_alone_and_the_next_job_runs(tmp_path
             failed = wait(api, big["id"])
             assert failed["status"] == "failed", failed
             assert "ran out of memory" in str(failed["error"])
+            assert wait(other, beside["id"])["status"] == "succeeded"
+            started = datetime.fromisoformat(str(other.job(beside["id"])["started_at"]))
+            assert started < datetime.fromisoformat(str(failed["finished_at"]))  # they did overlap
             small = api.submit_job(dataset="synth", model="blr", iterations=5, sigma=5.0)
             assert wait(api, small["id"])["status"] == "succeeded"
             budget = api.dataset("digits")["budget"]
@@ -99,5 +108,8 @@ def test_the_limit_is_configured_in_mib(given: float, expected: int | None) -> N
     from service.settings import ServiceSettings, default_job_memory_mb
 
     assert ServiceSettings(worker_memory_mb=given).worker_memory_bytes() == expected
-    default = ServiceSettings(max_job_memory_mb=1000, worker_concurrency=2).worker_memory_bytes()
-    assert default == int(min(1024 + 1024 + 2 * 1000, 4 * default_job_memory_mb()) * (1 << 20))  # + the cache
+    # Per job process, whatever the concurrency: its start, its cache and one job.
+    for concurrency in (1, 2, 8):
+        settings = ServiceSettings(max_job_memory_mb=1000, worker_concurrency=concurrency)
+        expected_mb = min(1024 + 1024 + 1000, 4 * default_job_memory_mb())
+        assert settings.worker_memory_bytes() == int(expected_mb * (1 << 20))

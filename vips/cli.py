@@ -277,8 +277,8 @@ def _add_server(commands: argparse._SubParsersAction[_Parser]) -> None:
         "--concurrency",
         type=_positive_int,
         default=None,
-        help="jobs run at once (threads; default VIPS_WORKER_CONCURRENCY, 2: one key's long job never holds "
-        "every slot, as a key runs at most VIPS_MAX_RUNNING_PER_KEY jobs at once)",
+        help="jobs run at once, each in its own process (default VIPS_WORKER_CONCURRENCY, 2: one key's long "
+        "job never holds every slot, as a key runs at most VIPS_MAX_RUNNING_PER_KEY jobs at once)",
     )
     parser.set_defaults(handler="server:run_worker")
     parser = commands.add_parser("beat", help="Celery beat: queues the periodic reaper (production)")

@@ -9,7 +9,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from celery.signals import worker_ready
+from celery.signals import worker_process_init, worker_ready
 
 from service.queue import CeleryQueue, send_run_job
 from service.reaper import reap, start_reaper_thread
@@ -76,6 +76,18 @@ def reap_jobs() -> list[str]:
         settings.queued_timeout_seconds,
         broker_queue().holds,
     )
+
+
+@worker_process_init.connect
+def _own_connections(**_: object) -> None:
+    """A job process forked after the worker opened its databases or its broker reader builds its own:
+    connections are never shared across a fork (those of the parent are left to the parent, untouched)."""
+    for resource in (control_engine, sensitive_engine):
+        if resource.cache_info().currsize:
+            resource().dispose(close=False)
+        resource.cache_clear()
+    dataset_cache.cache_clear()
+    broker_queue.cache_clear()
 
 
 @worker_ready.connect

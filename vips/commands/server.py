@@ -155,16 +155,21 @@ def run_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def worker_argv(concurrency: int) -> list[str]:
-    pool = (
-        ["--pool", "solo"] if concurrency == 1 else ["--pool", "threads", "--concurrency", str(concurrency)]
-    )
+def worker_argv(concurrency: int, replace_above_kib: int | None = None) -> list[str]:
+    """Celery's prefork pool: `concurrency` job processes, each running one job at a time, so a job that
+    outgrows the address-space limit (inherited by every job process) fails alone and its neighbour runs
+    on; a job process whose resident memory after a job exceeds `replace_above_kib` is replaced by a fresh
+    one (what a job's leftovers hold goes back to the machine), without restarting the worker."""
+    pool = ["--pool", "prefork", "--concurrency", str(concurrency)]
+    if replace_above_kib is not None:
+        pool += ["--max-memory-per-child", str(replace_above_kib)]
     return ["worker", "--loglevel", "WARNING", "--without-gossip", "--without-mingle", *pool]
 
 
 def limit_address_space(limit: int | None) -> None:
-    """Cap this process's address space (RLIMIT_AS, soft limit; never above the hard one): past it an
-    allocation raises MemoryError in the job that asked, which fails that job alone and refunds its rest."""
+    """Cap this process's address space (RLIMIT_AS, soft limit; never above the hard one), inherited by
+    each job process it forks: past it an allocation raises MemoryError in the job that asked, which fails
+    that job alone and refunds its rest."""
     if limit is None:
         return
     _, hard = resource.getrlimit(resource.RLIMIT_AS)
@@ -180,7 +185,7 @@ def run_worker(args: argparse.Namespace) -> int:
     settings = ServiceSettings()
     concurrency = args.concurrency if args.concurrency is not None else settings.worker_concurrency
     limit_address_space(settings.worker_memory_bytes())
-    app.worker_main(worker_argv(concurrency))
+    app.worker_main(worker_argv(concurrency, settings.job_process_replace_kib()))
     return 0
 
 
