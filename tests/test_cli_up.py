@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -98,3 +99,39 @@ def test_wait_reattaches_to_a_running_job_and_ends_like_fit_wait(service: Servic
     got = service.vips("posterior", job_id[:8], "-o", str(downloaded), key=analyst)
     assert f"written to {downloaded}" in got.stderr and "the job's epsilon " in got.stderr
     assert f"at delta {DELTA:g}" in got.stderr
+
+
+def children_of(pid: int) -> list[int]:
+    """The processes whose parent is `pid` (the worker's job processes)."""
+    found = []
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            fields = dict(line.split(":\t", 1) for line in status.read_text().splitlines() if ":\t" in line)
+        except OSError:
+            continue
+        if int(fields["PPid"]) == pid:
+            found.append(int(fields["Pid"]))
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"  # a zombie has ended; only its parent has not collected it yet
+
+
+def test_a_worker_ends_with_its_killed_up_and_its_job_processes_with_it(tmp_path: Path) -> None:
+    """`vips up` killed by SIGKILL gets no chance to stop its worker: the worker sees it gone and ends,
+    with its job processes, so no orphan serves the store that the next `vips up` takes."""
+    with embedded_service(tmp_path / "home") as killed:
+        worker = int((tmp_path / "home" / "worker.pid").read_text())
+        job_processes = children_of(worker)
+        assert job_processes, "the worker runs its jobs in job processes"
+        killed.processes["up"].send_signal(signal.SIGKILL)
+        killed.processes["up"].wait()
+        deadline = time.monotonic() + 15  # ORPHAN_POLL_SECONDS and the kernel's delivery, with room
+        while any(alive(pid) for pid in (worker, *job_processes)):
+            assert time.monotonic() < deadline, "the orphaned worker or a job process still runs"
+            time.sleep(0.2)

@@ -2,12 +2,16 @@
 
 When the worker dies, every job it was running is failed at once with a message that says so, and
 its unspent reservation refunded (there is one worker in the embedded mode, so every running job was
-its); then a new worker starts, after a short back-off if the last one died young.
+its); then a new worker starts, after a short back-off if the last one died young. When the supervisor
+itself dies (even by SIGKILL), its worker notices within ORPHAN_POLL_SECONDS and ends too (its job
+processes with it), so no orphaned worker serves a store that a later `vips up` may take.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import signal
 import subprocess
 import sys
 import threading
@@ -23,6 +27,25 @@ log = logging.getLogger(__name__)
 #: How often the supervisor looks at the worker (seconds), and the longest back-off between restarts.
 POLL_SECONDS = 0.5
 MAX_BACKOFF_SECONDS = 30.0
+#: The environment variable naming the supervising process, and how often its worker checks on it.
+SUPERVISOR_PID_ENV = "VIPS_SUPERVISOR_PID"
+ORPHAN_POLL_SECONDS = 1.0
+
+
+def end_when_orphaned() -> None:
+    """In a supervised worker: a daemon thread that kills this process (SIGKILL, as if it had died with its
+    supervisor; its jobs end as a killed worker's do) once its parent is no longer the supervisor."""
+    supervisor = os.environ.get(SUPERVISOR_PID_ENV)
+    if supervisor is None or not supervisor.isdigit():
+        return
+
+    def watch() -> None:
+        while os.getppid() == int(supervisor):
+            time.sleep(ORPHAN_POLL_SECONDS)
+        log.warning("the supervising `vips up` is gone; this worker ends with it")
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="orphan-watch", daemon=True).start()
 
 
 class WorkerSupervisor:
@@ -48,7 +71,7 @@ class WorkerSupervisor:
         with self._log_path.open("ab") as out:
             process = subprocess.Popen(
                 [sys.executable, "-m", "vips.cli", "worker"],
-                env=self._env,
+                env={**self._env, SUPERVISOR_PID_ENV: str(os.getpid())},
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,

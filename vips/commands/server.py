@@ -29,7 +29,7 @@ from vips.errors import RuntimeFailure
 from vips.listen import bind_listener
 from vips.migrate import History, upgrade
 from vips.store_lock import lock_store
-from vips.supervisor import WorkerSupervisor
+from vips.supervisor import WorkerSupervisor, end_when_orphaned
 
 #: The files of an embedded (SQLite) database: the database itself and its journals, when present.
 _SQLITE_SUFFIXES = ("", "-wal", "-shm", "-journal")
@@ -185,6 +185,7 @@ def run_worker(args: argparse.Namespace) -> int:
     settings = ServiceSettings()
     concurrency = args.concurrency if args.concurrency is not None else settings.worker_concurrency
     limit_address_space(settings.worker_memory_bytes())
+    end_when_orphaned()
     app.worker_main(worker_argv(concurrency, settings.job_process_replace_kib()))
     return 0
 
