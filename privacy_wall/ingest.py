@@ -4,13 +4,13 @@ The wall enforces the bounds the sensitivities assume and rejects, never repairs
 L2 norm <= 1 and labels in {0, 1} (regression: real targets in [-1, 1]); binary data must be 0/1;
 bag-of-words ids must match the public vocabulary. Errors name the file line, never a value.
 
-Files are read and written in chunks (privacy_wall.formats.TabularStream; one bounded transaction of rows
-per chunk), so memory does not grow with the file. The commit point is the population: the sensitive
-`stored_datasets` row and the rows are written first, the control database's catalogue entry (or, for an
-append, the new population) last; any failure removes what was written, and the leftover of a killed
-ingest (a stored dataset the catalogue does not list, rows at or above the population) is removed by the
-next ingest of that name. Appending rows is allowed only while the dataset has no charge and no open
-reservation: its population is part of every charged event.
+Files are read and written in chunks (privacy_wall.formats.TabularStream, DocwordStream; one bounded
+transaction of rows per chunk), so memory does not grow with the file. The commit point is the
+population: the sensitive `stored_datasets` row and the rows are written first, the control database's
+catalogue entry (or, for an append, the new population) last; any failure removes what was written, and
+the leftover of a killed ingest (a stored dataset the catalogue does not list, rows at or above the
+population) is removed by the next ingest of that name. Appending rows is allowed only while the dataset
+has no charge and no open reservation: its population is part of every charged event.
 """
 
 from __future__ import annotations
@@ -32,10 +32,11 @@ from privacy_wall.control_schema import budgets, charges, datasets, reservations
 from privacy_wall.formats import (
     TABLE_BLOCK_BYTES,
     BagOfWords,
+    DocumentChunk,
+    DocwordStream,
     FormatError,
     TabularChunk,
     TabularStream,
-    read_docword,
     read_vocabulary,
 )
 from privacy_wall.names import NAME_RULE, is_dataset_name
@@ -44,8 +45,10 @@ from privacy_wall.store import ROW_NORM_TOLERANCE, Batch
 
 Kind = Literal["tabular", "regression", "bow", "binary"]
 KINDS: tuple[Kind, ...] = ("tabular", "regression", "bow", "binary")
-#: Documents per write transaction for bag-of-words (tabular files are written a parsed block at a time).
+#: Documents per write transaction for an in-memory corpus (files are written a parsed block at a time).
 WRITE_ROWS = 65_536
+#: Entries of documents a bag-of-words file's ingest holds back to fill a block with the next chunk's.
+HELD_ENTRIES = 1 << 22
 
 
 class IngestError(ValueError):
@@ -132,7 +135,33 @@ def _count_rest(chunks: Iterator[TabularChunk], bad: Callable[[TabularChunk], ND
 def _bow(path: Path, vocab: Path | None) -> _Encoded:
     if vocab is None:
         raise IngestError("bag-of-words data needs --vocab: the public vocabulary, one word per line")
-    return encode_bag_of_words(read_docword(path, read_vocabulary(vocab)))
+    stream = DocwordStream(path, read_vocabulary(vocab))
+    words = len(stream.vocabulary)
+    return _Encoded(_document_batches(stream.chunks(), words), words, {"vocabulary": list(stream.vocabulary)})
+
+
+def _document_batches(
+    chunks: Iterator[DocumentChunk], words: int, block_rows: int | None = None
+) -> Iterator[Batch]:
+    """The documents as sparse count rows, a chunk of the file at a time, in whole blocks of `block_rows`
+    (default blocks.BOW_BLOCK_ROWS) documents, as encode_bag_of_words writes them: the documents of a
+    partial block wait for the next chunk, unless they hold more than HELD_ENTRIES entries (then the block
+    is written short)."""
+    block_rows = block_layout.BOW_BLOCK_ROWS if block_rows is None else block_rows
+    held: sp.csr_array | None = None
+    for chunk in chunks:
+        counts = sp.csr_array((chunk.counts, chunk.word_ids, chunk.indptr), shape=(chunk.documents, words))
+        if held is not None:
+            counts = sp.csr_array(sp.vstack([held, counts], format="csr"))
+        total = int(counts.shape[0])
+        cut = total - total % block_rows
+        if cut < total and int(counts.indptr[-1] - counts.indptr[cut]) > HELD_ENTRIES:
+            cut = total
+        if cut:
+            yield Batch.of_documents(sp.csr_array(counts[:cut]))
+        held = sp.csr_array(counts[cut:]) if cut < total else None
+    if held is not None:
+        yield Batch.of_documents(held)
 
 
 def encode_bag_of_words(corpus: BagOfWords, chunk_rows: int = WRITE_ROWS) -> _Encoded:

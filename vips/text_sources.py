@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from vips.errors import UsageError
@@ -48,14 +49,23 @@ def folder_texts(folder: Path) -> Iterator[str]:
         yield read_text(path)
 
 
+@contextmanager
+def _restored_field_limit(limit: int) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        csv.field_size_limit(limit)
+
+
 def csv_texts(path: Path, column: str) -> Iterator[str]:
-    """The `column` cell of each row of a CSV file with a header, in file order."""
-    csv.field_size_limit(sys.maxsize)
+    """The `column` cell of each row of a CSV file with a header, in file order (a document may be longer
+    than the csv module's field limit, which is raised while this reads and restored after)."""
     try:
         handle = path.open(encoding="utf-8-sig", newline="")
     except OSError as exc:
         raise UsageError(f"{path}: cannot be read ({exc.strerror})") from None
-    with handle:
+    limit = csv.field_size_limit(sys.maxsize)
+    with handle, _restored_field_limit(limit):
         reader = csv.reader(handle)
         try:
             header = next(reader, None)
