@@ -15,12 +15,17 @@ Sections:
   delta = 1e-4: sigma from the moments accountant (privacy_wall.accounting.calibrate_sigma) vs strong
   composition (calibrate_sigma_strong), clipping a = 0.1 vs none (a = 1: the bound N_w), and the unigram
   baseline; held-out perplexity per iteration (the paper's Fig. 3).
+- --sweep: how much data and epsilon private LDA needs before its topics beat the unigram baseline on
+  held-out completion perplexity: epsilon 1, 2.4, 10, 100 (delta 1e-4, sigma by the `pld` accountant) and
+  sigma = 0, on the README's job (the bundled corpus, K = 50, S = 2,000, T = 20, N_w = 500, a = 0.1) and on
+  planted-topic corpora shaped like it (V = 5,000, ~50 tokens, K = 20) of growing D at S / D = 0.05, T = 20.
 - --full: the paper's scale (D = 400,000, V = 8,000, K = 50, S = 20,000, N_w = 500, T = 20, sigma = 1.24)
   on a synthetic corpus: wall time and peak RSS.
 
     python -m bench.lda [--quick] [--seeds N] [--out DIR]
     python -m bench.lda --full [--out DIR]
     python -m bench.lda --whole-process [--repeats R]   # `vips fit --local` as a process vs scikit-learn
+    python -m bench.lda --sweep [--sweep-sizes 2786,10000]  # private LDA vs the unigram baseline
 
 Fits run through the real pieces: an in-memory store, privacy_wall.gate.Gate, an InMemoryLedger and
 worker.runner.run_vips. Private fits cannot be seeded (OS CSPRNG): their repeats are independent runs.
@@ -476,6 +481,139 @@ def clipped_fraction(
 
 
 # --------------------------------------------------------------------------------------------------------
+# (d) How much data and epsilon private LDA needs to beat the unigram baseline (issue 24.10).
+
+SWEEP_EPSILONS = (1.0, 2.4, 10.0, 100.0)
+SWEEP_DELTA = 1e-4
+#: The README's example job: K = 50, S = 2,000 of the bundled 2,786 documents, T = 20, N_w = 500, a = 0.1,
+#: the service's step sizes (tau0 = 0, kappa = 1: rho_t = 1/t).
+README_TOPICS = 50
+README_BATCH = 2000
+README_ITERATIONS = 20
+#: Synthetic corpora shaped like the bundled one (V = 5,000, ~50 tokens a document), K = 20 planted topics,
+#: at the paper's sampling rate S / D = 0.05 and T = 20 (one epoch).
+SWEEP_SIZES = (2_786, 10_000, 30_000, 100_000)
+SWEEP_VOCABULARY = 5_000
+SWEEP_TOPICS = 20
+SWEEP_MEAN_LENGTH = 50.0
+
+
+@dataclass(frozen=True)
+class SweepRow:
+    corpus: str
+    documents: int
+    batch_size: int
+    topics: int
+    epsilon: float  # the ledger's, inf for sigma = 0
+    sigma: float
+    completion: float
+    unigram: float
+    test_unigram: float  # `vips evaluate`'s baseline: the test documents' observed halves' frequencies
+
+    @property
+    def beats_unigram(self) -> bool:
+        return self.completion < self.unigram
+
+
+def _sweep_fits(
+    corpus: str, train: Counts, evaluation: Evaluation, *, topics: int, batch_size: int, iterations: int
+) -> list[SweepRow]:
+    """One private fit per epsilon of SWEEP_EPSILONS (sigma calibrated by the `pld` accountant) and one at
+    sigma = 0, all on the same schedule; each scored against the unigram baseline on the same held-out
+    halves."""
+    documents = int(train.shape[0])
+    unigram = unigram_perplexity(train, evaluation.held_out)
+    test_unigram = unigram_perplexity(evaluation.observed, evaluation.held_out)
+    rows = []
+    private_store = InMemoryBowStore(corpus, train, public=False)
+    public_store = InMemoryBowStore(corpus, train, public=True)
+    for target in (*SWEEP_EPSILONS, math.inf):
+        sigma = (
+            0.0
+            if math.isinf(target)
+            else calibrate_sigma(target, batch_size, documents, iterations, SWEEP_DELTA)
+        )
+        fit = vips_fit(
+            train,
+            topics=topics,
+            sigma=sigma,
+            batch_size=batch_size,
+            iterations=iterations,
+            doc_length=DOC_LENGTH,
+            clip=CLIP,
+            tau0=0.0,
+            kappa=1.0,
+            delta=SWEEP_DELTA,
+            seed=0,
+            store=public_store if sigma == 0 else private_store,
+        )
+        row = SweepRow(
+            corpus,
+            documents,
+            batch_size,
+            topics,
+            fit.epsilon,
+            sigma,
+            evaluation.completion(fit.state.lam),
+            unigram,
+            test_unigram,
+        )
+        log(
+            f"  {corpus} D = {documents}: eps {_eps(row.epsilon)} (sigma {sigma:.3g}): completion "
+            f"{row.completion:.1f}, unigram {unigram:.1f} ({fit.seconds:.0f} s)"
+        )
+        rows.append(row)
+    return rows
+
+
+def sweep_section(sizes: Sequence[int]) -> list[SweepRow]:
+    """The README's job on the bundled Wikipedia corpus, then planted-topic corpora of growing size."""
+    corpus = load_wikipedia()
+    rows = _sweep_fits(
+        "bundled Wikipedia (README job)",
+        corpus.train,
+        Evaluation.of(corpus.test, 1.0 / README_TOPICS),
+        topics=README_TOPICS,
+        batch_size=min(README_BATCH, corpus.train.shape[0]),
+        iterations=README_ITERATIONS,
+    )
+    for documents in sizes:
+        setting = SyntheticSetting(
+            documents=documents,
+            vocabulary=SWEEP_VOCABULARY,
+            topics=SWEEP_TOPICS,
+            mean_length=SWEEP_MEAN_LENGTH,
+            test_documents=1000,
+        )
+        data = synthetic_data(setting)
+        rows += _sweep_fits(
+            "synthetic, planted topics",
+            data.train,
+            data.evaluation,
+            topics=SWEEP_TOPICS,
+            batch_size=max(1, round(PRIVATE_RATE * documents)),
+            iterations=PRIVATE_ITERATIONS,
+        )
+    return rows
+
+
+def sweep_markdown(rows: Sequence[SweepRow]) -> str:
+    lines = [
+        "| corpus | D | S | K | epsilon (delta 1e-4) | sigma | completion perplexity | unigram (training "
+        "frequencies) | vs unigram | test documents' own frequencies (`vips evaluate`'s baseline) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        gap = 100 * (row.completion / row.unigram - 1)
+        lines.append(
+            f"| {row.corpus} | {row.documents:,} | {row.batch_size:,} | {row.topics} | {_eps(row.epsilon)} "
+            f"| {row.sigma:.3g} | {row.completion:.1f} | {row.unigram:.1f} | {gap:+.1f}% "
+            f"| {row.test_unigram:.1f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------------------------------------
 # (c) The paper's scale.
 
 
@@ -719,6 +857,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="only `vips fit --local` as a whole process against scikit-learn's fit (bench.lda_process)",
     )
     parser.add_argument("--repeats", type=int, default=3, help="--whole-process: alternated repeats")
+    parser.add_argument(
+        "--sweep",
+        action="store_true",
+        help="only the private sweep: epsilon 1, 2.4, 10, 100 and sigma 0 against the unigram baseline, on "
+        "the README's job and on planted-topic corpora of growing size",
+    )
+    parser.add_argument(
+        "--sweep-sizes",
+        default=",".join(str(size) for size in SWEEP_SIZES),
+        help="--sweep: the synthetic corpora's sizes, comma-separated (default %(default)s; empty: none)",
+    )
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "out")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -730,6 +879,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(table)
         (args.out / "lda_process.md").write_text(
             f"Produced by `python -m bench.lda --whole-process --repeats {args.repeats}`.\n\n{table}\n",
+            encoding="utf-8",
+        )
+        return 0
+    if args.sweep:
+        sizes = [int(size) for size in args.sweep_sizes.split(",") if size.strip()]
+        table = sweep_markdown(sweep_section(sizes))
+        elapsed = time.perf_counter() - start
+        print(table)
+        print(f"({elapsed:.0f} s)")
+        (args.out / "lda_sweep.md").write_text(
+            f"Produced by `python -m bench.lda --sweep --sweep-sizes {','.join(map(str, sizes))}` in "
+            f"{elapsed:.0f} s.\n\n{table}",
             encoding="utf-8",
         )
         return 0

@@ -38,7 +38,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import NDArray
-from scipy import fft as scipy_fft
 from scipy.special import log_ndtr
 
 if TYPE_CHECKING:
@@ -261,6 +260,8 @@ def _self_composed(pmf: pld_pmf.DensePLDPmf, count: int) -> pld_pmf.DensePLDPmf:
     """`pmf` composed with itself `count` times: dp_accounting's `DensePLDPmf.self_compose` (FFT power,
     at most COMPOSITION_TAIL cut from each end by its Chernoff bounds, the cut counted at +infinity),
     with the bounds' moment generating functions computed as powers of one exponential (`_self_bounds`)."""
+    from scipy import fft as scipy_fft  # ~40 ms to import: only when a composition is priced
+
     probs = np.asarray(pmf._probs, dtype=np.float64)
     lower, upper = _self_bounds(probs, count, COMPOSITION_TAIL)
     size = upper - lower + 1

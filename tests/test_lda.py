@@ -8,6 +8,7 @@ import itertools
 import json
 import math
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -32,6 +33,7 @@ from worker.models.lda import (
     topic_word_probabilities,
     unigram_perplexity,
 )
+from worker.posterior import Privacy, build_posterior, dumps_posterior, load_posterior, save_posterior
 from worker.runner import LoopSettings
 
 K = 5
@@ -204,6 +206,38 @@ def test_posterior_document_and_predictions() -> None:
     theta = document_topics(lam, counts, 1 / 3)
     assert theta.shape == (20, 3)
     np.testing.assert_allclose(theta.sum(axis=1), 1.0)
+
+
+def test_the_posterior_file_is_the_documents_json(tmp_path: Path) -> None:
+    """save_posterior writes exactly json.dumps(document) (docs/posterior-format.md), though the lambda
+    list shared by two keys is encoded once; floats round-trip exactly."""
+    rng = np.random.default_rng(11)
+    lam = rng.gamma(1.0, 10.0, size=(4, 70)) + 0.1
+    document = build_posterior(
+        model="lda",
+        algorithm="vips",
+        dataset="docs",
+        job_id="j",
+        privacy=Privacy(
+            epsilon=math.inf,
+            delta=1e-5,
+            sigma=0.0,
+            iterations=2,
+            batch_size=3,
+            population=9,
+            accountant="pld",
+        ),
+        parameters=LatentDirichletAllocation(topics=4).posterior(LdaState(lam, {"s": lam / 7})),
+        extra={"vocabulary": [f"w\u00e9{v}" for v in range(70)], "weird": {"k": [1, None, True, "x"]}},
+    )
+    assert document["lambda"] is document["variational_parameters"]["lambda"]
+    path = tmp_path / "lda.json"
+    save_posterior(document, path)
+    assert path.read_text() == json.dumps(document, allow_nan=False) == dumps_posterior(document)
+    assert load_posterior(path) == document
+    np.testing.assert_array_equal(np.array(load_posterior(path)["lambda"]), lam)
+    with pytest.raises(ValueError, match="JSON compliant"):
+        dumps_posterior({**document, "lambda": [[math.nan]]})
 
 
 def test_doc_length_zero_only_without_noise() -> None:

@@ -8,16 +8,18 @@ import math
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from privacy_wall.accounting import SubsampledGaussianEvent, calibrate_sigma, get_accountant
 from privacy_wall.gate import Gate, PrivacyError
 from privacy_wall.ledger import InMemoryLedger
 from privacy_wall.store import RowStore
-from worker.budget import PrivacyBudget
 from worker.models.registry import model_setup
 from worker.posterior import Privacy, build_posterior
 from worker.runner import LoopSettings, run_vips
+
+if TYPE_CHECKING:  # a fit without a shared budget (`vips fit --local`) never loads worker.budget
+    from worker.budget import PrivacyBudget
 
 Progress = Callable[[int, int, float], None]
 """fit's progress hook: called after each iteration with (iterations done, iterations total, epsilon

@@ -80,9 +80,30 @@ def build_posterior(
     return document
 
 
+def _encode(value: Any, encoded: dict[int, str]) -> str:
+    """json.dumps(value, allow_nan=False), each list object encoded once (`encoded`, by id: every value
+    stays alive in the document for the call, so ids are not reused): a document that holds one array
+    under two keys (LDA's "lambda" and variational_parameters.lambda) pays for its floats' text once."""
+    if isinstance(value, dict) and all(isinstance(key, str) for key in value):
+        items = (f"{json.dumps(key)}: {_encode(item, encoded)}" for key, item in value.items())
+        return "{" + ", ".join(items) + "}"
+    if isinstance(value, list):
+        text = encoded.get(id(value))
+        if text is None:
+            text = encoded[id(value)] = json.dumps(value, allow_nan=False)
+        return text
+    return json.dumps(value, allow_nan=False)
+
+
+def dumps_posterior(document: dict[str, Any]) -> str:
+    """The document's JSON text, exactly json.dumps(document, allow_nan=False) (same separators and
+    floats), with an array shared by several keys encoded once."""
+    return _encode(document, {})
+
+
 def save_posterior(document: dict[str, Any], path: Path) -> None:
     """Write atomically: a partial file never replaces a good one."""
-    text = json.dumps(document, allow_nan=False)
+    text = dumps_posterior(document)
     tmp = path.with_name(path.name + ".tmp")
     try:
         tmp.write_text(text)

@@ -114,15 +114,16 @@ class LatentDirichletAllocation:
         to words)."""
         probabilities = topic_word_probabilities(state.lam)
         tops = top_words(state.lam, 20)
+        lam = state.lam.tolist()  # one list under both keys: worker.posterior writes its text once
         return {
             "natural_parameters": {"expected_log_beta": expected_log_beta(state.lam).tolist()},
             "sufficient_statistics": {k: v.tolist() for k, v in state.statistics.items()},
             "variational_parameters": {
-                "lambda": state.lam.tolist(),
+                "lambda": lam,
                 "alpha": self.doc_topic_prior,
                 "eta": self.topic_word_prior,
             },
-            "lambda": state.lam.tolist(),
+            "lambda": lam,
             "topics": [
                 {"word_ids": ids, "probabilities": [float(probabilities[k, v]) for v in ids]}
                 for k, ids in enumerate(tops)

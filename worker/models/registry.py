@@ -13,17 +13,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from privacy_wall.queries.base import Query
-from privacy_wall.queries.blr import LogisticRegressionQuery
-from privacy_wall.queries.lda import LdaQuery
 from privacy_wall.store import MAX_COUNT
 from service.options import MODEL_KINDS, algorithm_problem, option_problem, schedule_problem
 from worker.models.base import VipsModel
-from worker.models.blr import BayesianLogisticRegression
-from worker.models.dpsep import DpSepLinearRegression, DpSepLogisticRegression
-from worker.models.dpvi import DpviLogisticRegression
-from worker.models.lda import LatentDirichletAllocation
-from worker.models.linreg import BayesianLinearRegression
-from worker.models.sbn import DEFAULT_HIDDEN, SigmoidBeliefNetwork
+
+# Each model's modules (and the wall's query for it) are imported by model_setup when a job of that model
+# is set up: a process that fits LDA (`vips fit --local`) does not load the SBN, DPVI or DP-SEP code.
 
 LDA_DEFAULTS = {"topics": 10, "doc_length": 500, "clip": 0.1}
 #: doc_length 0 (sigma 0 only, so no noise is calibrated to it): documents are kept as they are. The
@@ -67,23 +62,35 @@ def model_setup(
     check_model_options(model, options, sigma, algorithm)
     given: dict[str, Any] = {name: value for name, value in options.items() if name not in ("tau0", "kappa")}
     if algorithm == "dpvi":
+        from worker.models.dpvi import DpviLogisticRegression
+
         if "draws" in given:
             given["draws"] = int(given["draws"])
         dpvi = DpviLogisticRegression(**given)
         return ModelSetup(dpvi, dpvi.query())
     if algorithm == "dpsep":
+        from worker.models.dpsep import DpSepLinearRegression, DpSepLogisticRegression
+
         dpsep: DpSepLogisticRegression | DpSepLinearRegression = (
             DpSepLogisticRegression(**given) if model == "blr" else DpSepLinearRegression(**given)
         )
         return ModelSetup(dpsep, dpsep.query())
     if model == "blr":
+        from privacy_wall.queries.blr import LogisticRegressionQuery
+        from worker.models.blr import BayesianLogisticRegression
+
         if "noise_aware" in given:
             given["noise_aware"] = bool(given["noise_aware"])
         return ModelSetup(BayesianLogisticRegression(**given), LogisticRegressionQuery())
     if model == "linreg":
+        from worker.models.linreg import BayesianLinearRegression
+
         linreg = BayesianLinearRegression(**given)
         return ModelSetup(linreg, linreg.query())
     if model == "lda":
+        from privacy_wall.queries.lda import LdaQuery
+        from worker.models.lda import LatentDirichletAllocation
+
         topics = int(options.get("topics", LDA_DEFAULTS["topics"]))
         lda = LatentDirichletAllocation(topics=topics, alpha=options.get("alpha"), eta=options.get("eta"))
         doc_length = int(options.get("doc_length", LDA_DEFAULTS["doc_length"]))
@@ -95,6 +102,8 @@ def model_setup(
             max_document_length=UNCLIPPED_DOCUMENT_LENGTH if doc_length == 0 else None,
         )
         return ModelSetup(lda, query)
+    from worker.models.sbn import DEFAULT_HIDDEN, SigmoidBeliefNetwork
+
     sbn = SigmoidBeliefNetwork(hidden=int(options.get("hidden", DEFAULT_HIDDEN)))
     return ModelSetup(sbn, sbn.query())
 
