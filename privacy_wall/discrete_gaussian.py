@@ -17,7 +17,11 @@ Vectorisation: a lane is one attempt of Algorithm 3, and the lanes of a round ru
 int64, each stage (uniform U, its Bernoulli(exp(-U/t)), the geometric part, the sign, the Gaussian test, and
 each pass of Algorithm 1's loop) once per round on the lanes still undecided. A round runs about 2.1 lanes
 per draw still needed and keeps the first successes in lane order; which lanes succeed is independent of the
-values they carry, so the kept draws are i.i.d. N_Z(0, s). Lanes never share draws.
+values they carry, so the kept draws are i.i.d. N_Z(0, s). Lanes never share draws. Calls of up to
+WIDE_BELOW lanes, where numpy's per-call overhead dominates, run wide: the geometric part draws
+GEOMETRIC_WIDTH Bernoulli(exp(-1)) per lane at once, and the Gaussian test's l independent factors run as up
+to STAGE_CHUNK sub-lanes per lane at once instead of one per round (the same distribution: independent
+draws, their AND or their count of leading successes; only the use of the word stream differs).
 
 Overflow argument (the limits SIGMA2_MAX = 2^48 and DENOMINATOR_MAX = 2^12 are checked on entry; the test
 test_no_intermediate_overflows_int64_at_the_extremes recomputes these bounds in Python integers for the
@@ -48,6 +52,11 @@ SIGMA2_MAX = 2**48  # sigma <= 2^24 grid steps
 DENOMINATOR_MAX = 2**12
 V_CAP = 2**30
 _ROUND_CAP = 2**40  # rounds of any loop; unreachable (years of compute), asserted rather than assumed
+GEOMETRIC_WIDTH = 4  # Bernoulli(exp(-1)) draws per row and round of the geometric part
+STAGE_CHUNK = 256  # stages of the Gaussian test evaluated at once per proposal
+#: Up to this many rows, loops run wide (GEOMETRIC_WIDTH, STAGE_CHUNK): fewer numpy rounds, more draws,
+#: which pays where per-call overhead dominates; above it, one Bernoulli per row and round (fewest draws).
+WIDE_BELOW = 2**13
 
 Ints = NDArray[np.int64]
 Bools = NDArray[np.bool_]
@@ -176,15 +185,24 @@ def _bernoulli_exp(bits: BitSource, n: int, factors: list[Factor]) -> Bools:
 
 
 def _geometric(bits: BitSource, n: int) -> Ints:
-    """V with Pr[V >= v] = exp(-v) (the geometric part of CKS Algorithm 2), or -1 where V reaches V_CAP."""
+    """V with Pr[V >= v] = exp(-v) (the geometric part of CKS Algorithm 2), or -1 where V reaches V_CAP.
+
+    V counts the Bernoulli(exp(-1)) successes before the first failure. They are drawn GEOMETRIC_WIDTH at a
+    time per undecided row (one _bernoulli_exp call over rows x width), and V grows by the number of leading
+    successes; a row whose whole width succeeded draws again (probability exp(-width)). Each draw is used
+    in order and stops at the first failure, so V is exactly the sequential count.
+    """
     v = np.zeros(n, dtype=np.int64)
     rows = np.arange(n, dtype=np.int64)
+    width = GEOMETRIC_WIDTH if n <= WIDE_BELOW else 1
     while rows.size:
-        rows = rows[_bernoulli_exp(bits, rows.size, [])]  # x = 1: Bernoulli(x / K) is Bernoulli(1 / K)
-        v[rows] += 1
+        hits = _bernoulli_exp(bits, rows.size * width, []).reshape(rows.size, width)
+        all_hit = hits.all(axis=1)
+        lead = np.where(all_hit, width, np.argmin(hits, axis=1))  # leading successes
+        v[rows] += lead
         capped = v[rows] >= V_CAP
         v[rows[capped]] = -1
-        rows = rows[~capped]
+        rows = rows[all_hit & ~capped]
     return v
 
 
@@ -279,15 +297,22 @@ def sample_discrete_gaussian(sigma2: Fraction, size: int, bits: BitSource | np.r
         y = (1 - 2 * sign) * x
         stages = (whole + 1) ** 2 * n_c
         while lane.size:
-            factors = [bernoulli_a(whole, frac)] * 2
+            # Up to STAGE_CHUNK of each proposal's l = stages independent Bernoulli(exp(-x)) run at once,
+            # one sub-lane each (their AND depends neither on the order nor on stopping at the first
+            # failure): one call of Algorithm 1 instead of l sequential ones; memory stays bounded by
+            # STAGE_CHUNK sub-lanes per proposal, and the rare proposal with more stages loops.
+            chunk = np.minimum(stages, STAGE_CHUNK if lane.size <= WIDE_BELOW else 1)
+            owner = np.repeat(np.arange(lane.size, dtype=np.int64), chunk)
+            factors = [bernoulli_a(whole[owner], frac[owner])] * 2
             if bound_c > d:  # else c / n_c = 1 and the draw is certain
-                factors.insert(0, bernoulli_c(lane.size))  # first: it is cheap and fails about half the time
-            passed = _bernoulli_exp(source, lane.size, factors)
-            stages = stages - passed
-            done = passed & (stages == 0)
+                factors.insert(0, bernoulli_c(owner.size))  # first: cheap, and fails about half the time
+            passed = _bernoulli_exp(source, owner.size, factors)
+            survived = np.bincount(owner[~passed], minlength=lane.size) == 0
+            stages = stages - chunk
+            done = survived & (stages == 0)
             values[lane[done]] = y[done]
             accepted[lane[done]] = True
-            again = passed & (stages > 0)
+            again = survived & (stages > 0)
             lane, y, whole, frac, stages = lane[again], y[again], whole[again], frac[again], stages[again]
         parts.append(values[accepted][:need])
         need -= parts[-1].size

@@ -1,11 +1,13 @@
 """The gate: the only function that returns anything computed from sensitive rows.
 
 `Gate.release` samples exactly S rows uniformly, runs the query, divides the clipped sums by S, adds one
-Gaussian mechanism's noise (multiplier sigma over the normalised blocks), post-processes, and returns;
+Gaussian mechanism's noise (multiplier sigma over the normalised blocks; in fixed point, exact discrete
+Gaussian noise on a public grid: privacy_wall.mechanisms.release_blocks), post-processes, and returns;
 the iteration's charge is written to the ledger before any of this happens (write-ahead), and a refused
 charge means nothing is computed. A release whose computation fails for a reason that cannot depend on
 the rows' values (the sensitive database unreadable, memory exhausted on data of public shapes) is
-withdrawn from the ledger: nothing of it left the wall, so charges = releases; any other failure, or a
+withdrawn from the ledger: nothing of it left the wall, so charges = releases (so is a release whose
+fixed-point grid cannot be made for its sigma and size, a GridError: public facts); any other failure, or a
 withdrawal that fails, keeps the charge (the ledger only ever over-counts). Sampling and noise draw from a
 CSPRNG-seeded generator; a seed or sigma = 0 is accepted only for datasets marked public.
 """
@@ -20,7 +22,7 @@ import numpy as np
 
 from privacy_wall.accounting import SubsampledGaussianEvent
 from privacy_wall.ledger import Charge, Ledger
-from privacy_wall.mechanisms import Array, private_generator, release_blocks
+from privacy_wall.mechanisms import Array, GridError, fixed_point_grid, private_generator, release_blocks
 from privacy_wall.queries.base import Query, joint_sensitivity
 from privacy_wall.sampling import ShuffledPasses
 from privacy_wall.store import RowStore
@@ -93,6 +95,8 @@ class Gate:
         if not 0 < batch_size <= info.population:
             raise ValueError(f"batch size must be between 1 and the population {info.population}")
         query.validate_params(params, info.dimension)
+        if sigma > 0:
+            fixed_point_grid(sigma, 1)  # sigma within the fixed-point range: refused before any charge
         charge = Charge(
             info.name, job_id, iteration, SubsampledGaussianEvent(sigma, batch_size, info.population), attempt
         )
@@ -109,9 +113,13 @@ class Gate:
         release unseen, and its charge with it, leaves everything the analyst sees (the job failed) a
         function of public facts: the sensitive database could not be read, or memory ran out on data
         whose arrays have public shapes (not bag-of-words: the lengths of the sampled documents are
-        data). Anything else (a numerical error, an unknown one) keeps its charge."""
+        data), or no fixed-point grid exists for the release's sigma and size (GridError, raised from those
+        two public numbers only, before any noise is drawn). Anything else (a numerical error, an unknown
+        one) keeps its charge."""
         database = sys.modules.get("sqlalchemy.exc")  # not loaded: no database error can have occurred
         if database is not None and isinstance(failure, database.OperationalError | database.InterfaceError):
+            return True
+        if isinstance(failure, GridError):
             return True
         return isinstance(failure, MemoryError) and self._store.info.kind != "bow"
 

@@ -14,7 +14,8 @@ every contract test against its query:
   norm at most the query's joint sensitivity J (sqrt(B) unless the query declares less); a query that
   declares J < sqrt(B) must have adversarial records that reach at least 99% of it;
 - noise calibration: one Gaussian mechanism over the normalised blocks gives block b the std
-  sigma * J * Delta_b, checked both on `release_blocks` and end-to-end through the real gate;
+  sigma * J * Delta_b (times the fixed-point grid's small inflation, mechanisms.fixed_point_grid), checked
+  both on `release_blocks` and end-to-end through the real gate;
 - private releases cannot be seeded, nor released with sigma = 0.
 """
 
@@ -30,7 +31,7 @@ from scipy import optimize, stats
 
 from privacy_wall.gate import Gate, PrivacyError, Release
 from privacy_wall.ledger import InMemoryLedger
-from privacy_wall.mechanisms import release_blocks
+from privacy_wall.mechanisms import fixed_point_grid, release_blocks
 from privacy_wall.queries.base import Array, Block, Query, joint_sensitivity
 from privacy_wall.store import Batch, RowStore
 
@@ -230,9 +231,15 @@ class QueryContract:
     def _deltas(self, query: Query, batch_size: int) -> dict[str, float]:
         return {block.name: block.sensitivity(batch_size) for block in query.blocks(self.dimension)}
 
-    def _expected_stds(self, query: Query, deltas: dict[str, float], sigma: float) -> dict[str, float]:
+    def _expected_stds(
+        self, query: Query, deltas: dict[str, float], sigma: float, means: dict[str, Array]
+    ) -> dict[str, float]:
+        """sigma J Delta_b, times the fixed-point release's inflation for its size d (the grid's rounding
+        charge 1 + gamma ceil(sqrt(d)) and the smoothing; mechanisms.fixed_point_grid)."""
         joint = joint_sensitivity(query, self.dimension)
-        return {name: sigma * joint * delta for name, delta in deltas.items()}
+        grid = fixed_point_grid(sigma, sum(np.asarray(value).size for value in means.values()))
+        assert 1 <= grid.noise_scale / (sigma * grid.inflation) <= 1 + 2.0**-30
+        return {name: grid.noise_scale * joint * delta for name, delta in deltas.items()}
 
     def _check_move(
         self,
@@ -394,7 +401,7 @@ class QueryContract:
 
     def test_release_blocks_noise_is_calibrated(self) -> None:
         """release_blocks on this query's blocks and joint sensitivity J: block b gets
-        N(0, (sigma J Delta_b)^2) per entry."""
+        N(0, (sigma J Delta_b)^2) per entry (times the grid's inflation)."""
         query = self.make_query()
         rng = np.random.default_rng(105)
         size = self.audit_batch_size
@@ -403,7 +410,7 @@ class QueryContract:
         deltas = self._deltas(query, size)
         sigma = 1.7
         joint = joint_sensitivity(query, self.dimension)
-        expected = self._expected_stds(query, deltas, sigma)
+        expected = self._expected_stds(query, deltas, sigma, means)
         noise: dict[str, list[Array]] = {name: [] for name in deltas}
         noise_rng = np.random.default_rng(106)
         for _ in range(self.calibration_releases):
@@ -448,7 +455,7 @@ class QueryContract:
         sigma = self.calibration_sigma
         exact = self._means(query, rows, params)
         deltas = self._deltas(query, population)
-        expected = self._expected_stds(query, deltas, sigma)
+        expected = self._expected_stds(query, deltas, sigma, exact)
         self.check_postprocess_inactive(exact, expected)
         noise: dict[str, list[Array]] = {name: [] for name in deltas}
         for t in range(1, self.calibration_releases + 1):

@@ -28,9 +28,9 @@ implementation would fail with another seed about once in 1,000 seeds):
   delta = CP_DELTA that must not exceed what the ledger's accountant charges for one release at that delta
   (`privacy_wall.accounting.epsilon`); it must also reach a fair fraction of the exact epsilon (power).
 - Both audits detect a deliberately broken mechanism: the same gate with half the noise it reports
-  (`gaussian_noise` patched), whose Gaussian-DP lower bound must exceed 1 / sigma and whose epsilon lower
-  bound must exceed the exact epsilon of the declared mechanism. These are the power checks: the expected
-  margins, from the Gaussian model, are stated at each test.
+  (`discrete_gaussian_noise` patched), whose Gaussian-DP lower bound must exceed 1 / sigma and whose
+  epsilon lower bound must exceed the exact epsilon of the declared mechanism. These are the power checks:
+  the expected margins, from the Gaussian model, are stated at each test.
 
 Stores are public and the gates seeded (private data refuses seeds): public and private releases run the
 same code apart from where the generator comes from. The last section audits subsampled releases (S < N)
@@ -43,12 +43,14 @@ import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from fractions import Fraction
 from functools import cache
 from itertools import combinations
 from unittest import mock
 
 import numpy as np
 import pytest
+from numpy.typing import NDArray
 from scipy import optimize, stats
 
 import privacy_wall.mechanisms as mechanisms
@@ -59,6 +61,7 @@ import tests.test_query_lda as lda_tests
 import tests.test_query_linreg as linreg_tests
 import tests.test_query_sbn as sbn_tests
 from privacy_wall.accounting import epsilon
+from privacy_wall.discrete_gaussian import DENOMINATOR_MAX
 from privacy_wall.gate import Gate
 from privacy_wall.ledger import InMemoryLedger
 from privacy_wall.queries.base import Array
@@ -192,12 +195,13 @@ def canary(name: str) -> Canary:
     return best
 
 
-REAL_GAUSSIAN_NOISE = mechanisms.gaussian_noise
+REAL_NOISE = mechanisms.discrete_gaussian_noise
 
 
-def half_noise(shape: int | tuple[int, ...], std: float, rng: np.random.Generator) -> Array:
-    """A broken mechanism: half the noise it reports (release_blocks still reports std)."""
-    return REAL_GAUSSIAN_NOISE(shape, std / 2, rng)
+def half_noise(sigma2: Fraction, size: int, rng: np.random.Generator) -> NDArray[np.int64]:
+    """A broken mechanism: half the noise it reports (release_blocks still reports the full scale)."""
+    quarter = Fraction(math.ceil(sigma2 * DENOMINATOR_MAX / 4), DENOMINATOR_MAX)
+    return REAL_NOISE(quarter, size, rng)
 
 
 @contextmanager
@@ -205,7 +209,7 @@ def noise(broken: bool) -> Iterator[None]:
     if not broken:
         yield
         return
-    with mock.patch.object(mechanisms, "gaussian_noise", half_noise):
+    with mock.patch.object(mechanisms, "discrete_gaussian_noise", half_noise):
         yield
 
 

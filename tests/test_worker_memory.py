@@ -19,7 +19,7 @@ from worker.datasets.digits import load_binary_digits
 
 DELTA = 1e-5
 #: An idle `vips worker` maps about 670 MB (measured: VmSize 668 MB, RSS 172 MB); 1,200 MB leaves a small
-#: job room and no room for SBN with 400 hidden units on 64 pixels (its working arrays alone are ~0.5 GB).
+#: job room and no room for SBN with 500 hidden units on 64 pixels (its working arrays alone are ~0.8 GB).
 WORKER_MEMORY_MB = 1200
 
 
@@ -57,8 +57,8 @@ def test_a_job_over_the_workers_limit_fails_alone_and_the_next_job_runs(tmp_path
                 dataset="digits",
                 model="sbn",
                 iterations=2,
-                sigma=1e6,
-                options={"hidden": 400},
+                sigma=1000.0,  # epsilon near 0; exact noise has a grid for it up to ~3,000 at this size
+                options={"hidden": 500},
                 batch_size=100,
             )
             failed = wait(api, big["id"])

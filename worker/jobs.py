@@ -30,6 +30,7 @@ from privacy_wall.dataset_cache import DatasetCache
 from privacy_wall.db_store import DatabaseStore
 from privacy_wall.gate import Gate, PrivacyError, Release
 from privacy_wall.ledger import BudgetExceeded
+from privacy_wall.mechanisms import GridError
 from privacy_wall.queries.base import Array, Query
 from privacy_wall.sqlengine import (
     Bind,
@@ -122,6 +123,12 @@ _FAILURE_REASONS: tuple[tuple[type[BaseException] | tuple[type[BaseException], .
     (DBAPIError, "the database reported an error"),
     (BudgetExceeded, "the dataset's privacy budget has no room for the charge"),
     (PrivacyError, "the privacy wall refused the request"),
+    (
+        GridError,
+        "exact noise has no grid for this sigma and this many numbers per release (sigma times the square "
+        "root of the release's size is too large): a smaller sigma (its epsilon is near 0 already) or a "
+        "smaller model",
+    ),
     (MemoryError, "the worker ran out of memory (a smaller batch size needs less)"),
     ((ArithmeticError, np.linalg.LinAlgError), "a numerical error in the model's computation"),
 )
