@@ -23,9 +23,10 @@ typecheck: $(STAMP)
 contracts: $(STAMP)
 	$(BIN)/lint-imports
 
-# pytest exits 5 when it collected nothing: a suite that runs no test has failed.
+# pytest exits 5 when it collected nothing: a suite that runs no test has failed. Two processes (pytest-xdist),
+# a test file each at a time: its module fixtures (a running service) serve all its tests.
 test: lint typecheck contracts
-	$(BIN)/pytest -q --durations=30; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
+	$(BIN)/pytest -q -n 2 --dist loadfile --durations=30; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 run: $(STAMP)
 	$(BIN)/python -m vips.demo $(if $(KEEP),--keep)

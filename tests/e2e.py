@@ -3,13 +3,13 @@ on PostgreSQL and Redis, as subprocesses on free ports; plus the CLI as users ru
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -150,6 +150,20 @@ def embedded_service(home: Path, env: dict[str, str] | None = None) -> Iterator[
         _stop(service.processes)
 
 
+#: Which of this process's Redis databases the next private_redis_url hands out.
+_NEXT_REDIS_DATABASE = itertools.count()
+
+
+def private_redis_url() -> str:
+    """A Redis database for one test's use (the test flushes it before and after): databases 1-15 are
+    split between pytest-xdist's worker processes, so that two tests running at once never share one;
+    within a process, tests run one after another and consecutive uses take different databases."""
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    mine = [index for index in range(1, 16) if (index - 1) % workers == worker]
+    return f"{REDIS_URL}/{mine[next(_NEXT_REDIS_DATABASE) % len(mine)]}"
+
+
 @contextmanager
 def production_service(
     tmp_path: Path, heartbeat_timeout: float = 60.0, api_workers: int = 1, env: dict[str, str] | None = None
@@ -162,8 +176,7 @@ def production_service(
     with ExitStack() as stack:
         control = stack.enter_context(fresh_database("postgresql", tmp_path))
         sensitive = stack.enter_context(fresh_database("postgresql", tmp_path))
-        db_index = 1 + uuid.uuid4().int % 15
-        broker = f"{REDIS_URL}/{db_index}"
+        broker = private_redis_url()
         redis.Redis.from_url(broker).flushdb()
         stack.callback(lambda: redis.Redis.from_url(broker).flushdb())
         base = {

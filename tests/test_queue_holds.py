@@ -7,14 +7,13 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 from typing import cast
-from urllib.parse import urlsplit
 
 import pytest
 import redis
 
 from service.queue import CeleryQueue
 from service.settings import ServiceSettings
-from tests.e2e import REDIS_URL, require_redis
+from tests.e2e import private_redis_url, require_redis
 
 
 def test_the_file_broker_holds_a_sent_task_until_it_is_consumed(tmp_path: Path) -> None:
@@ -35,7 +34,7 @@ def test_the_file_broker_holds_a_sent_task_until_it_is_consumed(tmp_path: Path) 
 
 def test_redis_holds_a_waiting_task_and_an_unacknowledged_one() -> None:
     require_redis()
-    url = urlsplit(REDIS_URL)._replace(path="/13").geturl()  # a database of its own, emptied after
+    url = private_redis_url()  # a database of its own, emptied after
     client = redis.Redis.from_url(url)
     client.flushdb()
     queue = CeleryQueue(ServiceSettings(broker_url=url))
