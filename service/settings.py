@@ -68,8 +68,10 @@ class ServiceSettings(BaseSettings):
     #: process's start (1 GiB), its dataset cache (worker_cache_mb) and one job of max_job_memory_mb, at
     #: most twice this machine's memory; 0: no limit.
     worker_memory_mb: float | None = Field(default=None, ge=0)
-    #: Each worker keeps decoded datasets between iterations and jobs (privacy_wall.dataset_cache), at most
-    #: this many MiB of arrays; a dataset larger than it is read from the database on every full pass.
+    #: Each job process of a worker keeps decoded datasets between iterations and jobs
+    #: (privacy_wall.dataset_cache), at most this many MiB of arrays (a worker of worker_concurrency job
+    #: processes may hold that many times it); a dataset larger than it is read from the database on every
+    #: full pass.
     worker_cache_mb: float = Field(default=1024.0, ge=0)
     #: Requests pricing a job (calibration, quotes) run the accountant in at most `pricing_slots` threads of
     #: the request pool at once; a request that waits `pricing_wait_seconds` for a slot gets a 503.
@@ -123,8 +125,9 @@ class ServiceSettings(BaseSettings):
         return int(min(mb, 4 * default_job_memory_mb()) * (1 << 20))
 
     def job_process_replace_kib(self) -> int:
-        """A job process still resident above its start and its dataset cache after a job (KiB) is replaced
-        by a fresh one: what a big job left behind (freed but kept by the allocator) goes back."""
+        """A job process whose peak resident memory passed its start and its dataset cache (KiB; Celery's
+        --max-memory-per-child, measured as the peak without psutil) is replaced by a fresh one after that
+        job: whatever a big job left behind (freed but kept by the allocator) goes back to the machine."""
         return int((JOB_PROCESS_BASE_MB + self.worker_cache_mb) * 1024)
 
     @property

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -150,8 +151,9 @@ def embedded_service(home: Path, env: dict[str, str] | None = None) -> Iterator[
         _stop(service.processes)
 
 
-#: Which of this process's Redis databases the next private_redis_url hands out.
-_NEXT_REDIS_DATABASE = itertools.count()
+#: Which of this process's Redis databases the next private_redis_url hands out (from a random one: two
+#: suites sharing a Redis server rarely start on the same database).
+_NEXT_REDIS_DATABASE = itertools.count(random.randrange(15))
 
 
 def private_redis_url() -> str:

@@ -5,6 +5,7 @@ the documents the models really write. tests/test_ui_browser.py renders both pag
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -126,15 +127,21 @@ def test_nothing_refers_to_a_file_outside_the_repository() -> None:
     skipped = {".venv", ".git", "build", "var", "__pycache__", ".mypy_cache", ".ruff_cache", ".pytest_cache"}
     outside = re.compile(r"\.\./" + "shared|" + r"\bDESIGN(\.md)?\b")
     offenders = []
-    for path in root.rglob("*"):
-        parts = path.relative_to(root).parts
-        if any(part in skipped or part.endswith(".egg-info") for part in parts) or not path.is_file():
-            continue
-        if path.suffix in {".py", ".md", ".toml", ".yml", ".ini", ".html", ".css", ".txt"} or path.name in {
-            "Makefile",
-            "Dockerfile",
-            "run",
-        }:
-            lines = enumerate(path.read_text().splitlines(), 1)
-            offenders += [f"{path.relative_to(root)}:{n}" for n, line in lines if outside.search(line)]
+    for folder, subfolders, files in os.walk(root):
+        # Pruned before they are entered: another test may build a wheel (build/) while this one walks.
+        subfolders[:] = [n for n in subfolders if n not in skipped and not n.endswith(".egg-info")]
+        for path in (Path(folder) / name for name in files):
+            offenders += _outside_references(root, path, outside)
     assert offenders == []
+
+
+def _outside_references(root: Path, path: Path, outside: re.Pattern[str]) -> list[str]:
+    """Lines of a text file of the repository (by its suffix or name) that point outside it."""
+    if path.suffix in {".py", ".md", ".toml", ".yml", ".ini", ".html", ".css", ".txt"} or path.name in {
+        "Makefile",
+        "Dockerfile",
+        "run",
+    }:
+        lines = enumerate(path.read_text().splitlines(), 1)
+        return [f"{path.relative_to(root)}:{n}" for n, line in lines if outside.search(line)]
+    return []

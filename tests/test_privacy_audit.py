@@ -462,11 +462,13 @@ def subsampled_scalars(which: int, releases: int, broken: bool = False) -> Array
 
 
 def subsampled_epsilon_bound(broken: bool = False) -> float:
-    """The threshold is searched in the upper half: D' differs from D only in its upper tail."""
+    """The threshold is searched in the upper half: D' differs from D only in its upper tail; not above
+    its 97th percentile, where a threshold has ~30 of the 1,000 selection releases above it and can win the
+    selection by chance, leaving a held-out bound near 0 (seen once: 0.029; picks measured 0.81-0.94)."""
     return selected_threshold_bound(
         subsampled_scalars(0, CP_RELEASES, broken),
         subsampled_scalars(1, CP_RELEASES, broken),
-        np.linspace(0.5, 0.995, 100),
+        np.linspace(0.5, 0.97, 100),
     )
 
 

@@ -158,8 +158,8 @@ def run_serve(args: argparse.Namespace) -> int:
 def worker_argv(concurrency: int, replace_above_kib: int | None = None) -> list[str]:
     """Celery's prefork pool: `concurrency` job processes, each running one job at a time, so a job that
     outgrows the address-space limit (inherited by every job process) fails alone and its neighbour runs
-    on; a job process whose resident memory after a job exceeds `replace_above_kib` is replaced by a fresh
-    one (what a job's leftovers hold goes back to the machine), without restarting the worker."""
+    on; a job process whose peak resident memory exceeded `replace_above_kib` is replaced by a fresh one
+    after that job (what a job's leftovers hold goes back to the machine), without restarting the worker."""
     pool = ["--pool", "prefork", "--concurrency", str(concurrency)]
     if replace_above_kib is not None:
         pool += ["--max-memory-per-child", str(replace_above_kib)]
