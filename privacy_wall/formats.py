@@ -184,6 +184,32 @@ def _locate_bad_cell(
     return FormatError(f"{path}: the data rows could not be parsed as numbers")
 
 
+def line_blocks(
+    path: Path, offset: int, first_line: int, block_bytes: int, max_line_bytes: int
+) -> Iterator[tuple[int, bytes, int]]:
+    """The file from byte `offset` (line `first_line`) in blocks of whole lines of about `block_bytes`:
+    (number of the block's first line, its bytes, how many lines it holds); a last line without its end
+    is a block of its own. A line longer than `max_line_bytes` is refused, naming it."""
+    with _open(path) as stream:
+        stream.seek(offset)
+        number = first_line
+        pending = b""
+        while chunk := stream.read(block_bytes):
+            buffer = pending + chunk if pending else chunk
+            cut = buffer.rfind(b"\n")
+            if cut < 0:
+                pending = buffer
+                if len(pending) > max_line_bytes:
+                    raise FormatError(f"{_where(path, number)}: longer than {max_line_bytes} bytes")
+                continue
+            block, pending = buffer[: cut + 1], buffer[cut + 1 :]
+            lines = block.count(b"\n")
+            yield number, block, lines
+            number += lines
+        if pending:
+            yield number, pending, 1
+
+
 @dataclass(frozen=True, eq=False)
 class TabularChunk:
     """Consecutive data rows of a tabular file: row i of the chunk is on line first_line + i."""
@@ -275,24 +301,11 @@ class TabularStream:
 
     def _blocks(self) -> Iterator[tuple[int, bytes]]:
         """(number of the block's first line, bytes of whole lines) from line 2 to the end."""
-        path = self.path
-        with _open(path) as stream:
-            stream.seek(self._data_offset)
-            number = self.first_data_line
-            pending = b""
-            while chunk := stream.read(self._block_bytes):
-                buffer = pending + chunk if pending else chunk
-                cut = buffer.rfind(b"\n")
-                if cut < 0:
-                    pending = buffer
-                    if len(pending) > self._max_line_bytes:
-                        raise FormatError(f"{_where(path, number)}: longer than {self._max_line_bytes} bytes")
-                    continue
-                block, pending = buffer[: cut + 1], buffer[cut + 1 :]
-                yield number, block
-                number += block.count(b"\n")
-            if pending:
-                yield number, pending
+        blocks = line_blocks(
+            self.path, self._data_offset, self.first_data_line, self._block_bytes, self._max_line_bytes
+        )
+        for number, block, _ in blocks:
+            yield number, block
 
     def _tables(self) -> Iterator[tuple[int, NDArray[np.float64]]]:
         """Each block's data rows as a (rows, columns) array, every check but labels' and values' done."""
@@ -665,25 +678,9 @@ class DocwordStream:
 
     def _blocks(self) -> Iterator[tuple[int, bytes, int]]:
         """(number of the block's first line, bytes of whole lines, their number) from line 4 to the end."""
-        path = self.path
-        with _open(path) as stream:
-            stream.seek(self._data_offset)
-            number = FIRST_ENTRY_LINE
-            pending = b""
-            while chunk := stream.read(self._block_bytes):
-                buffer = pending + chunk if pending else chunk
-                cut = buffer.rfind(b"\n")
-                if cut < 0:
-                    pending = buffer
-                    if len(pending) > self._max_line_bytes:
-                        raise FormatError(f"{_where(path, number)}: longer than {self._max_line_bytes} bytes")
-                    continue
-                block, pending = buffer[: cut + 1], buffer[cut + 1 :]
-                lines = block.count(b"\n")
-                yield number, block, lines
-                number += lines
-            if pending:
-                yield number, pending, 1
+        return line_blocks(
+            self.path, self._data_offset, FIRST_ENTRY_LINE, self._block_bytes, self._max_line_bytes
+        )
 
     def _read_lines(
         self, first_line: int, block: bytes, blank_from: int | None
