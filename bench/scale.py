@@ -11,6 +11,9 @@ the jobs.
 
     python -m bench.scale                      # N = 10^4, 10^5 and 10^6
     python -m bench.scale --rows 5000000       # one N (5 x 10^6 needs ~2 GB of CSV in /tmp)
+    python -m bench.scale --rows 1000000 --shards 1 --shards 2   # VIPS_SHARDS = 1 and 2 on one store
+
+With K > 1 the worker's peak is the largest over the job worker's and the shard workers' processes.
 """
 
 from __future__ import annotations
@@ -83,34 +86,54 @@ def peak_rss_kb(pid: int) -> int:
     return max(peaks, default=0)
 
 
-def run(rows: int, folder: Path) -> dict[str, float]:
+def run(rows: int, folder: Path, shards: list[int]) -> list[dict[str, float]]:
+    """Ingest N rows once; then, for each K in `shards`, a `vips up` with VIPS_SHARDS=K on that store runs
+    the full-batch and the minibatch job (K = 1: no shard workers)."""
     csv = folder / f"scale-{rows}.csv"
     write_csv(csv, rows)
     home = folder / f"home-{rows}"
-    result: dict[str, float] = {"rows": rows, "csv_mb": csv.stat().st_size / 1e6}
-    with embedded_service(home) as service:
-        started = time.perf_counter()
-        argv = [sys.executable, "-m", "vips.cli", "data", "ingest", "scale", "--kind", "tabular"]
-        argv += ["--label", "label", "--input", str(csv)]
-        done = subprocess.run(
-            [sys.executable, "-c", _PEAK, *argv], env=service.env, text=True, capture_output=True, check=True
-        )
-        result["ingest_s"] = time.perf_counter() - started
-        result["ingest_rss_mb"] = int(done.stdout.strip().splitlines()[-1]) / 1024
-        custodian = service.key("custodian", "scale")
-        service.vips("budget", "set", "scale", "--epsilon", "1000", "--delta", str(DELTA), key=custodian)
-        with VipsClient(service.url, service.key("analyst"), timeout=60) as api:
-            full = api.submit_job(dataset="scale", model="blr", iterations=10, batch_size=rows, sigma=5.0)
-            assert api.wait(full["id"], interval=0.5, timeout=3600)["status"] == "succeeded"
-            result["full_s_per_it"] = seconds_per_iteration(api, full["id"])
-            mini = api.submit_job(dataset="scale", model="blr", iterations=50, batch_size=1000, sigma=5.0)
-            assert api.wait(mini["id"], interval=0.5, timeout=3600)["status"] == "succeeded"
-            result["mini_s_per_it"] = seconds_per_iteration(api, mini["id"])
-        result["worker_rss_mb"] = peak_rss_kb(int((home / "worker.pid").read_text())) / 1024
+    ingested: dict[str, float] = {"rows": rows, "csv_mb": csv.stat().st_size / 1e6}
+    results = []
+    for index, count in enumerate(shards):
+        result = dict(ingested, shards=count)
+        with embedded_service(home, {"VIPS_SHARDS": str(count)}) as service:
+            if index == 0:
+                started = time.perf_counter()
+                argv = [sys.executable, "-m", "vips.cli", "data", "ingest", "scale", "--kind", "tabular"]
+                argv += ["--label", "label", "--input", str(csv)]
+                done = subprocess.run(
+                    [sys.executable, "-c", _PEAK, *argv],
+                    env=service.env,
+                    text=True,
+                    capture_output=True,
+                    check=True,
+                )
+                ingested["ingest_s"] = time.perf_counter() - started
+                ingested["ingest_rss_mb"] = int(done.stdout.strip().splitlines()[-1]) / 1024
+                result.update(ingested)
+                custodian = service.key("custodian", "scale")
+                service.vips(
+                    "budget", "set", "scale", "--epsilon", "1000", "--delta", str(DELTA), key=custodian
+                )
+            with VipsClient(service.url, service.key("analyst"), timeout=60) as api:
+                full = api.submit_job(dataset="scale", model="blr", iterations=10, batch_size=rows, sigma=5.0)
+                assert api.wait(full["id"], interval=0.5, timeout=3600)["status"] == "succeeded"
+                result["full_s_per_it"] = seconds_per_iteration(api, full["id"])
+                mini = api.submit_job(dataset="scale", model="blr", iterations=50, batch_size=1000, sigma=5.0)
+                assert api.wait(mini["id"], interval=0.5, timeout=3600)["status"] == "succeeded"
+                result["mini_s_per_it"] = seconds_per_iteration(api, mini["id"])
+            worker_pids = [int((home / "worker.pid").read_text())]
+            worker_pids += [
+                int((home / f"shard-{k}.pid").read_text()) for k in range(count if count > 1 else 0)
+            ]
+            result["worker_rss_mb"] = max(peak_rss_kb(pid) for pid in worker_pids) / 1024
+        results.append(result)
     csv.unlink()
-    result["floor_s"] = numpy_floor(rows)
-    result["data_mb"] = rows * (D + 2) * 8 / 1e6  # float64 features, intercept-free, labels
-    return result
+    floor = numpy_floor(rows)
+    for result in results:
+        result["floor_s"] = floor
+        result["data_mb"] = rows * (D + 2) * 8 / 1e6  # float64 features, intercept-free, labels
+    return results
 
 
 def main() -> None:
@@ -118,18 +141,21 @@ def main() -> None:
     parser.add_argument(
         "--rows", type=int, action="append", help="N (repeatable); default 10^4, 10^5 and 10^6"
     )
+    parser.add_argument(
+        "--shards", type=int, action="append", help="VIPS_SHARDS values to run (repeatable); default 1"
+    )
     args = parser.parse_args()
-    header = "N ingest_s ingest_RSS_MB full_s/it floor_s ratio mini_s/it worker_RSS_MB data_MB"
+    header = "N K ingest_s ingest_RSS_MB full_s/it floor_s ratio mini_s/it worker_RSS_MB data_MB"
     print(header)
     with tempfile.TemporaryDirectory() as folder:
         for rows in args.rows or [10_000, 100_000, 1_000_000]:
-            r = run(rows, Path(folder))
-            print(
-                f"{rows:,} {r['ingest_s']:.1f} {r['ingest_rss_mb']:.0f} {r['full_s_per_it']:.3f} "
-                f"{r['floor_s']:.4f} {r['full_s_per_it'] / r['floor_s']:.1f}x {r['mini_s_per_it']:.4f} "
-                f"{r['worker_rss_mb']:.0f} {r['data_mb']:.0f}",
-                flush=True,
-            )
+            for r in run(rows, Path(folder), args.shards or [1]):
+                print(
+                    f"{rows:,} {r['shards']:.0f} {r['ingest_s']:.1f} {r['ingest_rss_mb']:.0f} "
+                    f"{r['full_s_per_it']:.3f} {r['floor_s']:.4f} {r['full_s_per_it'] / r['floor_s']:.1f}x "
+                    f"{r['mini_s_per_it']:.4f} {r['worker_rss_mb']:.0f} {r['data_mb']:.0f}",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

@@ -31,6 +31,14 @@ FETCH_BLOCKS = 64
 PASS_BLOCKS = 8
 
 
+def shard_blocks(blocks: int, shard: int, shards: int) -> tuple[int, int]:
+    """The blocks [start, stop) of shard `shard` of `shards`: consecutive runs of whole blocks, as even as
+    the count allows (a shard may be empty when there are fewer blocks than shards)."""
+    if not 0 <= shard < shards:
+        raise ValueError(f"shard {shard} is not in 0..{shards - 1}")
+    return blocks * shard // shards, blocks * (shard + 1) // shards
+
+
 class UnknownStoredDataset(LookupError):
     """The sensitive database holds no dataset of that name."""
 
@@ -168,14 +176,30 @@ class DatabaseStore:
     def _decode(self, row_count: int, features: bytes, labels: bytes | None) -> Batch:
         return block_layout.decode(self._info.kind, self._info.dimension, row_count, features, labels)
 
-    def _blocks_in_order(self) -> Iterator[tuple[int, Batch]]:
-        """Every block below the population, decoded, in row order: PASS_BLOCKS blocks per statement (a
-        range of the primary key), so a few blocks' blobs are alive at a time."""
+    def block_count(self) -> int:
+        """How many blocks hold the dataset's rows."""
+        return len(self._block_index().first_rows)
+
+    def shard(self, shard: int, shards: int) -> Batch:
+        """Shard `shard` of `shards`: the rows of its whole blocks (`shard_blocks`), ids rebased to 0. With
+        a cache, decoded once per version and shard (its key names the shard)."""
+        start, stop = shard_blocks(self.block_count(), shard, shards)
+        if self.cache is None:
+            return self._read_blocks(start, stop)
+        name, population, created = self._version
+        key: Version = (f"{name}#shard{shard}/{shards}", population, created)
+        return self.cache.full(key, lambda: self._read_blocks(start, stop))
+
+    def _blocks_in_order(self, first: int = 0, last: int | None = None) -> Iterator[tuple[int, Batch]]:
+        """The blocks first..last - 1 (default: every block below the population), decoded, in row order:
+        PASS_BLOCKS blocks per statement (a range of the primary key), so a few blocks' blobs are alive at
+        a time."""
         index = self._block_index()
         bounds = [*index.first_rows.tolist(), self._info.population]
+        last = len(index.first_rows) if last is None else last
         with reading(self.bind) as conn:
-            for start in range(0, len(index.first_rows), PASS_BLOCKS):
-                stop = min(start + PASS_BLOCKS, len(index.first_rows))
+            for start in range(first, last, PASS_BLOCKS):
+                stop = min(start + PASS_BLOCKS, last)
                 part = _fetch_blocks(
                     conn,
                     select(*_BLOCK_COLUMNS)
@@ -197,9 +221,17 @@ class DatabaseStore:
     def _read_all(self) -> Batch:
         """Every row (ids 0..N-1), block by block into arrays allocated once: the peak is the data plus
         one block, whatever N."""
-        n, d, kind = self._info.population, self._info.dimension, self._info.kind
+        return self._read_blocks(0, len(self._block_index().first_rows))
+
+    def _read_blocks(self, start: int, stop: int) -> Batch:
+        """The rows of blocks start..stop - 1 (ids rebased to 0), block by block into arrays allocated
+        once: the peak is those rows plus one block."""
+        index = self._block_index()
+        bounds = [*index.first_rows.tolist(), self._info.population]
+        offset, n = bounds[start], bounds[stop] - bounds[start]
+        d, kind = self._info.dimension, self._info.kind
         if kind == "bow":
-            parts = [b.counts for _, b in self._blocks_in_order() if b.counts is not None]
+            parts = [b.counts for _, b in self._blocks_in_order(start, stop) if b.counts is not None]
             counts = sp.csr_array(sp.vstack(parts, format="csr")) if parts else None
             if counts is None or counts.shape[0] != n:
                 raise RuntimeError(f"dataset {self.name!r}: the store returned a batch of the wrong size")
@@ -208,7 +240,8 @@ class DatabaseStore:
         features = np.empty((n, d), dtype=np.float64)
         labels = None if kind == "binary" else np.empty(n, dtype=np.float64)
         filled = 0
-        for first, batch in self._blocks_in_order():
+        for first, batch in self._blocks_in_order(start, stop):
+            first -= offset
             features[first : first + batch.size] = batch.features
             if labels is not None and batch.labels is not None:
                 labels[first : first + batch.size] = batch.labels

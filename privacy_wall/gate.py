@@ -10,6 +10,12 @@ withdrawn from the ledger: nothing of it left the wall, so charges = releases (s
 fixed-point grid cannot be made for its sigma and size, a GridError: public facts); any other failure, or a
 withdrawal that fails, keeps the charge (the ledger only ever over-counts). Sampling and noise draw from a
 CSPRNG-seeded generator; a seed or sigma = 0 is accepted only for datasets marked public.
+
+With shards (privacy_wall.shards), a full pass's clipped sums are added from the shard workers instead of
+computed here: the same sum over the population of the same per-record clipped contributions (equal up
+to floating-point order), so the blocks' sensitivities, the one charge and the one noise draw per
+iteration are those of the unsharded release, whatever the number of shards. Minibatches are computed
+here, from the rows they sample.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from __future__ import annotations
 import logging
 import sys
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -26,6 +33,9 @@ from privacy_wall.mechanisms import Array, GridError, fixed_point_grid, private_
 from privacy_wall.queries.base import Query, joint_sensitivity
 from privacy_wall.sampling import ShuffledPasses
 from privacy_wall.store import RowStore
+
+if TYPE_CHECKING:  # SQLAlchemy behind it: a gate without shards (`vips fit --local`) never loads it
+    from privacy_wall.shards import ShardedSums
 
 log = logging.getLogger(__name__)
 
@@ -52,10 +62,17 @@ class Gate:
     """Releases of one dataset, charged to one ledger."""
 
     def __init__(
-        self, store: RowStore, ledger: Ledger, *, seed: int | None = None, passes: bool = False
+        self,
+        store: RowStore,
+        ledger: Ledger,
+        *,
+        seed: int | None = None,
+        passes: bool = False,
+        shards: ShardedSums | None = None,
     ) -> None:
         """`passes`: minibatches in shuffled passes over the rows (privacy_wall.sampling), for non-private
-        fits (sigma = 0) of public data only; otherwise every minibatch is drawn uniformly."""
+        fits (sigma = 0) of public data only; otherwise every minibatch is drawn uniformly. `shards`: full
+        passes summed by shard workers (unseeded gates only: each shard draws its own randomness)."""
         info = store.info
         if seed is not None and not info.public:
             raise PrivacyError(f"dataset {info.name} is private: its releases cannot be seeded")
@@ -65,6 +82,9 @@ class Gate:
         self._ledger = ledger
         self._seeded = np.random.default_rng(seed) if seed is not None else None
         self._passes = ShuffledPasses() if passes else None
+        if shards is not None and seed is not None:
+            raise ValueError("a seeded gate computes every release itself: shards draw their own randomness")
+        self._shards = shards
 
     @property
     def population(self) -> int:
@@ -147,12 +167,17 @@ class Gate:
         info = self._store.info
         batch_size, sigma = charge.event.sample_size, charge.event.noise_multiplier
         rng = self._generator()
-        if self._passes is None:
-            batch = self._store.sample(batch_size, rng)
+        if self._shards is not None and batch_size == info.population and self._passes is None:
+            sums = self._shards.clipped_sums(
+                params, job_id=charge.job_id, iteration=charge.iteration, attempt=charge.attempt
+            )
         else:
-            batch = self._store.take(self._passes.next_rows(info.population, batch_size, rng))
+            if self._passes is None:
+                batch = self._store.sample(batch_size, rng)
+            else:
+                batch = self._store.take(self._passes.next_rows(info.population, batch_size, rng))
+            sums = query.clipped_sums(batch, params, rng)
         blocks = query.blocks(info.dimension)
-        sums = query.clipped_sums(batch, params, rng)
         means = {name: value / batch_size for name, value in sums.items()}
         sensitivities = {b.name: b.sensitivity(batch_size) for b in blocks}
         joint = joint_sensitivity(query, info.dimension)  # sqrt(B) unless the query proves less

@@ -46,3 +46,27 @@ blocks = Table(
     Column("labels", LargeBinary, nullable=True),
     PrimaryKeyConstraint("dataset", "first_row"),
 )
+
+shard_requests = Table(
+    "shard_requests",
+    metadata,
+    Column("job_id", String(64), nullable=False),
+    Column("iteration", Integer, nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("params", LargeBinary, nullable=False),  # the query's public parameters (.npz)
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    PrimaryKeyConstraint("job_id", "iteration", "attempt"),
+)
+
+shard_sums = Table(
+    "shard_sums",
+    metadata,
+    Column("job_id", String(64), nullable=False),
+    Column("iteration", Integer, nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("shard", Integer, nullable=False),
+    Column("sums", LargeBinary, nullable=True),  # the shard's clipped sums (.npz); NULL when it failed
+    Column("failed", Boolean, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    PrimaryKeyConstraint("job_id", "iteration", "attempt", "shard"),
+)

@@ -23,6 +23,15 @@ WORKER_STALE_SECONDS = 10.0
 
 RUN_JOB_TASK = "vips.run_job"
 REAP_TASK = "vips.reap"
+SHARD_TASK = "vips.shard_sums"
+#: Set in a shard worker's process (`vips worker --shard K`): it serves shard K's queue only, and leaves the
+#: reaper and the alive file to the job worker.
+SHARD_WORKER_ENV = "VIPS_SHARD_WORKER"
+
+
+def shard_queue(shard: int) -> str:
+    """The broker queue of shard `shard`'s worker."""
+    return f"vips.shard.{shard}"
 
 
 #: What a job process holds before any job (MiB): the interpreter, numpy, scipy and the drivers (an idle
@@ -98,9 +107,16 @@ class ServiceSettings(BaseSettings):
     max_job_seconds: float = 86_400.0
     pricing_rate_per_key: float = 5.0
     pricing_burst_per_key: int = 20
-    #: Jobs one `vips worker` runs at once (threads) unless --concurrency says otherwise; above
+    #: Jobs one `vips worker` runs at once (job processes) unless --concurrency says otherwise; above
     #: max_running_per_key, so one key's long job never holds every slot.
     worker_concurrency: int = 2
+    #: Full passes split over this many shard workers (`vips worker --shard K`, privacy_wall.shards); 1:
+    #: each job computes its own passes. Embedded `vips up` starts that many shard workers.
+    shards: int = Field(default=1, ge=1, le=64)
+    #: A shard that has not answered a release within shard_resend_seconds is asked again (its task may
+    #: have been lost with its worker); past shard_timeout_seconds the release fails.
+    shard_resend_seconds: float = Field(default=30.0, gt=0)
+    shard_timeout_seconds: float = Field(default=3600.0, gt=0)
     #: Per connection (service.http_server): a request head above max_header_bytes is refused (400); the
     #: head must arrive within header_timeout_seconds, the body within body_timeout_seconds of it, else
     #: the connection is closed; idle kept-alive connections close after keep_alive_seconds; a server
@@ -170,6 +186,9 @@ class ServiceSettings(BaseSettings):
             "processed_folder": str(queue / "processed"),
             "control_folder": str(queue / "control"),
             "store_processed": False,
+            # Consumers look for new messages this often (kombu's default, 1 s, would add up to a second
+            # to every shard task of every sharded iteration; listing a small folder costs ~0.1 ms).
+            "polling_interval": 0.05,
         }
         return config
 

@@ -280,6 +280,14 @@ def _add_server(commands: argparse._SubParsersAction[_Parser]) -> None:
         help="jobs run at once, each in its own process (default VIPS_WORKER_CONCURRENCY, 2: one key's long "
         "job never holds every slot, as a key runs at most VIPS_MAX_RUNNING_PER_KEY jobs at once)",
     )
+    parser.add_argument(
+        "--shard",
+        type=_non_negative_int,
+        default=None,
+        metavar="K",
+        help="serve shard K of VIPS_SHARDS only (its part of every full pass, its rows kept in memory) "
+        "instead of running jobs",
+    )
     parser.set_defaults(handler="server:run_worker")
     parser = commands.add_parser("beat", help="Celery beat: queues the periodic reaper (production)")
     parser.set_defaults(handler="server:run_beat")

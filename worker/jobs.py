@@ -32,6 +32,7 @@ from privacy_wall.gate import Gate, PrivacyError, Release
 from privacy_wall.ledger import BudgetExceeded
 from privacy_wall.mechanisms import GridError
 from privacy_wall.queries.base import Array, Query
+from privacy_wall.shards import ShardedSums, ShardFailed, ShardsUnavailable
 from privacy_wall.sqlengine import (
     Bind,
     autocommit_reads,
@@ -130,6 +131,14 @@ _FAILURE_REASONS: tuple[tuple[type[BaseException] | tuple[type[BaseException], .
         "smaller model",
     ),
     (MemoryError, "the worker ran out of memory (a smaller batch size needs less)"),
+    (
+        ShardFailed,
+        "a shard worker could not compute its part of a full pass (the shard worker's log says why)",
+    ),
+    (
+        ShardsUnavailable,
+        "shard workers did not answer in time (VIPS_SHARD_TIMEOUT_SECONDS): are they running?",
+    ),
     ((ArithmeticError, np.linalg.LinAlgError), "a numerical error in the model's computation"),
 )
 
@@ -409,6 +418,7 @@ def execute_job(
     max_job_seconds: float | None = None,
     limits: StorageLimits | None = None,
     cache: DatasetCache | None = None,
+    shards: ShardedSums | None = None,
 ) -> str:
     """Run (or resume) a job to a terminal status and return it, or "deferred" (not started: its key
     already runs `max_running_per_key` jobs; the caller queues it again).
@@ -417,7 +427,8 @@ def execute_job(
     heartbeat went stale (its worker died, the broker redelivered the task) is resumed. An unreachable
     database raises DatabaseUnavailable (the task retries it later) instead of failing the job. A job
     still running `max_job_seconds` after it first started stops before its next release: failed, what
-    it released stays charged, the rest of its reservation is refunded.
+    it released stays charged, the rest of its reservation is refunded. With `shards`, full passes are
+    summed by shard workers (privacy_wall.shards).
     """
     try:
         claimed = _claim(job_id, control, heartbeat_timeout, max_running_per_key)
@@ -436,7 +447,7 @@ def execute_job(
     deadline = started + timedelta(seconds=max_job_seconds) if max_job_seconds else None
     try:
         with heartbeat(control, job_id, heartbeat_timeout / 4):
-            document = _run(job, control, sensitive, stage, deadline, limits, cache)
+            document = _run(job, control, sensitive, stage, deadline, limits, cache, shards)
         stage.doing = "storing the posterior"
         with control.begin() as conn:
             conn.execute(insert(posteriors).values(job_id=job_id, document=document, created_at=_now()))
@@ -532,6 +543,7 @@ def _run(
     deadline: datetime | None = None,
     limits: StorageLimits | None = None,
     cache: DatasetCache | None = None,
+    shards: ShardedSums | None = None,
 ) -> dict[str, Any]:
     stage.doing = "setting up the model"
     options = dict(job.options)
@@ -546,7 +558,7 @@ def _run(
         stage.doing = "opening the dataset"
         store = DatabaseStore(autocommit_reads(rows), job.dataset, cache)
         _check_population(autocommit_reads(reads), job.dataset, store.info.population)
-        gate = Gate(store, ledger_db.SqlLedger(writes))
+        gate = Gate(store, ledger_db.SqlLedger(writes), shards=shards)
         settings = LoopSettings(
             job.iterations, job.batch_size, job.sigma, options.get("tau0", 0.0), options.get("kappa", 1.0)
         )

@@ -24,8 +24,8 @@ from sqlalchemy import Engine
 from privacy_wall.settings import WallSettings
 from service.db import create_control_engine
 from service.keys import create_key, list_keys
-from service.settings import ServiceSettings
-from vips.errors import RuntimeFailure
+from service.settings import SHARD_WORKER_ENV, ServiceSettings, shard_queue
+from vips.errors import RuntimeFailure, UsageError
 from vips.listen import bind_listener
 from vips.migrate import History, upgrade
 from vips.store_lock import lock_store
@@ -180,13 +180,23 @@ def limit_address_space(limit: int | None) -> None:
 
 def run_worker(args: argparse.Namespace) -> int:
     require_private_store(WallSettings(), ("control", "sensitive"))
+    settings = ServiceSettings()
+    shard: int | None = args.shard
+    if shard is not None and not shard < settings.shards:
+        raise UsageError(
+            f"--shard {shard}: VIPS_SHARDS is {settings.shards}, so shards are 0..{settings.shards - 1}"
+        )
+    if shard is not None:
+        os.environ[SHARD_WORKER_ENV] = str(shard)  # before the tasks module reads it (worker_ready)
     from worker.celery_app import app
 
-    settings = ServiceSettings()
     concurrency = args.concurrency if args.concurrency is not None else settings.worker_concurrency
     limit_address_space(settings.worker_memory_bytes())
     end_when_orphaned()
-    app.worker_main(worker_argv(concurrency, settings.job_process_replace_kib()))
+    argv = worker_argv(concurrency, settings.job_process_replace_kib())
+    if shard is not None:  # one process: its shard's rows decoded once, one release at a time
+        argv = [*worker_argv(1, settings.job_process_replace_kib()), "--queues", shard_queue(shard)]
+    app.worker_main(argv)
     return 0
 
 
@@ -262,6 +272,10 @@ def _run_embedded(args: argparse.Namespace, home: Path, url: str, listener: sock
     control = create_control_engine(embedded)
     embedded.worker_alive_path().unlink(missing_ok=True)  # a previous run's
     worker = WorkerSupervisor(env, home / "worker.log", control, embedded.worker_alive_path())
+    shard_workers = [
+        WorkerSupervisor(env, home / f"shard-{shard}.log", control, None, shard=shard)
+        for shard in range(embedded.shards if embedded.shards > 1 else 0)
+    ]
 
     def stop(signum: int, _frame: FrameType | None) -> None:
         raise KeyboardInterrupt
@@ -273,6 +287,7 @@ def _run_embedded(args: argparse.Namespace, home: Path, url: str, listener: sock
     except KeyboardInterrupt:
         pass
     finally:
-        worker.stop()
+        for supervised in [worker, *shard_workers]:
+            supervised.stop()
         control.dispose()
     return 0

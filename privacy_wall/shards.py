@@ -1,0 +1,230 @@
+"""Sharded full passes inside the wall (issue 26): one release's clipped sums computed by K shard workers.
+
+A dataset's blocks are split into K runs of whole blocks (`db_store.shard_blocks`); shard k's worker keeps
+its rows decoded for as long as its cache holds them. For a full pass the coordinator (the job's process,
+in the gate) writes the release's public parameters to `shard_requests`, sends each shard a task naming the
+release (job, iteration, attempt: public ids, the only thing that crosses the broker), and waits for the K
+rows of `shard_sums`; each shard worker computes the query's clipped sums over its rows and writes them
+there. The coordinator adds them in shard order and the gate noises the total as it would the unsharded
+sum: both are the sum over the population of the same per-record clipped contributions (the query
+protocol's contract, as for `queries.base.chunked_sums`), equal up to floating-point order, so the
+sensitivity, the one charge and the one noise draw per iteration do not change with K.
+
+The partial sums are un-noised aggregates of sensitive rows. They exist only in the shard worker's memory,
+the sensitive database (this channel) and the coordinator's memory: never in a broker message, a Celery
+result, a log line or the control database, and the API has no URL for the sensitive database.
+
+A shard task is idempotent (the first answer of a (release, shard) stays), so a shard whose task was lost
+with its worker is asked again: the coordinator re-sends the tasks of unanswered shards every
+`resend_seconds`, and the release waits (it was charged once, before any of this; a replaced worker's
+answer is the same release's, never a new charge).
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+from numpy.typing import NDArray
+from sqlalchemy import ColumnElement, Engine, Table, delete, insert, select
+from sqlalchemy.exc import IntegrityError
+
+from privacy_wall.db_store import DatabaseStore, shard_blocks
+from privacy_wall.mechanisms import private_generator
+from privacy_wall.queries.base import Query
+from privacy_wall.sensitive_schema import shard_requests, shard_sums
+from privacy_wall.sqlengine import reading, transaction
+
+log = logging.getLogger(__name__)
+
+Array = NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class ShardTask:
+    """What one shard's task carries through the broker: public ids only."""
+
+    job_id: str
+    iteration: int
+    attempt: int
+    shard: int
+    shards: int
+
+
+class ShardFailed(RuntimeError):
+    """A shard worker could not compute its sums (its log says why; the message here names no value)."""
+
+
+class ShardsUnavailable(RuntimeError):
+    """Shards did not answer within the coordinator's timeout."""
+
+
+def encode(arrays: dict[str, Array]) -> bytes:
+    """Arrays as one .npz document (no pickle)."""
+    out = io.BytesIO()
+    np.savez(out, allow_pickle=False, **arrays)
+    return out.getvalue()
+
+
+def decode(blob: bytes) -> dict[str, Array]:
+    with np.load(io.BytesIO(blob), allow_pickle=False) as document:
+        return {name: document[name] for name in document.files}
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class ShardedSums:
+    """The coordinator: a full pass's clipped sums, added from K shard workers through the sensitive
+    database (`engine`); `send` puts one shard's task on its queue."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        shards: int,
+        send: Callable[[ShardTask], None],
+        *,
+        poll_seconds: float = 0.005,
+        resend_seconds: float = 30.0,
+        timeout_seconds: float = 3600.0,
+    ) -> None:
+        if shards < 2:
+            raise ValueError("sharded sums need at least 2 shards")
+        self.engine = engine
+        self.shards = shards
+        self._send = send
+        self._poll = poll_seconds
+        self._resend = resend_seconds
+        self._timeout = timeout_seconds
+
+    def clipped_sums(
+        self, params: dict[str, Array], *, job_id: str, iteration: int, attempt: int
+    ) -> dict[str, Array]:
+        """The sum over every shard of its clipped sums for the release (job_id, iteration, attempt)."""
+        tasks = [ShardTask(job_id, iteration, attempt, shard, self.shards) for shard in range(self.shards)]
+        self._clear(tasks[0])
+        self._purge_abandoned()
+        with transaction(self.engine) as conn:
+            conn.execute(
+                insert(shard_requests).values(
+                    job_id=job_id,
+                    iteration=iteration,
+                    attempt=attempt,
+                    params=encode(params),
+                    created_at=_now(),
+                )
+            )
+        try:
+            answers = self._gather(tasks)
+        finally:
+            self._clear(tasks[0])
+        total: dict[str, Array] = {}
+        for shard in range(self.shards):  # a fixed order: the same floating-point sum on every run
+            for name, value in answers[shard].items():
+                total[name] = total[name] + value if name in total else np.array(value, dtype=np.float64)
+        return total
+
+    def _gather(self, tasks: list[ShardTask]) -> dict[int, dict[str, Array]]:
+        started = sent = time.monotonic()
+        for task in tasks:
+            self._send(task)
+        answers: dict[int, dict[str, Array]] = {}
+        query = select(shard_sums.c.shard, shard_sums.c.sums, shard_sums.c.failed).where(
+            *_release(shard_sums, tasks[0])
+        )
+        with self.engine.connect() as conn:
+            while True:
+                with reading(conn) as reads:
+                    found = reads.execute(query.where(shard_sums.c.shard.not_in(list(answers)))).all()
+                for shard, blob, failed in found:
+                    if failed:
+                        raise ShardFailed(f"shard {shard} of {self.shards} failed to compute its sums")
+                    answers[int(shard)] = decode(blob)
+                if len(answers) == self.shards:
+                    return answers
+                now = time.monotonic()
+                if now - started > self._timeout:
+                    missing = sorted(set(range(self.shards)) - set(answers))
+                    raise ShardsUnavailable(f"shards {missing} did not answer within {self._timeout:g} s")
+                if now - sent > self._resend:  # a task lost with its worker: ask the shard again
+                    for task in tasks:
+                        if task.shard not in answers:
+                            self._send(task)
+                    sent = now
+                time.sleep(self._poll)
+
+    def _clear(self, task: ShardTask) -> None:
+        """Remove the release's request and answers."""
+        with transaction(self.engine) as conn:
+            for table in (shard_sums, shard_requests):
+                conn.execute(delete(table).where(*_release(table, task)))
+
+    def _purge_abandoned(self) -> None:
+        """Remove channel rows older than the timeout: their coordinator died before clearing them (no
+        coordinator waits longer), so nothing will read them."""
+        cutoff = _now() - timedelta(seconds=self._timeout)
+        with transaction(self.engine) as conn:
+            for table in (shard_sums, shard_requests):
+                conn.execute(delete(table).where(table.c.created_at < cutoff))
+
+
+def _release(table: Table, task: ShardTask) -> list[ColumnElement[bool]]:
+    """The conditions selecting the rows of `task`'s release in a channel table."""
+    return [
+        table.c.job_id == task.job_id,
+        table.c.iteration == task.iteration,
+        table.c.attempt == task.attempt,
+    ]
+
+
+def answer(engine: Engine, task: ShardTask, store: DatabaseStore, query: Query) -> bool:
+    """A shard worker's part: shard `task.shard`'s clipped sums for the release, written to `shard_sums`.
+    False when there is nothing to do (already answered, or the request is gone: the coordinator gave up).
+    A failure is recorded as such (no value, no message) and re-raised for the worker's log."""
+    with reading(engine) as conn:
+        done = conn.execute(
+            select(shard_sums.c.shard).where(*_release(shard_sums, task), shard_sums.c.shard == task.shard)
+        )
+        if done.first() is not None:
+            return False
+        blob = conn.execute(
+            select(shard_requests.c.params).where(*_release(shard_requests, task))
+        ).scalar_one_or_none()
+    if blob is None:
+        return False
+    row = {
+        "job_id": task.job_id,
+        "iteration": task.iteration,
+        "attempt": task.attempt,
+        "shard": task.shard,
+        "created_at": _now(),
+    }
+    try:
+        params = decode(blob)
+        start, stop = shard_blocks(store.block_count(), task.shard, task.shards)
+        if start == stop:
+            sums: dict[str, Array] = {}
+        else:
+            batch = store.shard(task.shard, task.shards)
+            sums = query.clipped_sums(batch, params, private_generator())
+        values = {**row, "sums": encode(sums), "failed": False}
+    except Exception:
+        _write(engine, {**row, "sums": None, "failed": True})
+        raise
+    return _write(engine, values)
+
+
+def _write(engine: Engine, values: dict[str, object]) -> bool:
+    """Insert one shard's row unless that shard answered meanwhile (a duplicate task): the first stays."""
+    try:
+        with transaction(engine) as conn:
+            conn.execute(insert(shard_sums).values(**values))
+    except IntegrityError:
+        return False
+    return True

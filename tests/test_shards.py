@@ -1,0 +1,264 @@
+"""Sharded full passes (issue 26): shards tile the blocks; the coordinator's sum of the shards' clipped
+sums equals the unsharded pass's (up to floating-point order) for every K, empty shards included; a shard
+task lost with its worker is sent again and answered once; a failing shard fails the release with its
+charge kept; the channel tables hold nothing once a release is done. On SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+from sqlalchemy import Engine, func, select
+
+from privacy_wall import blocks as block_layout
+from privacy_wall.dataset_cache import DatasetCache
+from privacy_wall.db_store import DatabaseStore, shard_blocks
+from privacy_wall.gate import Gate
+from privacy_wall.ingest import ingest
+from privacy_wall.ledger import InMemoryLedger
+from privacy_wall.queries.base import Array, Query
+from privacy_wall.queries.blr import LogisticRegressionQuery
+from privacy_wall.queries.sbn import SigmoidBeliefNetworkQuery
+from privacy_wall.sensitive_schema import shard_requests, shard_sums
+from privacy_wall.shards import ShardedSums, ShardFailed, ShardTask, answer
+from privacy_wall.store import Batch
+from tests.test_ingest_store import tabular_data, write_tabular
+
+N, D = 101, 4
+PER_BLOCK = 7  # 101 rows: 14 full blocks and one of 3
+
+
+@pytest.fixture(autouse=True)
+def small_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(block_layout, "block_rows", lambda kind, dimension: PER_BLOCK)
+
+
+@pytest.fixture
+def stored(engines: tuple[Engine, Engine], tmp_path: Path) -> tuple[Engine, Engine]:
+    control, sensitive = engines
+    x, y = tabular_data(n=N, d=D, seed=4)
+    path = write_tabular(tmp_path / "t.csv", x, y)
+    ingest(control=control, sensitive=sensitive, name="tab", kind="tabular", label="label", path=path)
+    bits = np.random.default_rng(5).integers(0, 2, size=(N, 6))
+    (tmp_path / "bits.csv").write_text(
+        ",".join(f"c{j}" for j in range(6)) + "\n" + "".join(",".join(map(str, r)) + "\n" for r in bits)
+    )
+    ingest(control=control, sensitive=sensitive, name="bits", kind="binary", path=tmp_path / "bits.csv")
+    return control, sensitive
+
+
+def blr_params() -> dict[str, Array]:
+    moment = np.eye(D) * 0.5 + 0.1
+    return {"second_moment": moment}
+
+
+def sbn_params(hidden: int = 3, visible: int = 6) -> dict[str, Array]:
+    rng = np.random.default_rng(2)
+    w = rng.normal(size=(visible, hidden))
+    c = rng.normal(size=visible)
+    centre = np.concatenate([w, c[:, None]], axis=1)  # (visible, hidden + 1): E[(w_j, c_j)]
+    moment = centre[:, :, None] * centre[:, None, :] + 0.1 * np.eye(hidden + 1)
+    return {"b_mean": rng.normal(size=hidden), "w_mean": w, "second_moment": moment}
+
+
+def inline(sensitive: Engine, dataset: str, query: Query, drop: Callable[[ShardTask], bool] | None = None):  # type: ignore[no-untyped-def]
+    """A `send` that answers each task at once in this process, as shard workers would (each shard with
+    its own cache); `drop` loses the tasks it returns True for, as a dying worker would."""
+    caches: dict[int, DatasetCache] = {}
+    sent: list[ShardTask] = []
+
+    def send(task: ShardTask) -> None:
+        sent.append(task)
+        if drop is not None and drop(task):
+            return
+        cache = caches.setdefault(task.shard, DatasetCache(1 << 30))
+        answer(sensitive, task, DatabaseStore(sensitive, dataset, cache), query)
+
+    send.sent = sent  # type: ignore[attr-defined]
+    return send
+
+
+def channel_rows(sensitive: Engine) -> int:
+    with sensitive.connect() as conn:
+        return sum(
+            conn.execute(select(func.count()).select_from(t)).scalar_one()
+            for t in (shard_requests, shard_sums)
+        )
+
+
+@pytest.mark.parametrize("blocks", [0, 1, 2, 5, 15, 64])
+@pytest.mark.parametrize("shards", [1, 2, 3, 7])
+def test_shards_tile_the_blocks_evenly(blocks: int, shards: int) -> None:
+    ranges = [shard_blocks(blocks, shard, shards) for shard in range(shards)]
+    assert ranges[0][0] == 0 and ranges[-1][1] == blocks
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(ranges))
+    sizes = [stop - start for start, stop in ranges]
+    assert max(sizes) - min(sizes) <= 1
+    with pytest.raises(ValueError, match="shard"):
+        shard_blocks(blocks, shards, shards)
+
+
+@pytest.mark.parametrize("shards", [2, 3, 15, 20])  # 15 blocks: 20 shards leave 5 empty
+@pytest.mark.parametrize(
+    ("dataset", "query", "params"),
+    [
+        ("tab", LogisticRegressionQuery(), blr_params()),
+        ("bits", SigmoidBeliefNetworkQuery(hidden=3), sbn_params()),
+    ],
+    ids=["blr", "sbn"],
+)
+def test_sharded_sums_equal_the_unsharded_pass(
+    stored: tuple[Engine, Engine], shards: int, dataset: str, query: Query, params: dict[str, Array]
+) -> None:
+    _, sensitive = stored
+    store = DatabaseStore(sensitive, dataset)
+    whole = query.clipped_sums(store.take(slice(None)), params, np.random.default_rng(0))
+    coordinator = ShardedSums(sensitive, shards, inline(sensitive, dataset, query))
+    parts = coordinator.clipped_sums(params, job_id="j", iteration=1, attempt=0)
+    assert set(parts) == set(whole)
+    for name in whole:
+        np.testing.assert_allclose(parts[name], whole[name], rtol=1e-12, atol=1e-12)
+    assert channel_rows(sensitive) == 0
+
+
+def test_a_shard_holds_only_its_blocks_rows(stored: tuple[Engine, Engine]) -> None:
+    _, sensitive = stored
+    store = DatabaseStore(sensitive, "tab")
+    whole = store.take(slice(None))
+    pieces: list[Batch] = [store.shard(shard, 3) for shard in range(3)]
+    assert [p.size for p in pieces] == [5 * PER_BLOCK, 5 * PER_BLOCK, 4 * PER_BLOCK + 3]
+    np.testing.assert_array_equal(np.concatenate([p.features for p in pieces]), whole.features)
+
+
+def test_a_lost_task_is_sent_again_and_answered_once(stored: tuple[Engine, Engine]) -> None:
+    _, sensitive = stored
+    query = LogisticRegressionQuery()
+    lost: list[ShardTask] = []
+
+    def drop(task: ShardTask) -> bool:  # shard 1's first task dies with its worker
+        if task.shard == 1 and not lost:
+            lost.append(task)
+            return True
+        return False
+
+    send = inline(sensitive, "tab", query, drop)
+    coordinator = ShardedSums(sensitive, 2, send, resend_seconds=0.05, poll_seconds=0.01)
+    parts = coordinator.clipped_sums(blr_params(), job_id="j", iteration=3, attempt=1)
+    whole = query.clipped_sums(
+        DatabaseStore(sensitive, "tab").take(slice(None)), blr_params(), np.random.default_rng()
+    )
+    np.testing.assert_allclose(parts["s1"], whole["s1"], rtol=1e-12)
+    assert [t.shard for t in send.sent].count(1) == 2  # type: ignore[attr-defined]
+    assert [t.shard for t in send.sent].count(0) == 1  # type: ignore[attr-defined]
+    # A duplicate answer of an answered shard changes nothing (the first stays).
+    assert channel_rows(sensitive) == 0
+
+
+def test_a_duplicate_task_writes_nothing(stored: tuple[Engine, Engine]) -> None:
+    _, sensitive = stored
+    query = LogisticRegressionQuery()
+    twice: list[bool] = []
+
+    def send(task: ShardTask) -> None:
+        store = DatabaseStore(sensitive, "tab")
+        twice.append(answer(sensitive, task, store, query))
+        twice.append(answer(sensitive, task, store, query))
+
+    ShardedSums(sensitive, 2, send).clipped_sums(blr_params(), job_id="j", iteration=1, attempt=0)
+    assert twice == [True, False, True, False]
+
+
+class Failing(LogisticRegressionQuery):
+    def clipped_sums(
+        self, batch: Batch, params: dict[str, Array], rng: np.random.Generator
+    ) -> dict[str, Array]:
+        raise ArithmeticError("a value-dependent failure")
+
+
+def test_a_failing_shard_fails_the_release_and_its_charge_stays(stored: tuple[Engine, Engine]) -> None:
+    _, sensitive = stored
+    store = DatabaseStore(sensitive, "tab")
+    ledger = InMemoryLedger(delta=1e-5)
+    query = Failing()
+
+    def send(task: ShardTask) -> None:
+        with pytest.raises(ArithmeticError):
+            answer(sensitive, task, DatabaseStore(sensitive, "tab"), query)
+
+    gate = Gate(store, ledger, shards=ShardedSums(sensitive, 2, send))
+    with pytest.raises(ShardFailed):
+        gate.release(query, blr_params(), job_id="j", iteration=1, sigma=1.0, batch_size=N)
+    assert len(ledger.charges()) == 1
+    assert channel_rows(sensitive) == 0
+
+
+def test_minibatches_are_computed_by_the_gate_itself(stored: tuple[Engine, Engine]) -> None:
+    _, sensitive = stored
+
+    def send(task: ShardTask) -> None:
+        raise AssertionError("a minibatch went to the shards")
+
+    gate = Gate(
+        DatabaseStore(sensitive, "tab"), InMemoryLedger(delta=1e-5), shards=ShardedSums(sensitive, 2, send)
+    )
+    release = gate.release(
+        LogisticRegressionQuery(), blr_params(), job_id="j", iteration=1, sigma=1.0, batch_size=N - 1
+    )
+    assert release.batch_size == N - 1
+
+
+def test_a_seeded_gate_takes_no_shards(stored: tuple[Engine, Engine]) -> None:
+    _, sensitive = stored
+    with pytest.raises(ValueError, match="seeded"):
+        Gate(
+            DatabaseStore(sensitive, "tab"),
+            InMemoryLedger(delta=1e-5),
+            seed=1,
+            shards=ShardedSums(sensitive, 2, lambda task: None),
+        )
+
+
+def test_the_migrated_channel_tables_match_the_schema(tmp_path: Path) -> None:
+    """Alembic's comparison of the migrated sensitive database with sensitive_schema finds nothing to do."""
+    from alembic.autogenerate import compare_metadata
+    from alembic.migration import MigrationContext
+
+    from privacy_wall.sensitive_schema import metadata
+    from privacy_wall.sqlengine import create_db_engine
+    from vips.migrate import upgrade
+
+    url = f"sqlite:///{tmp_path / 'sensitive.db'}"
+    upgrade("sensitive", url)
+    engine = create_db_engine(url)
+    try:
+        with engine.connect() as conn:
+            diffs = compare_metadata(MigrationContext.configure(conn), metadata)
+    finally:
+        engine.dispose()
+    assert [d for d in diffs if "shard" in repr(d)] == []
+
+
+def test_rows_of_a_dead_coordinator_are_purged_after_the_timeout(stored: tuple[Engine, Engine]) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from sqlalchemy import insert
+
+    _, sensitive = stored
+    old = datetime.now(UTC) - timedelta(hours=2)
+    with sensitive.begin() as conn:
+        conn.execute(
+            insert(shard_requests).values(job_id="dead", iteration=1, attempt=0, params=b"", created_at=old)
+        )
+        conn.execute(
+            insert(shard_sums).values(
+                job_id="dead", iteration=1, attempt=0, shard=0, sums=b"", failed=False, created_at=old
+            )
+        )
+    query = LogisticRegressionQuery()
+    ShardedSums(sensitive, 2, inline(sensitive, "tab", query), timeout_seconds=3600).clipped_sums(
+        blr_params(), job_id="j", iteration=1, attempt=0
+    )
+    assert channel_rows(sensitive) == 0

@@ -1,0 +1,175 @@
+"""Sharded full passes through the service (issue 26): with VIPS_SHARDS=2 and two shard workers, a public
+BLR fit at sigma 0 gives the unsharded posterior (to 1e-9 relative), on PostgreSQL and Redis and under
+the embedded `vips up`; the shards' partial sums never reach Redis (every command the server executed
+during the job, read with MONITOR) or the control database; a shard worker killed mid-job is replaced,
+its part asked again, and the job succeeds with charges = releases."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from sqlalchemy import MetaData, func, select
+
+from privacy_wall.control_schema import charges, reservations
+from privacy_wall.db_store import DatabaseStore
+from privacy_wall.sqlengine import create_db_engine
+from service.client import VipsClient
+from service.models import releases as stored_releases
+from tests.e2e import Service, embedded_service, production_service, start_vips, synthetic_csv
+from worker.models.registry import model_setup
+
+#: 40,000 rows of 5 features: three blocks of 16,384 rows at most, so each of two shards holds rows.
+ROWS = 40_000
+ITERATIONS = 4
+
+
+def public_dataset(service: Service, folder: Path) -> Path:
+    csv = folder / "pub.csv"
+    synthetic_csv(csv, n=ROWS)
+    service.vips(
+        "data", "ingest", "pub", "--kind", "tabular", "--input", str(csv), "--label", "label", "--public"
+    )
+    return csv
+
+
+def unsharded_parameters(service: Service, csv: Path, folder: Path) -> dict[str, Any]:
+    """The same fit computed in one process (`vips fit --local`: no shards)."""
+    out = folder / "local.json"
+    service.vips(
+        "fit", "--local", "--kind", "tabular", "--input", str(csv), "--label", "label", "--model", "blr",
+        "--iterations", str(ITERATIONS), "--sigma", "0", "-o", str(out),
+    )  # fmt: skip
+    return dict(json.loads(out.read_text()))
+
+
+def assert_same_posterior(sharded: dict[str, Any], unsharded: dict[str, Any]) -> None:
+    for name in ("mean", "covariance"):
+        a, b = np.asarray(sharded[name]), np.asarray(unsharded[name])
+        np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12 * np.abs(b).max())
+
+
+def fit(service: Service, analyst: str) -> tuple[str, dict[str, Any]]:
+    with VipsClient(service.url, analyst, timeout=60) as api:
+        job = api.submit_job(dataset="pub", model="blr", iterations=ITERATIONS, batch_size=ROWS, sigma=0.0)
+        done = api.wait(job["id"], interval=0.2, timeout=300)
+        assert done["status"] == "succeeded", done
+        return job["id"], api.posterior(job["id"])
+
+
+def first_partial_sums(sensitive_url: str) -> list[bytes]:
+    """Shard 0's clipped sums of the first iteration (the prior's parameters), as the shard computes them:
+    byte strings to look for wherever they must not be."""
+    engine = create_db_engine(sensitive_url)
+    try:
+        store = DatabaseStore(engine, "pub")
+        setup = model_setup("blr", {}, sigma=0.0, algorithm="vips")
+        params = setup.model.public_params(setup.model.initial_state(store.info.dimension))
+        sums = setup.query.clipped_sums(store.shard(0, 2), params, np.random.default_rng(0))
+    finally:
+        engine.dispose()
+    needles = []
+    for value in sums.values():
+        flat = np.ascontiguousarray(value, dtype=np.float64).ravel()
+        needles.append(flat[:2].tobytes())  # 16 raw bytes
+        needles.append(repr(float(flat[0])).encode())  # as text (JSON, logs)
+    return needles
+
+
+def test_sharded_fit_on_postgresql_and_redis_matches_and_keeps_partial_sums_inside(tmp_path: Path) -> None:
+    import redis
+
+    with production_service(tmp_path, env={"VIPS_SHARDS": "2"}) as service:
+        for shard in (0, 1):
+            service.processes[f"shard{shard}"] = start_vips(
+                ["worker", "--shard", str(shard)], service.worker_env, tmp_path / f"shard{shard}.log"
+            )
+        csv = public_dataset(service, tmp_path)
+        analyst = service.key("analyst", "pub")
+        commands: list[bytes] = []
+        monitor_client = redis.Redis.from_url(service.worker_env["VIPS_BROKER_URL"])
+        stop = threading.Event()
+
+        def record() -> None:
+            with monitor_client.monitor() as monitor:
+                for command in monitor.listen():
+                    commands.append(str(command.get("command", "")).encode())
+                    if stop.is_set():
+                        return
+
+        watcher = threading.Thread(target=record, daemon=True)
+        watcher.start()
+        time.sleep(0.3)
+        job_id, posterior = fit(service, analyst)
+        stop.set()
+        monitor_client.ping()  # one more command, so the watcher sees `stop`
+        watcher.join(timeout=10)
+        assert_same_posterior(posterior, unsharded_parameters(service, csv, tmp_path))
+
+        # The shards did the passes: each worker's log is silent on failures, and the job's tasks crossed
+        # Redis (the monitor saw them) with public ids only.
+        assert any(b"vips.shard_sums" in c for c in commands)
+        needles = first_partial_sums(service.env["VIPS_SENSITIVE_DATABASE_URL"])
+        redis_text = b"\n".join(commands)
+        for needle in needles:
+            assert needle not in redis_text
+        control = create_db_engine(service.env["VIPS_CONTROL_DATABASE_URL"])
+        try:
+            tables = MetaData()
+            tables.reflect(control)
+            with control.connect() as conn:
+                dump = b"\n".join(
+                    repr(row).encode() + b"".join(bytes(v) for v in row if isinstance(v, bytes | memoryview))
+                    for table in tables.sorted_tables
+                    for row in conn.execute(select(table))
+                )
+        finally:
+            control.dispose()
+        assert job_id.encode() in dump  # the dump holds the job's rows
+        for needle in needles:
+            assert needle not in dump
+
+
+def test_embedded_up_runs_shard_workers_and_survives_a_killed_one(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    env = {"VIPS_SHARDS": "2", "VIPS_SHARD_RESEND_SECONDS": "1"}
+    with embedded_service(home, env) as service:
+        csv = public_dataset(service, tmp_path)
+        analyst = service.key("analyst", "pub")
+        _, posterior = fit(service, analyst)
+        assert_same_posterior(posterior, unsharded_parameters(service, csv, tmp_path))
+
+        # A longer job; shard 1's worker is killed once the job has released something.
+        with VipsClient(service.url, analyst, timeout=60) as api:
+            job = api.submit_job(dataset="pub", model="blr", iterations=40, batch_size=ROWS, sigma=0.0)
+            deadline = time.monotonic() + 120
+            while api.job(job["id"])["iteration"] < 2:
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+            victim = int((home / "shard-1.pid").read_text())
+            os.kill(victim, signal.SIGKILL)
+            done = api.wait(job["id"], interval=0.2, timeout=300)
+            assert done["status"] == "succeeded", done
+        control = create_db_engine(f"sqlite:///{home / 'control.db'}")
+        try:
+            with control.connect() as conn:
+                charged = conn.execute(select(func.count()).where(charges.c.job_id == job["id"])).scalar_one()
+                released = conn.execute(
+                    select(func.count()).where(stored_releases.c.job_id == job["id"])
+                ).scalar_one()
+                still_open = conn.execute(
+                    select(func.count()).where(reservations.c.open.is_(True))
+                ).scalar_one()
+        finally:
+            control.dispose()
+        assert charged == released == 40 and still_open == 0
+        deadline = time.monotonic() + 30
+        while int((home / "shard-1.pid").read_text()) == victim:  # the supervisor started a new one
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
