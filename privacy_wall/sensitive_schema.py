@@ -70,3 +70,11 @@ shard_sums = Table(
     Column("created_at", DateTime(timezone=True), nullable=False),
     PrimaryKeyConstraint("job_id", "iteration", "attempt", "shard"),
 )
+
+shard_leases = Table(
+    "shard_leases",
+    metadata,
+    Column("shard", Integer, primary_key=True, autoincrement=False),
+    Column("holder", String(255), nullable=False),  # host:pid of the worker serving it
+    Column("renewed_at", DateTime(timezone=True), nullable=False),
+)

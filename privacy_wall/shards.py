@@ -31,13 +31,13 @@ from datetime import UTC, datetime, timedelta
 
 import numpy as np
 from numpy.typing import NDArray
-from sqlalchemy import ColumnElement, Engine, Table, delete, insert, select
+from sqlalchemy import ColumnElement, Engine, Table, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from privacy_wall.db_store import DatabaseStore, shard_blocks
 from privacy_wall.mechanisms import private_generator
 from privacy_wall.queries.base import Query
-from privacy_wall.sensitive_schema import shard_requests, shard_sums
+from privacy_wall.sensitive_schema import shard_leases, shard_requests, shard_sums
 from privacy_wall.sqlengine import reading, transaction
 
 log = logging.getLogger(__name__)
@@ -228,3 +228,51 @@ def _write(engine: Engine, values: dict[str, object]) -> bool:
     except IntegrityError:
         return False
     return True
+
+
+def claim_shard(engine: Engine, shards: int, holder: str, stale_seconds: float) -> int | None:
+    """The lowest shard of 0..shards-1 that no live worker serves, now leased to `holder`, or None. A
+    lease not renewed for `stale_seconds` is free (its worker died); taking it is a compare-and-set on
+    its renewal time, and a free shard is taken by inserting its row, so two claimants never get one
+    shard."""
+    now = _now()
+    for shard in range(shards):
+        try:
+            with transaction(engine) as conn:
+                conn.execute(insert(shard_leases).values(shard=shard, holder=holder, renewed_at=now))
+            return shard
+        except IntegrityError:
+            pass
+        with transaction(engine) as conn:
+            lease = conn.execute(select(shard_leases).where(shard_leases.c.shard == shard)).one_or_none()
+            if lease is None:
+                continue
+            renewed = lease.renewed_at if lease.renewed_at.tzinfo else lease.renewed_at.replace(tzinfo=UTC)
+            if renewed > now - timedelta(seconds=stale_seconds):
+                continue
+            taken = conn.execute(
+                update(shard_leases)
+                .where(shard_leases.c.shard == shard, shard_leases.c.renewed_at == lease.renewed_at)
+                .values(holder=holder, renewed_at=now)
+            )
+            if taken.rowcount == 1:
+                return shard
+    return None
+
+
+def renew_lease(engine: Engine, shard: int, holder: str) -> bool:
+    """Renew `holder`'s lease of `shard`; False if another worker holds it now (it took a stale lease)."""
+    with transaction(engine) as conn:
+        renewed = conn.execute(
+            update(shard_leases)
+            .where(shard_leases.c.shard == shard, shard_leases.c.holder == holder)
+            .values(renewed_at=_now())
+        )
+    return renewed.rowcount == 1
+
+
+def release_lease(engine: Engine, shard: int, holder: str) -> None:
+    with transaction(engine) as conn:
+        conn.execute(
+            delete(shard_leases).where(shard_leases.c.shard == shard, shard_leases.c.holder == holder)
+        )

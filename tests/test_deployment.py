@@ -95,6 +95,7 @@ def test_compose_has_every_role(compose: dict[str, Any]) -> None:
     assert set(compose["services"]) == {
         "api",
         "worker",
+        "shard-worker",
         "beat",
         "redis",
         "control-db",
@@ -117,7 +118,7 @@ def test_the_api_cannot_reach_the_sensitive_database(compose: dict[str, Any]) ->
     # The sensitive network is internal and only the wall's processes join it.
     assert compose["networks"]["sensitive"].get("internal") is True
     members = {name for name, service in services.items() if networks(service) & networks(sensitive)}
-    assert members == {SENSITIVE_DB, "worker", "migrate"}
+    assert members == {SENSITIVE_DB, "worker", "shard-worker", "migrate"}
 
 
 def test_the_database_passwords_come_from_the_environment(compose: dict[str, Any]) -> None:
@@ -151,7 +152,7 @@ def test_only_the_api_publishes_a_port(compose: dict[str, Any]) -> None:
 def test_every_vips_role_runs_a_real_cli_verb_with_its_urls(compose: dict[str, Any]) -> None:
     services = compose["services"]
     parser = build_parser()
-    for name in ("api", "worker", "migrate"):
+    for name in ("api", "worker", "shard-worker", "migrate"):
         service = services[name]
         assert service["image"] == services["api"]["image"]
         argv = command_argv(service)
@@ -167,6 +168,12 @@ def test_every_vips_role_runs_a_real_cli_verb_with_its_urls(compose: dict[str, A
     parser.parse_args(command_argv(beat))
     assert set(environment(beat)) == {"VIPS_BROKER_URL"} and networks(beat) == {"control"}
     assert command_argv(services["migrate"]) == ["migrate", "all"]
+    # Shard workers: started only with `--profile shards`, each leasing a free shard, with the worker's K.
+    shard = services["shard-worker"]
+    assert shard.get("profiles") == ["shards"] and command_argv(shard) == ["worker", "--shard", "auto"]
+    assert environment(shard)["VIPS_SHARDS"] == environment(services["worker"])["VIPS_SHARDS"] == "1"
+    assert environment(shard)["VIPS_BROKER_URL"] == environment(services["worker"])["VIPS_BROKER_URL"]
+    assert "VIPS_SENSITIVE_DATABASE_URL" in environment(shard)
 
 
 def test_the_dockerfile_copies_what_exists_and_runs_the_console_script() -> None:

@@ -262,3 +262,30 @@ def test_rows_of_a_dead_coordinator_are_purged_after_the_timeout(stored: tuple[E
         blr_params(), job_id="j", iteration=1, attempt=0
     )
     assert channel_rows(sensitive) == 0
+
+
+def test_shard_leases_go_to_one_worker_each_and_stale_ones_are_taken_over(
+    engines: tuple[Engine, Engine],
+) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from sqlalchemy import update
+
+    from privacy_wall.sensitive_schema import shard_leases
+    from privacy_wall.shards import claim_shard, release_lease, renew_lease
+
+    _, sensitive = engines
+    assert claim_shard(sensitive, 2, "a:1", 30) == 0
+    assert claim_shard(sensitive, 2, "b:2", 30) == 1
+    assert claim_shard(sensitive, 2, "c:3", 30) is None  # a standby: every shard is served
+    assert renew_lease(sensitive, 0, "a:1") and not renew_lease(sensitive, 0, "b:2")
+    with sensitive.begin() as conn:  # a:1 stops renewing (its worker died)
+        conn.execute(
+            update(shard_leases)
+            .where(shard_leases.c.shard == 0)
+            .values(renewed_at=datetime.now(UTC) - timedelta(seconds=31))
+        )
+    assert claim_shard(sensitive, 2, "c:3", 30) == 0
+    assert not renew_lease(sensitive, 0, "a:1")  # the old holder learns it lost the lease
+    release_lease(sensitive, 1, "b:2")
+    assert claim_shard(sensitive, 2, "d:4", 30) == 1

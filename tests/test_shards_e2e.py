@@ -1,4 +1,5 @@
-"""Sharded full passes through the service (issue 26): with VIPS_SHARDS=2 and two shard workers, a public
+"""Sharded full passes through the service (issue 26): with VIPS_SHARDS=2 and two shard workers (leasing
+their shards, `--shard auto`, in production; numbered by `vips up` in the embedded mode), a public
 BLR fit at sigma 0 gives the unsharded posterior (to 1e-9 relative), on PostgreSQL and Redis and under
 the embedded `vips up`; the shards' partial sums never reach Redis (every command the server executed
 during the job, read with MONITOR) or the control database; a shard worker killed mid-job is replaced,
@@ -86,9 +87,9 @@ def test_sharded_fit_on_postgresql_and_redis_matches_and_keeps_partial_sums_insi
     import redis
 
     with production_service(tmp_path, env={"VIPS_SHARDS": "2"}) as service:
-        for shard in (0, 1):
+        for shard in (0, 1):  # as docker-compose's `--scale shard-worker=2` starts them: each leases a shard
             service.processes[f"shard{shard}"] = start_vips(
-                ["worker", "--shard", str(shard)], service.worker_env, tmp_path / f"shard{shard}.log"
+                ["worker", "--shard", "auto"], service.worker_env, tmp_path / f"shard{shard}.log"
             )
         csv = public_dataset(service, tmp_path)
         analyst = service.key("analyst", "pub")

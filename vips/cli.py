@@ -47,6 +47,10 @@ def _positive_int(text: str) -> int:
     return _whole(text, 1)
 
 
+def _shard(text: str) -> int | str:
+    return "auto" if text == "auto" else _non_negative_int(text)
+
+
 def _non_negative_int(text: str) -> int:
     return _whole(text, 0)
 
@@ -282,11 +286,12 @@ def _add_server(commands: argparse._SubParsersAction[_Parser]) -> None:
     )
     parser.add_argument(
         "--shard",
-        type=_non_negative_int,
+        type=_shard,
         default=None,
-        metavar="K",
+        metavar="K|auto",
         help="serve shard K of VIPS_SHARDS only (its part of every full pass, its rows kept in memory) "
-        "instead of running jobs",
+        "instead of running jobs; auto: the lowest shard no live worker serves (waits for one to free up), "
+        "so `docker compose up --scale shard-worker=K` needs no numbering",
     )
     parser.set_defaults(handler="server:run_worker")
     parser = commands.add_parser("beat", help="Celery beat: queues the periodic reaper (production)")

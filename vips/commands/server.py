@@ -7,6 +7,7 @@ Redis, no PostgreSQL), the API in this process and one real Celery worker as a c
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
 import resource
 import shlex
@@ -15,6 +16,8 @@ import socket
 import stat
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from types import FrameType
@@ -181,7 +184,7 @@ def limit_address_space(limit: int | None) -> None:
 def run_worker(args: argparse.Namespace) -> int:
     require_private_store(WallSettings(), ("control", "sensitive"))
     settings = ServiceSettings()
-    shard: int | None = args.shard
+    shard: int | None = _claimed_shard(settings) if args.shard == "auto" else args.shard
     if shard is not None and not shard < settings.shards:
         raise UsageError(
             f"--shard {shard}: VIPS_SHARDS is {settings.shards}, so shards are 0..{settings.shards - 1}"
@@ -198,6 +201,45 @@ def run_worker(args: argparse.Namespace) -> int:
         argv = [*worker_argv(1, settings.job_process_replace_kib()), "--queues", shard_queue(shard)]
     app.worker_main(argv)
     return 0
+
+
+#: A shard worker renews its lease this often; a lease not renewed for LEASE_STALE_SECONDS is free.
+LEASE_RENEW_SECONDS = 5.0
+LEASE_STALE_SECONDS = 30.0
+
+
+def _claimed_shard(settings: ServiceSettings) -> int:
+    """`--shard auto`: lease the lowest shard no live worker serves (waiting while all are served), renew
+    the lease from a daemon thread for as long as this process lives, and return the shard."""
+    if settings.shards < 2:
+        raise UsageError("--shard auto: VIPS_SHARDS is 1, so there are no shards to serve")
+    from privacy_wall.shards import claim_shard, release_lease, renew_lease
+    from privacy_wall.sqlengine import create_db_engine
+
+    engine = create_db_engine(WallSettings().sensitive_url())
+    holder = f"{socket.gethostname()}:{os.getpid()}"
+    announced = False
+    while (shard := claim_shard(engine, settings.shards, holder, LEASE_STALE_SECONDS)) is None:
+        if not announced:
+            print(
+                f"vips: all {settings.shards} shards are served; waiting for one to free up", file=sys.stderr
+            )
+            announced = True
+        time.sleep(LEASE_RENEW_SECONDS)
+
+    def renew() -> None:
+        while True:
+            time.sleep(LEASE_RENEW_SECONDS)
+            try:
+                if not renew_lease(engine, shard, holder):
+                    print(f"vips: another worker took shard {shard}'s lease", file=sys.stderr)
+            except Exception as exc:  # the database is away: the lease goes stale, another may take it
+                print(f"vips: could not renew shard {shard}'s lease ({type(exc).__name__})", file=sys.stderr)
+
+    threading.Thread(target=renew, name="shard-lease", daemon=True).start()
+    atexit.register(release_lease, engine, shard, holder)
+    print(f"vips: serving shard {shard} of {settings.shards}", file=sys.stderr)
+    return shard
 
 
 def run_beat(args: argparse.Namespace) -> int:

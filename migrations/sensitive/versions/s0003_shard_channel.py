@@ -6,7 +6,8 @@ Create Date: 2026-11-26 17:00:00
 
 Two tables inside the wall (privacy_wall/shards.py): `shard_requests` holds one release's public
 parameters for its shards, `shard_sums` each shard's clipped partial sums (un-noised: they never leave
-the sensitive database). Both hold rows only while a release is being computed.
+the sensitive database). Both hold rows only while a release is being computed. `shard_leases`: which
+worker serves which shard (`vips worker --shard auto`), renewed while it lives.
 """
 
 from __future__ import annotations
@@ -42,7 +43,15 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("job_id", "iteration", "attempt", "shard"),
     )
 
+    op.create_table(
+        "shard_leases",
+        sa.Column("shard", sa.Integer, primary_key=True, autoincrement=False),
+        sa.Column("holder", sa.String(255), nullable=False),
+        sa.Column("renewed_at", sa.DateTime(timezone=True), nullable=False),
+    )
+
 
 def downgrade() -> None:
+    op.drop_table("shard_leases")
     op.drop_table("shard_sums")
     op.drop_table("shard_requests")
