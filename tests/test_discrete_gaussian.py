@@ -1,14 +1,24 @@
-"""The exact discrete Gaussian sampler: its distribution, its refusals, its integer-only arithmetic."""
+"""The exact discrete Gaussian sampler: its distribution, its refusals, its integer-only arithmetic.
+
+The compiled sampler (privacy_wall/_discrete_gaussian.pyx) is checked against `Reference`, the same algorithm
+written here in Python integers (which cannot overflow), consuming the same 64-bit words in the same order:
+bit-identical outputs on many parameters, extremes included, show the compiled code is exact there.
+"""
 
 from __future__ import annotations
 
 import ast
 import hashlib
 import inspect
+import io
 import math
+import re
 import textwrap
+import tokenize
+from collections.abc import Callable
 from fractions import Fraction
 from math import isqrt
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,6 +26,7 @@ from numpy.typing import NDArray
 from randomgen import AESCounter
 from scipy import stats
 
+from privacy_wall import _discrete_gaussian as core
 from privacy_wall import discrete_gaussian as dg
 from privacy_wall.discrete_gaussian import (
     DENOMINATOR_MAX,
@@ -27,35 +38,95 @@ from privacy_wall.discrete_gaussian import (
 
 DRAWS = 1_000_000
 EXTREME = Fraction(2**60 - 1, DENOMINATOR_MAX)  # sigma^2 just under 2^48 with the largest denominator
+PYX = Path(dg.__file__).with_name("_discrete_gaussian.pyx")
 
 
-class SplitMix64:
-    """An integer-only bit source (SplitMix64 over uint64 arrays): the same words on every platform."""
+class Reference:
+    """The sampler of privacy_wall.discrete_gaussian's docstring in Python integers, over a list of words."""
 
-    def __init__(self, seed: int) -> None:
-        self.counter = seed
+    def __init__(self, words: list[int]) -> None:
+        self.words = words
+        self.used = 0  # words taken
+        self.pool = 0  # the unused high bits of the last word cut into pieces
+        self.pool_bits = 0
 
-    def random_raw(self, size: int) -> NDArray[np.uint64]:
-        z = (np.arange(1, size + 1, dtype=np.uint64) + np.uint64(self.counter)) * np.uint64(
-            0x9E3779B97F4A7C15
-        )
-        self.counter += size
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        words: NDArray[np.uint64] = z ^ (z >> np.uint64(31))
-        return words
+    def word(self) -> int:
+        self.used += 1
+        return self.words[self.used - 1]
+
+    def piece(self, size: int) -> int:
+        if self.pool_bits < size:
+            self.pool, self.pool_bits = self.word(), 64
+        x: int = self.pool % 2**size
+        self.pool, self.pool_bits = self.pool >> size, self.pool_bits - size
+        return x
+
+    def below(self, bound: int) -> int:
+        """Lemire's multiply-shift with exact rejection on 16-bit, 32-bit pieces or whole words."""
+        assert 1 <= bound <= 2**62
+        if bound == 1:
+            return 0
+        size = 16 if bound <= 2**8 else 32 if bound <= 2**32 else 64
+        while True:
+            m = (self.piece(size) if size < 64 else self.word()) * bound
+            if m % 2**size >= 2**size % bound:
+                return m >> size
+
+    def bernoulli_exp(self, factors: list[Callable[[], bool]]) -> bool:
+        """CKS Algorithm 1: K = 1; while Bernoulli(1/K) and the factors (in order, lazily): K += 1; K odd."""
+        k = 1
+        while self.below(k) == 0 and all(factor() for factor in factors):
+            k += 1
+        return k % 2 == 1
+
+    def sample(self, sigma2: Fraction, size: int, v_cap: int = V_CAP) -> list[int]:
+        p, q = sigma2.numerator, sigma2.denominator
+        t = isqrt(p // q) + 1
+        d = q * t * t
+        n_c = -(-d // (2 * p))
+        out: list[int] = []
+        while len(out) < size:
+            u = self.below(t)
+            if not self.bernoulli_exp([lambda: self.below(t) < u]):  # noqa: B023 (called at once)
+                continue
+            v = 0
+            while v < v_cap and self.bernoulli_exp([]):
+                v += 1
+            if v >= v_cap:
+                continue
+            sign = self.below(2)
+            if sign == 1 and u == 0 and v == 0:
+                continue
+            x = u + t * v
+            w = u * t * q - p
+            i, f = (v, w) if w >= 0 else (v - 1, d + w) if v > 0 else (0, -w)
+
+            def a(i: int = i, f: int = f) -> bool:  # Bernoulli((I + F/D) / (I + 1))
+                return self.below(i + 1) < i or self.below(d) < f
+
+            c = [lambda: self.below(2 * p * n_c) < d] if 2 * p * n_c > d else []
+            if all(self.bernoulli_exp([*c, a, a]) for _ in range((i + 1) ** 2 * n_c)):
+                out.append(-x if sign else x)
+        return out
 
 
 def aes(key: int) -> np.random.Generator:
     return np.random.Generator(AESCounter(key=key))
 
 
-def pmf(sigma2: Fraction) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
-    """exp(-k^2 / (2 sigma2)) / normaliser on |k| <= 12 sigma + 3 (the rest weighs under e^-72)."""
-    reach = int(12 * math.sqrt(sigma2)) + 3
-    k = np.arange(-reach, reach + 1, dtype=np.int64)
-    weights = np.exp(-(k.astype(np.float64) ** 2) / (2 * float(sigma2)))
-    return k, weights / weights.sum()
+def normal_bins(edges: NDArray[np.int64], sigma2: Fraction) -> NDArray[np.float64]:
+    """Probabilities of the bins (-inf, e_0), [e_0, e_1), ..., [e_last, inf) under N_Z(0, sigma2)."""
+    sigma = math.sqrt(sigma2)
+    if sigma < 1_000:
+        reach = int(12 * sigma) + 3  # the rest weighs under e^-72
+        k = np.arange(-reach, reach + 1, dtype=np.int64)
+        weights = np.exp(-(k.astype(np.float64) ** 2) / (2 * float(sigma2)))
+        mass = np.bincount(np.digitize(k, edges), weights=weights / weights.sum(), minlength=edges.size + 1)
+        return mass.astype(np.float64)
+    # Sum of exp(-k^2 / 2s) over a <= k < b vs the normal mass of [a - 1/2, b - 1/2]: the midpoint rule's
+    # relative error is O(1/s) per bin (below 1e-6 here), far under what 10^6 draws resolve.
+    cdf = stats.norm.cdf((edges.astype(np.float64) - 0.5) / sigma)
+    return np.diff(np.concatenate([[0.0], cdf, [1.0]]))
 
 
 def chi_square_p(samples: NDArray[np.int64], sigma2: Fraction) -> float:
@@ -64,8 +135,7 @@ def chi_square_p(samples: NDArray[np.int64], sigma2: Fraction) -> float:
     sigma = math.sqrt(sigma2)
     width = max(1, int(sigma / 6))
     edges = np.arange(-int(4.5 * sigma) - 1, int(4.5 * sigma) + 2, width)
-    k, p = pmf(sigma2)
-    expected = np.bincount(np.digitize(k, edges), weights=p, minlength=edges.size + 1) * samples.size
+    expected = normal_bins(edges, sigma2) * samples.size
     observed = np.bincount(np.digitize(samples, edges), minlength=edges.size + 1).astype(np.float64)
     merged_e: list[float] = []
     merged_o: list[float] = []
@@ -86,8 +156,17 @@ def chi_square_p(samples: NDArray[np.int64], sigma2: Fraction) -> float:
 
 @pytest.mark.parametrize(
     "sigma2",
-    [Fraction(1), Fraction(9, 4), rational_sigma2(3.7), Fraction(1_000_003, 7), Fraction(10**10 + 1, 3)],
-    ids=["sigma=1", "sigma=1.5", "sigma~3.7", "sigma~378", "sigma~57735"],
+    [
+        Fraction(1),
+        Fraction(DENOMINATOR_MAX + 1, DENOMINATOR_MAX),
+        Fraction(9, 4),
+        rational_sigma2(3.7),
+        Fraction(1_000_003, 7),
+        Fraction(10**10 + 1, 3),
+        Fraction(2**40 + 5, 3),
+        EXTREME,
+    ],
+    ids=["sigma=1", "sigma~1", "sigma=1.5", "sigma~3.7", "sigma~378", "sigma~57735", "sigma~2^20", "extreme"],
 )
 def test_chi_square_against_the_exact_pmf(sigma2: Fraction) -> None:
     samples = sample_discrete_gaussian(sigma2, DRAWS, aes(key=2024))
@@ -97,20 +176,15 @@ def test_chi_square_against_the_exact_pmf(sigma2: Fraction) -> None:
 
 @pytest.mark.parametrize(
     "sigma2",
-    [
-        Fraction(1),
-        Fraction(9, 4),
-        Fraction(2**40),
-        Fraction(2**40 + 1, 3),
-        EXTREME,
-    ],
+    [Fraction(1), Fraction(9, 4), Fraction(2**40), Fraction(2**40 + 1, 3), EXTREME],
 )
 def test_mean_and_variance(sigma2: Fraction) -> None:
     n = 200_000
     samples = sample_discrete_gaussian(sigma2, n, aes(key=7))
     if sigma2 < 100:
-        k, p = pmf(sigma2)
-        variance = float((k.astype(np.float64) ** 2 * p).sum())
+        k = np.arange(-200, 201, dtype=np.float64)  # 12 sigma and more
+        p = np.exp(-(k**2) / (2 * float(sigma2)))
+        variance = float((k**2 * p).sum() / p.sum())
     else:  # Poisson summation: the discrete variance is sigma2 (1 - O(exp(-2 pi^2 sigma2)))
         variance = float(sigma2)
     values = samples.astype(np.float64)
@@ -120,63 +194,114 @@ def test_mean_and_variance(sigma2: Fraction) -> None:
 
 
 @pytest.mark.parametrize(
-    "sigma2",
-    [Fraction(9, 4), rational_sigma2(3.7), Fraction(1_000_003, 7), Fraction(10**10 + 1, 3)],
-    ids=["sigma=1.5", "sigma~3.7", "sigma~378", "sigma~57735"],
+    ("sigma2", "size"),
+    [(Fraction(9, 4), 3), (rational_sigma2(3.7), 253), (Fraction(2**44 + 1, 3), 253)],
+    ids=["sigma=1.5", "sigma~3.7", "release-grid"],
 )
-def test_wide_calls_follow_the_pmf(sigma2: Fraction) -> None:
-    """Calls of up to WIDE_BELOW draws run the wide loops (geometric part and Gaussian test drawn several
-    at a time): 10^6 draws in calls of 3,000 against the exact pmf, as the single large call above."""
-    size = 3_000
-    assert size * 17 // 8 + 32 <= dg.WIDE_BELOW  # the lanes of a first round are in the wide mode
-    rng = aes(key=2025)
-    samples = np.concatenate([sample_discrete_gaussian(sigma2, size, rng) for _ in range(DRAWS // size)])
+def test_many_small_calls_follow_the_pmf_too(sigma2: Fraction, size: int) -> None:
+    """Each call starts with an empty pool of bits (the last word's unused bits are dropped): calls of a
+    few draws, as small releases make, follow the pmf as well (2 10^5 draws)."""
+    rng = aes(key=99)
+    calls = 200_000 // size
+    samples = np.concatenate([sample_discrete_gaussian(sigma2, size, rng) for _ in range(calls)])
+    assert samples.size == calls * size
     assert chi_square_p(samples, sigma2) > 1e-3
 
 
-@pytest.mark.parametrize("sigma2", [Fraction(2**44 + 1, 3), EXTREME], ids=["release-grid", "extreme"])
-def test_wide_calls_mean_and_variance_at_the_release_scale(sigma2: Fraction) -> None:
-    """At the scale fixed-point releases use (2^22 to 2^24 grid steps) in wide calls: mean and variance."""
-    rng = aes(key=2026)
-    n = 200_000
-    values = np.concatenate([sample_discrete_gaussian(sigma2, 2_000, rng) for _ in range(n // 2_000)])
-    values_f = values.astype(np.float64)
-    variance = float(sigma2)  # Poisson summation: exact to a relative exp(-2 pi^2 sigma2)
-    assert abs(values_f.mean()) < 5 * math.sqrt(variance / n)
-    assert abs(values_f.var() - variance) < 5 * variance * math.sqrt(2 / n)
+# Parameters that exercise every path of the arithmetic: sigma2 = 1 and just above it (n_c = 2), 2 and 9/2
+# (2 p n_c = D: Bernoulli(c / n_c) certain, skipped), t crossing 2^8 (16- and 32-bit pieces), D = q t^2 at
+# 2^32 (32-bit pieces) and just above it (whole words), the release grid's scale and the extremes.
+REPLAYED = [
+    Fraction(1),
+    Fraction(DENOMINATOR_MAX + 1, DENOMINATOR_MAX),
+    Fraction(9, 4),
+    Fraction(2),
+    Fraction(9, 2),
+    rational_sigma2(3.7),
+    rational_sigma2(math.pi, 7),
+    Fraction(255**2),
+    Fraction(256**2 - 1),
+    Fraction(1_000_003, 7),
+    Fraction(2**32 - 1),
+    Fraction(2**32),
+    Fraction(10**10 + 1, 3),
+    Fraction(2**40 + 1, 3),
+    Fraction(2**44 + 1, 3),
+    Fraction(SIGMA2_MAX - 1),
+    Fraction(SIGMA2_MAX),
+    Fraction(SIGMA2_MAX * DENOMINATOR_MAX - 1, DENOMINATOR_MAX),
+    EXTREME,
+]
 
 
-def test_many_small_calls_follow_the_pmf_too() -> None:
-    """Small calls finish in one or two rounds of oversampled lanes; their draws must still be exact."""
-    rng = aes(key=99)
-    samples = np.concatenate(
-        [sample_discrete_gaussian(Fraction(9, 4), size, rng) for size in [1, 2, 5] * 700]
-    )
-    assert samples.size == 5_600
-    assert chi_square_p(samples, Fraction(9, 4)) > 1e-3
+@pytest.mark.parametrize("sigma2", REPLAYED, ids=str)
+@pytest.mark.parametrize("make", [np.random.PCG64, np.random.SFC64], ids=["PCG64", "SFC64"])
+def test_the_compiled_sampler_replays_the_python_integer_reference(
+    sigma2: Fraction, make: Callable[[int], np.random.BitGenerator]
+) -> None:
+    """Same words, same order, same outputs: the compiled int64 code equals the reference in unbounded
+    Python integers, and it took exactly as many words."""
+    size = 300
+    seed = sigma2.numerator % 1_000_003
+    words = make(seed).random_raw(40 * size).tolist()
+    reference = Reference(words)
+    expected = reference.sample(sigma2, size)
+    bits = make(seed)
+    got = sample_discrete_gaussian(sigma2, size, bits)
+    assert got.tolist() == expected
+    assert int(bits.random_raw()) == words[reference.used]  # the next word is the first one not used
 
 
-def test_integer_only_source_gives_the_same_bits_every_time() -> None:
-    first = sample_discrete_gaussian(Fraction(9, 4), 5_000, SplitMix64(1))
-    second = sample_discrete_gaussian(Fraction(9, 4), 5_000, SplitMix64(1))
-    assert np.array_equal(first, second)
-    assert not np.array_equal(first, sample_discrete_gaussian(Fraction(9, 4), 5_000, SplitMix64(2)))
-    # Pinned digests: a float anywhere in the path (or a platform-dependent step) would move them.
+def test_the_replay_holds_for_the_production_stream_and_the_capped_proposal() -> None:
+    """AESCounter (what private_generator builds) hands the sampler the words of its random_raw; with V
+    capped at 1 (the rejection branch of the cap) the replay still holds."""
+    for sigma2 in (Fraction(9, 4), Fraction(2**44 + 1, 3), EXTREME):
+        words = AESCounter(key=77).random_raw(20_000).tolist()
+        reference = Reference(words)
+        assert sample_discrete_gaussian(sigma2, 500, aes(key=77)).tolist() == reference.sample(sigma2, 500)
+        reference = Reference(words)
+        capped = core.sample(AESCounter(key=77), sigma2.numerator, sigma2.denominator, 500, 1)
+        assert capped.tolist() == reference.sample(sigma2, 500, v_cap=1)
+
+
+@pytest.mark.parametrize(
+    "bound", [2, 3, 255, 256, 257, 2**24 + 1, 2**32 - 1, 2**32, 2**32 + 1, 2**40 + 3, 2**62]
+)
+def test_uniform_integers_replay_the_reference_and_are_uniform(bound: int) -> None:
+    words = np.random.PCG64(bound % 997).random_raw(300_000).tolist()
+    reference = Reference(words)
+    expected = [reference.below(bound) for _ in range(2_000)]
+    assert core.uniform_below(np.random.PCG64(bound % 997), bound, 2_000).tolist() == expected
+    values = core.uniform_below(aes(key=bound % 1000).bit_generator, bound, 200_000)
+    assert values.dtype == np.int64 and values.min() >= 0 and values.max() < bound
+    width = -(-bound // 64)  # bins [j w, (j + 1) w); the last one may be shorter
+    bins = -(-bound // width)
+    counts = np.bincount(values // width, minlength=bins)
+    sizes = np.array([min(bound, (j + 1) * width) - j * width for j in range(bins)], dtype=np.float64)
+    assert stats.chisquare(counts, sizes / sizes.sum() * values.size).pvalue > 1e-3
+
+
+def test_the_output_is_a_fixed_function_of_the_word_stream() -> None:
+    first = sample_discrete_gaussian(Fraction(9, 4), 5_000, np.random.PCG64(1))
+    assert np.array_equal(first, sample_discrete_gaussian(Fraction(9, 4), 5_000, np.random.PCG64(1)))
+    assert not np.array_equal(first, sample_discrete_gaussian(Fraction(9, 4), 5_000, np.random.PCG64(2)))
+    # Pinned digests of 5,000 draws from PCG64(3) (its words are the same on every platform): a float
+    # anywhere in the path (or a platform-dependent step) would move them.
     digests = {
         str(sigma2): hashlib.sha256(
-            sample_discrete_gaussian(sigma2, 5_000, SplitMix64(3)).astype("<i8").tobytes()
+            sample_discrete_gaussian(sigma2, 5_000, np.random.PCG64(3)).astype("<i8").tobytes()
         ).hexdigest()[:16]
         for sigma2 in (Fraction(9, 4), Fraction(2**40 + 1, 3), EXTREME)
     }
     assert digests == GOLDEN, digests
 
 
-# sha256 prefixes of 5,000 draws from SplitMix64(3); they change only if the algorithm's use of the words does
-# (last: issue 25's wide mode for calls of up to WIDE_BELOW lanes, which 5,000 draws use)
+# sha256 prefixes of 5,000 draws from PCG64(3); they change only if the algorithm's use of the words does
+# (last: issue 25 item 5, the compiled sequential sampler)
 GOLDEN = {
-    "9/4": "ce02bd6461cb0f80",
-    "1099511627777/3": "72f2954c63877f9e",
-    "1152921504606846975/4096": "5b28dae258ace0b4",
+    "9/4": "4611737b992e922a",
+    "1099511627777/3": "20227d6e26d39d34",
+    "1152921504606846975/4096": "908bc377067c744a",
 }
 
 
@@ -190,44 +315,53 @@ class FloatFreeGenerator(np.random.Generator):
 
 
 def test_a_generator_whose_float_methods_raise_gives_the_raw_bit_streams_samples() -> None:
-    """The sampler reads only the bit generator's raw words (the syntax-tree test below is the check that
-    no float operation is in its code)."""
-    with np.errstate(all="raise"):
-        for sigma2 in (
-            Fraction(1),
-            Fraction(9, 4),
-            Fraction(2**40 + 1, 3),
-            EXTREME,
-        ):
-            through_generator = sample_discrete_gaussian(
-                sigma2, 20_000, FloatFreeGenerator(AESCounter(key=11))
-            )
-            through_bits = sample_discrete_gaussian(sigma2, 20_000, aes(key=11).bit_generator)
-            assert np.array_equal(through_generator, through_bits)
-            assert through_generator.dtype == np.int64
+    """The sampler reads only the bit generator's words (the source test below is the check that no float
+    operation is in its code)."""
+    for sigma2 in (Fraction(1), Fraction(9, 4), Fraction(2**40 + 1, 3), EXTREME):
+        through_generator = sample_discrete_gaussian(sigma2, 20_000, FloatFreeGenerator(AESCounter(key=11)))
+        through_bits = sample_discrete_gaussian(sigma2, 20_000, aes(key=11).bit_generator)
+        assert np.array_equal(through_generator, through_bits)
+        assert through_generator.dtype == np.int64
 
 
-# np.random.Generator is named (to unwrap its bit generator); its float methods are refused below
+def pyx_code() -> str:
+    """The .pyx source without its comments and string literals (docstrings, messages)."""
+    kept = []
+    for token in tokenize.generate_tokens(io.StringIO(PYX.read_text()).readline):
+        if token.type not in (tokenize.COMMENT, tokenize.STRING):  # on Python 3.11 an f-string is one STRING
+            kept.append(token.string)
+    return " ".join(kept)
+
+
+def test_the_compiled_sampling_code_has_no_float() -> None:
+    """No float or double type, float literal, true division or float function in the .pyx: the sampler's
+    arithmetic is int64/uint64 (`//` appears only on Python integers, `%` on unsigned ones)."""
+    code = pyx_code()
+    assert "discrete_gaussian" in code and "next_uint64" in code  # the tokenizer kept the code
+    for pattern in (
+        r"\b(float|double|long double|float32|float64|complex)\b",
+        r"\b(exp|log|sqrt|pow|ldexp|frexp|next_double|next_uint32)\b",
+        r"\b(normal|standard_normal|random_standard_normal|gauss|scipy)\b",  # float normal samplers
+        r"libc\.math",
+        r"(?<![\w.])(\d+\.\d*|\.\d+|\d+[eE][-+]?\d+)(?![\w])",  # float literals
+        r"(?<!/)/(?![/])",  # true division
+    ):
+        assert not re.search(pattern, code), (pattern, re.findall(pattern, code)[:5])
+
+
+# np.random.Generator is named (to unwrap its bit generator); its float methods are refused above
 FLOAT_NAMES = {"float", "float32", "float64", "exp", "log", "sqrt", "normal", "standard_normal", "uniform"}
 
 
-def test_sampling_code_has_no_float_operation() -> None:
-    """No true division, float literal or float function in the sampling path (math.isqrt is integer)."""
-    for function in (dg._below, dg._bernoulli_exp, dg._geometric, dg.sample_discrete_gaussian):
-        tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
-        for node in ast.walk(tree):
-            assert not (isinstance(node, ast.BinOp | ast.AugAssign) and isinstance(node.op, ast.Div)), (
-                function
-            )
-            assert not (isinstance(node, ast.Constant) and isinstance(node.value, float)), function
-            name = (
-                node.id
-                if isinstance(node, ast.Name)
-                else node.attr
-                if isinstance(node, ast.Attribute)
-                else ""
-            )
-            assert name not in FLOAT_NAMES, (function, name)
+def test_the_python_entry_point_has_no_float_operation() -> None:
+    """No true division, float literal or float function in sample_discrete_gaussian (the error messages of
+    _check format sigma2 for people, outside the sampling path)."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(dg.sample_discrete_gaussian)))
+    for node in ast.walk(tree):
+        assert not (isinstance(node, ast.BinOp | ast.AugAssign) and isinstance(node.op, ast.Div))
+        assert not (isinstance(node, ast.Constant) and isinstance(node.value, float))
+        name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else ""
+        assert name not in FLOAT_NAMES, name
 
 
 @pytest.mark.parametrize(
@@ -247,13 +381,35 @@ def test_out_of_range_parameters_are_refused(sigma2: Fraction) -> None:
         sample_discrete_gaussian(sigma2, 10, aes(key=1))
 
 
-def test_non_rational_sigma2_and_bad_sizes_are_refused() -> None:
+def test_non_rational_sigma2_bad_sizes_and_bad_sources_are_refused() -> None:
     with pytest.raises(ValueError, match="Fraction"):
         sample_discrete_gaussian(2.25, 10, aes(key=1))  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="size"):
         sample_discrete_gaussian(Fraction(4), -1, aes(key=1))
+    with pytest.raises(TypeError):
+        sample_discrete_gaussian(Fraction(4), 2.0, aes(key=1))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="BitGenerator"):
+        sample_discrete_gaussian(Fraction(4), 3, np.random.RandomState(1))  # type: ignore[arg-type]
     assert sample_discrete_gaussian(Fraction(4), 0, aes(key=1)).shape == (0,)
     assert sample_discrete_gaussian(4, 3, aes(key=1)).dtype == np.int64  # type: ignore[arg-type]
+
+
+def test_the_compiled_entry_point_refuses_parameters_outside_its_bounds() -> None:
+    """The core re-checks what the overflow argument assumes, whoever calls it."""
+    bits = np.random.PCG64(0)
+    for p, q, v_cap, size in [
+        (2**60 + 1, 1, V_CAP, 1),  # sigma2 > 2^60
+        (2**12 + 1, 2**12 + 1, V_CAP, 1),  # q > 2^12
+        (1, 2, V_CAP, 1),  # sigma2 < 1
+        (4, 1, V_CAP + 1, 1),
+        (4, 1, 0, 1),
+        (4, 1, V_CAP, -1),
+    ]:
+        with pytest.raises(ValueError, match="out of range"):
+            core.sample(bits, p, q, size, v_cap)
+    for bound in (0, 2**62 + 1):
+        with pytest.raises(ValueError, match="bound"):
+            core.uniform_below(bits, bound, 1)
 
 
 @pytest.mark.parametrize("sigma", [1.0, 1.0000001, 1.5, math.pi, 1000.3, 2.0**20 * 1.37, 2.0**24])
@@ -275,9 +431,10 @@ def test_rational_sigma2_refuses_out_of_range(sigma: float, denominator: int) ->
 
 
 def test_no_intermediate_overflows_int64_at_the_extremes() -> None:
-    """Recompute, in Python integers, the bound of every int64 intermediate named in the module docstring,
-    for the extreme parameters allowed, and check that anything just past them is refused."""
-    limit = 2**63 - 1
+    """Recompute, in Python integers, the bound of every intermediate named in the module docstring for the
+    extreme parameters allowed (int64 unless said), and run the sampler there (the replay test above checks
+    its outputs against the unbounded reference at the same parameters)."""
+    int64, uint64 = 2**63 - 1, 2**64 - 1
     extremes = [
         Fraction(1),
         Fraction(DENOMINATOR_MAX + 1, DENOMINATOR_MAX),
@@ -288,18 +445,20 @@ def test_no_intermediate_overflows_int64_at_the_extremes() -> None:
     for sigma2 in extremes:
         p, q = sigma2.numerator, sigma2.denominator
         assert 1 <= sigma2 <= SIGMA2_MAX and q <= DENOMINATOR_MAX and p <= 2**60
-        t = isqrt(p // q) + 1
-        d = q * t * t
-        n_c = -(-d // (2 * p))
-        assert t * t > sigma2 and n_c <= 2  # so |w| / D < 1 and c <= 2
-        uniform_bounds = [t, d, 2 * p * n_c, V_CAP + 1]  # V_CAP + 1 bounds I + 1
+        t, d, n_c = core.parameters(p, q)
+        assert t == isqrt(p // q) + 1 and d == q * t * t and n_c == -(-d // (2 * p))
+        assert t <= 2**24 + 1 and t * q < 2**37 and d < 2**61 and p < d and n_c <= 2
+        uniform_bounds = [t, d, 2 * p * n_c, V_CAP, 2]  # V_CAP bounds I + 1; K stays below 2^40
         assert max(uniform_bounds) <= 2**62
+        assert (t - 1) * (t * q) < d  # U (t q)
+        largest_w = max(-((t - 1) * t * q - p), p, d)  # w = U t q - p in [-p, D), F < D
         largest_x = (t - 1) + t * (V_CAP - 1)  # U < t, V < V_CAP
-        largest_w = max((t - 1) * t * q - p, p)  # w = U t q - p in [-p, D)
-        largest_stages = (V_CAP + 1) ** 2 * n_c
-        # (t q) and 2 (|y|) are the largest factors an int64 is multiplied by
-        assert max(largest_x * 2, (t - 1) * t * q, largest_w, d + largest_w, largest_stages) <= limit
-        assert largest_x < 2**55 and largest_w < 2**61
+        largest_stages = V_CAP**2 * n_c  # (I + 1)^2 n_c with I + 1 <= V_CAP
+        assert largest_w < 2**61 and largest_x < 2**55 and largest_stages <= 2**61
+        assert max(largest_w, 2 * largest_x, largest_stages, 2**40) <= int64
+        # uint64: a 32-bit piece times a bound <= 2^32, the four 32 x 32-bit products, the middle sum and
+        # 2^64 - b (the remainder's wrap-around)
+        assert max((2**32 - 1) * 2**32, (2**32 - 1) ** 2, 3 * (2**32 - 1), 2**64 - 2) <= uint64
         sample_discrete_gaussian(sigma2, 1_000, aes(key=5))
 
 
@@ -309,22 +468,3 @@ def test_capping_the_geometric_part_truncates_the_support(monkeypatch: pytest.Mo
     samples = sample_discrete_gaussian(Fraction(100), 50_000, aes(key=3))
     assert np.abs(samples).max() < 11  # t = 11
     assert np.abs(samples).max() >= 9
-
-
-@pytest.mark.parametrize("bound", [2, 3, 255, 256, 257, 2**20 + 1, 2**24 + 1, 2**40 + 3, 2**62])
-def test_uniform_integers_below_a_bound(bound: int) -> None:
-    values = dg._below(aes(key=bound % 1000).bit_generator, bound, 200_000)
-    assert values.dtype == np.int64 and values.min() >= 0 and values.max() < bound
-    width = -(-bound // 64)  # bins [j w, (j + 1) w); the last one may be shorter
-    bins = -(-bound // width)
-    counts = np.bincount(values // width, minlength=bins)
-    sizes = np.array([min(bound, (j + 1) * width) - j * width for j in range(bins)], dtype=np.float64)
-    assert stats.chisquare(counts, sizes / sizes.sum() * values.size).pvalue > 1e-3
-
-
-def test_uniform_integers_below_per_lane_bounds() -> None:
-    bounds = np.array([1, 2, 3, 5, 1000, 2**30 + 1] * 20_000, dtype=np.int64)
-    values = dg._below(aes(key=9).bit_generator, bounds, bounds.size)
-    assert np.all((values >= 0) & (values < bounds))
-    threes = values[bounds == 3]
-    assert stats.chisquare(np.bincount(threes, minlength=3)).pvalue > 1e-3
