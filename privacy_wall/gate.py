@@ -133,7 +133,8 @@ class Gate:
         release unseen, and its charge with it, leaves everything the analyst sees (the job failed) a
         function of public facts: the sensitive database could not be read, or memory ran out on data
         whose arrays have public shapes (not bag-of-words: the lengths of the sampled documents are
-        data), or no fixed-point grid exists for the release's sigma and size (GridError, raised from those
+        data), or shard workers did not answer in time on such data (their work has public shapes too),
+        or no fixed-point grid exists for the release's sigma and size (GridError, raised from those
         two public numbers only, before any noise is drawn). Anything else (a numerical error, an unknown
         one) keeps its charge."""
         database = sys.modules.get("sqlalchemy.exc")  # not loaded: no database error can have occurred
@@ -141,7 +142,9 @@ class Gate:
             return True
         if isinstance(failure, GridError):
             return True
-        return isinstance(failure, MemoryError) and self._store.info.kind != "bow"
+        shards = sys.modules.get("privacy_wall.shards")  # not loaded: no shard was asked
+        unanswered = shards is not None and isinstance(failure, shards.ShardsUnavailable)
+        return (isinstance(failure, MemoryError) or unanswered) and self._store.info.kind != "bow"
 
     def withdraw(self, release: Release) -> None:
         """The caller dropped `release` without storing or showing it (it could not be stored): remove its

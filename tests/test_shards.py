@@ -289,3 +289,22 @@ def test_shard_leases_go_to_one_worker_each_and_stale_ones_are_taken_over(
     assert not renew_lease(sensitive, 0, "a:1")  # the old holder learns it lost the lease
     release_lease(sensitive, 1, "b:2")
     assert claim_shard(sensitive, 2, "d:4", 30) == 1
+
+
+def test_shards_that_never_answer_fail_the_release_and_its_charge_is_withdrawn(
+    stored: tuple[Engine, Engine],
+) -> None:
+    """Workers down: nothing computed from the rows left the wall, and tabular work has public shapes, so
+    the release fails after the timeout and its charge is withdrawn (charges = releases)."""
+    from privacy_wall.shards import ShardsUnavailable
+
+    _, sensitive = stored
+    ledger = InMemoryLedger(delta=1e-5)
+    coordinator = ShardedSums(sensitive, 2, lambda task: None, timeout_seconds=0.3, poll_seconds=0.01)
+    gate = Gate(DatabaseStore(sensitive, "tab"), ledger, shards=coordinator)
+    with pytest.raises(ShardsUnavailable, match=r"shards \[0, 1\]"):
+        gate.release(
+            LogisticRegressionQuery(), blr_params(), job_id="j", iteration=1, sigma=1.0, batch_size=N
+        )
+    assert ledger.charges() == []
+    assert channel_rows(sensitive) == 0
