@@ -180,6 +180,16 @@ class DatabaseStore:
         """How many blocks hold the dataset's rows."""
         return len(self._block_index().first_rows)
 
+    def shard_rows(self, shard: int, shards: int) -> tuple[int, int]:
+        """The row ids [first, stop) of shard `shard` of `shards` (`shard_blocks`)."""
+        start, stop = shard_blocks(self.block_count(), shard, shards)
+        bounds = [*self._block_index().first_rows.tolist(), self._info.population]
+        return bounds[start], bounds[stop]
+
+    def fits_cache(self) -> bool:
+        """Whether this dataset's decoded arrays fit the cache (then every read of it is from memory)."""
+        return self.cache is not None and self._decoded_bytes() <= self.cache.budget_bytes
+
     def shard(self, shard: int, shards: int) -> Batch:
         """Shard `shard` of `shards`: the rows of its whole blocks (`shard_blocks`), ids rebased to 0. With
         a cache, decoded once per version and shard (its key names the shard)."""

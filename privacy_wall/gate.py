@@ -14,8 +14,9 @@ CSPRNG-seeded generator; a seed or sigma = 0 is accepted only for datasets marke
 With shards (privacy_wall.shards), a full pass's clipped sums are added from the shard workers instead of
 computed here: the same sum over the population of the same per-record clipped contributions (equal up
 to floating-point order), so the blocks' sensitivities, the one charge and the one noise draw per
-iteration are those of the unsharded release, whatever the number of shards. Minibatches are computed
-here, from the rows they sample.
+iteration are those of the unsharded release, whatever the number of shards. A uniform minibatch is
+sampled here; its rows are summed here when the store holds the data in memory, else by the shards that
+hold them (each over the sampled ids in its range: again the same sum).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from privacy_wall.ledger import Charge, Ledger
 from privacy_wall.mechanisms import Array, GridError, fixed_point_grid, private_generator, release_blocks
 from privacy_wall.queries.base import Query, joint_sensitivity
 from privacy_wall.sampling import ShuffledPasses
-from privacy_wall.store import RowStore
+from privacy_wall.store import RowStore, uniform_rows
 
 if TYPE_CHECKING:  # SQLAlchemy behind it: a gate without shards (`vips fit --local`) never loads it
     from privacy_wall.shards import ShardedSums
@@ -69,10 +70,12 @@ class Gate:
         seed: int | None = None,
         passes: bool = False,
         shards: ShardedSums | None = None,
+        shard_minibatches: bool = False,
     ) -> None:
         """`passes`: minibatches in shuffled passes over the rows (privacy_wall.sampling), for non-private
         fits (sigma = 0) of public data only; otherwise every minibatch is drawn uniformly. `shards`: full
-        passes summed by shard workers (unseeded gates only: each shard draws its own randomness)."""
+        passes summed by shard workers (unseeded gates only: each shard draws its own randomness), and
+        uniform minibatches too with `shard_minibatches` (for data the store cannot hold in memory)."""
         info = store.info
         if seed is not None and not info.public:
             raise PrivacyError(f"dataset {info.name} is private: its releases cannot be seeded")
@@ -85,6 +88,7 @@ class Gate:
         if shards is not None and seed is not None:
             raise ValueError("a seeded gate computes every release itself: shards draw their own randomness")
         self._shards = shards
+        self._shard_minibatches = shard_minibatches and shards is not None
 
     @property
     def population(self) -> int:
@@ -170,9 +174,14 @@ class Gate:
         info = self._store.info
         batch_size, sigma = charge.event.sample_size, charge.event.noise_multiplier
         rng = self._generator()
-        if self._shards is not None and batch_size == info.population and self._passes is None:
+        full = batch_size == info.population
+        if self._shards is not None and self._passes is None and (full or self._shard_minibatches):
             sums = self._shards.clipped_sums(
-                params, job_id=charge.job_id, iteration=charge.iteration, attempt=charge.attempt
+                params,
+                job_id=charge.job_id,
+                iteration=charge.iteration,
+                attempt=charge.attempt,
+                rows=None if full else np.sort(np.asarray(uniform_rows(info.population, batch_size, rng))),
             )
         else:
             if self._passes is None:

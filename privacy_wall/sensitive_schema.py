@@ -54,6 +54,7 @@ shard_requests = Table(
     Column("iteration", Integer, nullable=False),
     Column("attempt", Integer, nullable=False),
     Column("params", LargeBinary, nullable=False),  # the query's public parameters (.npz)
+    Column("rows", LargeBinary, nullable=True),  # a minibatch's sampled row ids (.npy); NULL: a full pass
     Column("created_at", DateTime(timezone=True), nullable=False),
     PrimaryKeyConstraint("job_id", "iteration", "attempt"),
 )

@@ -8,7 +8,10 @@ rows of `shard_sums`; each shard worker computes the query's clipped sums over i
 there. The coordinator adds them in shard order and the gate noises the total as it would the unsharded
 sum: both are the sum over the population of the same per-record clipped contributions (the query
 protocol's contract, as for `queries.base.chunked_sums`), equal up to floating-point order, so the
-sensitivity, the one charge and the one noise draw per iteration do not change with K.
+sensitivity, the one charge and the one noise draw per iteration do not change with K. A uniform
+minibatch of data too large for the job's process to hold goes the same way: the coordinator samples the
+ids (as the gate always does) and writes them with the request; each shard sums the sampled rows in its
+range.
 
 The partial sums are un-noised aggregates of sensitive rows. They exist only in the shard worker's memory,
 the sensitive database (this channel) and the coordinator's memory: never in a broker message, a Celery
@@ -34,7 +37,8 @@ from numpy.typing import NDArray
 from sqlalchemy import ColumnElement, Engine, Table, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
-from privacy_wall.db_store import DatabaseStore, shard_blocks
+from privacy_wall.dataset_cache import rows_of
+from privacy_wall.db_store import DatabaseStore
 from privacy_wall.mechanisms import private_generator
 from privacy_wall.queries.base import Query
 from privacy_wall.sensitive_schema import shard_leases, shard_requests, shard_sums
@@ -76,6 +80,14 @@ def decode(blob: bytes) -> dict[str, Array]:
         return {name: document[name] for name in document.files}
 
 
+def _encode_rows(rows: NDArray[np.int64]) -> bytes:
+    return np.ascontiguousarray(rows, dtype="<i8").tobytes()
+
+
+def _decode_rows(blob: bytes) -> NDArray[np.int64]:
+    return np.frombuffer(blob, dtype="<i8").astype(np.int64)
+
+
 def _now() -> datetime:
     return datetime.now(UTC)
 
@@ -104,9 +116,16 @@ class ShardedSums:
         self._timeout = timeout_seconds
 
     def clipped_sums(
-        self, params: dict[str, Array], *, job_id: str, iteration: int, attempt: int
+        self,
+        params: dict[str, Array],
+        *,
+        job_id: str,
+        iteration: int,
+        attempt: int,
+        rows: NDArray[np.int64] | None = None,
     ) -> dict[str, Array]:
-        """The sum over every shard of its clipped sums for the release (job_id, iteration, attempt)."""
+        """The sum over every shard of its clipped sums for the release (job_id, iteration, attempt): over
+        every row, or over the sampled row ids `rows` (each shard sums those in its range)."""
         tasks = [ShardTask(job_id, iteration, attempt, shard, self.shards) for shard in range(self.shards)]
         self._clear(tasks[0])
         self._purge_abandoned()
@@ -117,6 +136,7 @@ class ShardedSums:
                     iteration=iteration,
                     attempt=attempt,
                     params=encode(params),
+                    rows=None if rows is None else _encode_rows(rows),
                     created_at=_now(),
                 )
             )
@@ -193,10 +213,10 @@ def answer(engine: Engine, task: ShardTask, store: DatabaseStore, query: Query) 
         )
         if done.first() is not None:
             return False
-        blob = conn.execute(
-            select(shard_requests.c.params).where(*_release(shard_requests, task))
-        ).scalar_one_or_none()
-    if blob is None:
+        request = conn.execute(
+            select(shard_requests.c.params, shard_requests.c.rows).where(*_release(shard_requests, task))
+        ).one_or_none()
+    if request is None:
         return False
     row = {
         "job_id": task.job_id,
@@ -206,12 +226,18 @@ def answer(engine: Engine, task: ShardTask, store: DatabaseStore, query: Query) 
         "created_at": _now(),
     }
     try:
-        params = decode(blob)
-        start, stop = shard_blocks(store.block_count(), task.shard, task.shards)
-        if start == stop:
+        params = decode(request.params)
+        first, stop = store.shard_rows(task.shard, task.shards)
+        local = None
+        if request.rows is not None:  # a minibatch: the sampled ids in this shard's range
+            ids = _decode_rows(request.rows)
+            local = ids[(ids >= first) & (ids < stop)] - first
+        if first == stop or (local is not None and local.size == 0):
             sums: dict[str, Array] = {}
         else:
             batch = store.shard(task.shard, task.shards)
+            if local is not None:
+                batch = rows_of(batch, local)
             sums = query.clipped_sums(batch, params, private_generator())
         values = {**row, "sums": encode(sums), "failed": False}
     except Exception:

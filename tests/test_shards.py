@@ -308,3 +308,43 @@ def test_shards_that_never_answer_fail_the_release_and_its_charge_is_withdrawn(
         )
     assert ledger.charges() == []
     assert channel_rows(sensitive) == 0
+
+
+@pytest.mark.parametrize("shards", [2, 3])
+def test_sharded_minibatch_sums_equal_the_sampled_rows_sums(
+    stored: tuple[Engine, Engine], shards: int
+) -> None:
+    _, sensitive = stored
+    store = DatabaseStore(sensitive, "tab")
+    query = LogisticRegressionQuery()
+    ids = np.sort(np.random.default_rng(7).choice(N, size=30, replace=False))
+    ids[:3] = [0, PER_BLOCK * 5 - 1, PER_BLOCK * 5]  # ids at a shard's edges
+    ids = np.unique(ids)
+    whole = query.clipped_sums(store.take(ids), blr_params(), np.random.default_rng(0))
+    coordinator = ShardedSums(sensitive, shards, inline(sensitive, "tab", query))
+    parts = coordinator.clipped_sums(blr_params(), job_id="j", iteration=1, attempt=0, rows=ids)
+    for name in whole:
+        np.testing.assert_allclose(parts[name], whole[name], rtol=1e-12, atol=1e-12)
+    # Ids all in one shard leave the others' answers empty.
+    few = np.array([1, 2], dtype=np.int64)
+    parts = coordinator.clipped_sums(blr_params(), job_id="j", iteration=2, attempt=0, rows=few)
+    whole = query.clipped_sums(store.take(few), blr_params(), np.random.default_rng(0))
+    np.testing.assert_allclose(parts["s1"], whole["s1"], rtol=1e-12)
+    assert channel_rows(sensitive) == 0
+
+
+def test_minibatches_go_to_the_shards_when_the_store_cannot_hold_the_data(
+    stored: tuple[Engine, Engine],
+) -> None:
+    _, sensitive = stored
+    query = LogisticRegressionQuery()
+    send = inline(sensitive, "tab", query)
+    gate = Gate(
+        DatabaseStore(sensitive, "tab", DatasetCache(64)),  # a cache far too small for the dataset
+        InMemoryLedger(delta=1e-5),
+        shards=ShardedSums(sensitive, 2, send),
+        shard_minibatches=not DatabaseStore(sensitive, "tab", DatasetCache(64)).fits_cache(),
+    )
+    release = gate.release(query, blr_params(), job_id="j", iteration=1, sigma=1.0, batch_size=20)
+    assert release.batch_size == 20 and len(send.sent) == 2  # type: ignore[attr-defined]
+    assert DatabaseStore(sensitive, "tab", DatasetCache(1 << 30)).fits_cache()

@@ -1,9 +1,10 @@
-"""Sharded full passes through the service (issue 26): with VIPS_SHARDS=2 and two shard workers (leasing
-their shards, `--shard auto`, in production; numbered by `vips up` in the embedded mode), a public
-BLR fit at sigma 0 gives the unsharded posterior (to 1e-9 relative), on PostgreSQL and Redis and under
-the embedded `vips up`; the shards' partial sums never reach Redis (every command the server executed
-during the job, read with MONITOR) or the control database; a shard worker killed mid-job is replaced,
-its part asked again, and the job succeeds with charges = releases."""
+"""Sharded passes through the service (issue 26): with VIPS_SHARDS=2 and two shard workers (leasing their
+shards, `--shard auto`, in production; numbered by `vips up` in the embedded mode), a public BLR fit at
+sigma 0 gives the unsharded posterior (to 1e-9 relative), on PostgreSQL and Redis and under the embedded
+`vips up`, and minibatches of data larger than the job's cache run on the shards; the shards' partial sums
+never reach Redis (every command the server executed during the job, read with MONITOR) or the control
+database; a shard worker killed mid-job is replaced, its part asked again, and the job succeeds with
+charges = releases."""
 
 from __future__ import annotations
 
@@ -139,12 +140,17 @@ def test_sharded_fit_on_postgresql_and_redis_matches_and_keeps_partial_sums_insi
 
 def test_embedded_up_runs_shard_workers_and_survives_a_killed_one(tmp_path: Path) -> None:
     home = tmp_path / "home"
-    env = {"VIPS_SHARDS": "2", "VIPS_SHARD_RESEND_SECONDS": "1"}
+    # A dataset cache too small for the data: minibatches go to the shards too.
+    env = {"VIPS_SHARDS": "2", "VIPS_SHARD_RESEND_SECONDS": "1", "VIPS_WORKER_CACHE_MB": "1"}
     with embedded_service(home, env) as service:
         csv = public_dataset(service, tmp_path)
         analyst = service.key("analyst", "pub")
         _, posterior = fit(service, analyst)
         assert_same_posterior(posterior, unsharded_parameters(service, csv, tmp_path))
+
+        with VipsClient(service.url, analyst, timeout=60) as api:
+            mini = api.submit_job(dataset="pub", model="blr", iterations=5, batch_size=500, sigma=0.0)
+            assert api.wait(mini["id"], interval=0.2, timeout=120)["status"] == "succeeded"
 
         # A longer job; shard 1's worker is killed once the job has released something.
         with VipsClient(service.url, analyst, timeout=60) as api:

@@ -558,7 +558,12 @@ def _run(
         stage.doing = "opening the dataset"
         store = DatabaseStore(autocommit_reads(rows), job.dataset, cache)
         _check_population(autocommit_reads(reads), job.dataset, store.info.population)
-        gate = Gate(store, ledger_db.SqlLedger(writes), shards=shards)
+        gate = Gate(
+            store,
+            ledger_db.SqlLedger(writes),
+            shards=shards,
+            shard_minibatches=shards is not None and not store.fits_cache(),
+        )
         settings = LoopSettings(
             job.iterations, job.batch_size, job.sigma, options.get("tau0", 0.0), options.get("kappa", 1.0)
         )

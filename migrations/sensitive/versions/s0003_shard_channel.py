@@ -28,6 +28,7 @@ def upgrade() -> None:
         sa.Column("iteration", sa.Integer, nullable=False),
         sa.Column("attempt", sa.Integer, nullable=False),
         sa.Column("params", sa.LargeBinary, nullable=False),
+        sa.Column("rows", sa.LargeBinary, nullable=True),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("job_id", "iteration", "attempt"),
     )
