@@ -145,7 +145,7 @@ def test_batch_mode_perplexity_does_not_increase(
 def test_private_fits_degrade_smoothly(train: SyntheticCorpus, test_split: tuple[sp.csr_array, ...]) -> None:
     """Minibatch VIPS (S = 500 of 3,000, T = 20, N_w = 80, a = 0.1, delta = 1e-5) at sigma 1, 2 and 4
     (epsilon ~10.7, ~4.3, ~1.9): held-out perplexity rises as epsilon falls, every private fit is worse
-    than the non-private one, and even the most private one beats the unigram baseline (214).
+    than the non-private one, and even the most private one beats the unigram baseline.
 
     Private releases cannot be seeded, so this is random; medians of 3 fits. Observed medians of 3 (five
     runs, the exact sampler): 71.2 at sigma 0; 90.0-90.3 at sigma 1, 100.5-106.5 at sigma 2, 122.0-124.2
