@@ -190,8 +190,8 @@ def test_the_dockerfile_copies_what_exists_and_runs_the_console_script() -> None
 
 
 def test_the_wheel_ships_every_migration(tmp_path: Path) -> None:
-    """The image installs a wheel: every file Alembic needs is in it, and building it warns of nothing
-    (no deprecated license table, no package left out of the configuration)."""
+    """The image installs a wheel: every file Alembic needs and the compiled sampler are in it, and building
+    it warns of nothing (no deprecated license table, no package left out of the configuration)."""
     built = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(tmp_path), str(ROOT)],
         capture_output=True,
@@ -209,3 +209,6 @@ def test_the_wheel_ships_every_migration(tmp_path: Path) -> None:
     assert len(needed) >= 10
     for relative in needed:
         assert relative in shipped, f"{relative} is not shipped"
+    # The compiled sampler ships built, without its generated C source.
+    assert any(n.startswith("privacy_wall/_discrete_gaussian.") and n.endswith(".so") for n in shipped)
+    assert "privacy_wall/_discrete_gaussian.c" not in shipped
