@@ -219,12 +219,13 @@ class ChunkFit:
     normaliser: Array
 
 
-def _dirichlet_exp(gamma: Array) -> Array:
-    """exp(digamma(gamma) - max_k digamma(gamma)) per row: exp(E[log theta]) up to a per-row factor."""
-    out: Array = digamma(gamma)
-    out -= out.max(axis=-1, keepdims=True)
+def _dirichlet_exp(gamma: Array, out: Array, row_max: Array) -> None:
+    """exp(digamma(gamma) - max_k digamma(gamma)) per row into `out`: exp(E[log theta]) up to a per-row
+    factor (`row_max`: a rows x 1 buffer)."""
+    digamma(gamma, out=out)
+    np.maximum.reduce(out, axis=-1, keepdims=True, out=row_max)
+    out -= row_max
     np.exp(out, out=out)
-    return out
 
 
 def fit_chunks(
@@ -264,20 +265,28 @@ def fit_chunks(
         # The SDDMM-style gather, once per chunk: c x K x width (words last: the faster gemv layout).
         topic_word = np.ascontiguousarray(table[words].transpose(0, 2, 1))
 
+        # The iterations reuse these buffers (in place: the same operations, no allocation per step);
+        # each 3-d one has a 2-d view of its own for the elementwise steps.
         doc_topic = np.ones((c, 1, topics))
+        theta = doc_topic[:, 0, :]
+        normaliser = np.empty((c, 1, width))
+        norm = normaliser[:, 0, :]
         ratio = np.empty((c, width, 1))
+        weight = ratio[:, :, 0]
+        sums = np.empty((c, topics, 1))
         gamma = np.full((c, topics), alpha)
+        row_max = np.empty((c, 1))
         for _ in range(iterations):
-            normaliser = np.matmul(doc_topic, topic_word)[:, 0, :]
-            np.maximum(normaliser, PHI_NORM_FLOOR, out=normaliser)
-            np.divide(n, normaliser, out=ratio[:, :, 0])
-            gamma = np.matmul(topic_word, ratio)[:, :, 0]
-            gamma *= doc_topic[:, 0, :]
+            np.matmul(doc_topic, topic_word, out=normaliser)
+            np.maximum(norm, PHI_NORM_FLOOR, out=norm)
+            np.divide(n, norm, out=weight)
+            np.matmul(topic_word, ratio, out=sums)
+            np.multiply(sums[:, :, 0], theta, out=gamma)
             gamma += alpha
-            doc_topic = _dirichlet_exp(gamma)[:, None, :]
-        normaliser = np.matmul(doc_topic, topic_word)[:, 0, :]
-        np.divide(n, np.maximum(normaliser, PHI_NORM_FLOOR), out=ratio[:, :, 0])
-        yield ChunkFit(documents, words, n, topic_word, doc_topic[:, 0, :], gamma, ratio[:, :, 0], normaliser)
+            _dirichlet_exp(gamma, theta, row_max)
+        np.matmul(doc_topic, topic_word, out=normaliser)
+        np.divide(n, np.maximum(norm, PHI_NORM_FLOOR), out=weight)
+        yield ChunkFit(documents, words, n, topic_word, theta, gamma, weight, norm)
 
 
 @dataclass(frozen=True)
