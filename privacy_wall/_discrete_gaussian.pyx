@@ -21,6 +21,7 @@ cdef uint64_t LOW_32 = 4294967295  # 2^32 - 1
 cdef int64_t ROUND_CAP = 1099511627776  # 2^40: passes of any loop; unreachable, checked rather than assumed
 
 P_MAX = 2**60  # sigma2 <= 2^48 with denominator <= 2^12
+SIGMA2_MAX = 2**48
 Q_MAX = 2**12
 V_CAP_MAX = 2**30
 
@@ -261,15 +262,19 @@ def sample(object bit_generator, p: int, q: int, size: int, v_cap: int) -> np.nd
     """`size` draws of N_Z(0, p / q) from bit_generator's 64-bit words (next_uint64), as an int64 array.
 
     Refuses (ValueError) anything outside the bounds the overflow argument assumes: 1 <= q <= 2^12,
-    q <= p <= 2^60, 1 <= v_cap <= 2^30, size >= 0. Holds the bit generator's lock and runs without the GIL.
+    q <= p <= 2^48 q (so sigma^2 = p / q <= 2^48 and p <= 2^60), 1 <= v_cap <= 2^30, size >= 0. Holds the
+    bit generator's lock and runs without the GIL.
     """
     cdef State s
     cdef int64_t[::1] view
     cdef Py_ssize_t j, n
-    if not (1 <= q <= Q_MAX and q <= p <= P_MAX and 1 <= v_cap <= V_CAP_MAX and size >= 0):
+    if not (
+        1 <= q <= Q_MAX and q <= p <= P_MAX and p <= SIGMA2_MAX * q and 1 <= v_cap <= V_CAP_MAX and size >= 0
+    ):
         raise ValueError(f"discrete Gaussian parameters out of range: p={p}, q={q}, v_cap={v_cap}, size={size}")
     t, d, n_c = parameters(p, q)
-    assert t <= 2**24 + 1 and d < 2**61 and n_c <= 2 and t * t * q > p  # module docstring's bounds
+    if not (t <= 2**24 + 1 and d < 2**61 and n_c <= 2 and t * t * q > p):  # the module docstring's bounds
+        raise ValueError(f"discrete Gaussian parameters out of range: p={p}, q={q}")
     capsule = bit_generator.capsule
     if not PyCapsule_IsValid(capsule, "BitGenerator"):
         raise ValueError("bits must be a numpy BitGenerator (or a Generator over one)")

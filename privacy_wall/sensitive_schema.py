@@ -53,6 +53,7 @@ shard_requests = Table(
     Column("job_id", String(64), nullable=False),
     Column("iteration", Integer, nullable=False),
     Column("attempt", Integer, nullable=False),
+    Column("token", String(32), nullable=False),  # a random nonce per request (its tasks carry it)
     Column("params", LargeBinary, nullable=False),  # the query's public parameters (.npz)
     Column("rows", LargeBinary, nullable=True),  # a minibatch's sampled row ids (.npy); NULL: a full pass
     Column("created_at", DateTime(timezone=True), nullable=False),

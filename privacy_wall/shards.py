@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import io
 import logging
+import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -58,6 +59,11 @@ class ShardTask:
     attempt: int
     shard: int
     shards: int
+    token: str  # the request's random nonce: an answer counts only for the request it was computed for
+
+
+#: The coordinator's longest pause between two looks at the shards' answers.
+MAX_POLL_SECONDS = 0.02
 
 
 class ShardFailed(RuntimeError):
@@ -126,7 +132,10 @@ class ShardedSums:
     ) -> dict[str, Array]:
         """The sum over every shard of its clipped sums for the release (job_id, iteration, attempt): over
         every row, or over the sampled row ids `rows` (each shard sums those in its range)."""
-        tasks = [ShardTask(job_id, iteration, attempt, shard, self.shards) for shard in range(self.shards)]
+        token = secrets.token_hex(16)
+        tasks = [
+            ShardTask(job_id, iteration, attempt, shard, self.shards, token) for shard in range(self.shards)
+        ]
         self._clear(tasks[0])
         self._purge_abandoned()
         with transaction(self.engine) as conn:
@@ -135,6 +144,7 @@ class ShardedSums:
                     job_id=job_id,
                     iteration=iteration,
                     attempt=attempt,
+                    token=token,
                     params=encode(params),
                     rows=None if rows is None else _encode_rows(rows),
                     created_at=_now(),
@@ -151,7 +161,10 @@ class ShardedSums:
         return total
 
     def _gather(self, tasks: list[ShardTask]) -> dict[int, dict[str, Array]]:
+        """Wait for every shard's row, polling every poll_seconds at first and backing off to
+        MAX_POLL_SECONDS (a long pass is not read 200 times a second); send lost tasks again."""
         started = sent = time.monotonic()
+        pause = self._poll
         for task in tasks:
             self._send(task)
         answers: dict[int, dict[str, Array]] = {}
@@ -177,12 +190,15 @@ class ShardedSums:
                         if task.shard not in answers:
                             self._send(task)
                     sent = now
-                time.sleep(self._poll)
+                time.sleep(pause)
+                pause = min(pause * 1.25, max(self._poll, MAX_POLL_SECONDS))
 
     def _clear(self, task: ShardTask) -> None:
-        """Remove the release's request and answers."""
+        """Remove the release's request, then its answers: a shard writing an answer holds the request's
+        row (`_write`), so an answer either commits before the request is deleted (and is deleted with the
+        answers, by a later statement) or finds no request and is not written."""
         with transaction(self.engine) as conn:
-            for table in (shard_sums, shard_requests):
+            for table in (shard_requests, shard_sums):
                 conn.execute(delete(table).where(*_release(table, task)))
 
     def _purge_abandoned(self) -> None:
@@ -214,7 +230,9 @@ def answer(engine: Engine, task: ShardTask, store: DatabaseStore, query: Query) 
         if done.first() is not None:
             return False
         request = conn.execute(
-            select(shard_requests.c.params, shard_requests.c.rows).where(*_release(shard_requests, task))
+            select(shard_requests.c.params, shard_requests.c.rows).where(
+                *_release(shard_requests, task), shard_requests.c.token == task.token
+            )
         ).one_or_none()
     if request is None:
         return False
@@ -241,15 +259,25 @@ def answer(engine: Engine, task: ShardTask, store: DatabaseStore, query: Query) 
             sums = query.clipped_sums(batch, params, private_generator())
         values = {**row, "sums": encode(sums), "failed": False}
     except Exception:
-        _write(engine, {**row, "sums": None, "failed": True})
+        _write(engine, task, {**row, "sums": None, "failed": True})
         raise
-    return _write(engine, values)
+    return _write(engine, task, values)
 
 
-def _write(engine: Engine, values: dict[str, object]) -> bool:
-    """Insert one shard's row unless that shard answered meanwhile (a duplicate task): the first stays."""
+def _write(engine: Engine, task: ShardTask, values: dict[str, object]) -> bool:
+    """Insert one shard's row while its request (the same token) still exists, holding the request's row
+    until the insert commits (FOR UPDATE; SQLite serialises writers anyway), so no answer outlives its
+    request (`ShardedSums._clear`). False when the request is gone or the shard answered meanwhile (a
+    duplicate task: the first answer stays)."""
     try:
         with transaction(engine) as conn:
+            held = conn.execute(
+                select(shard_requests.c.token)
+                .where(*_release(shard_requests, task), shard_requests.c.token == task.token)
+                .with_for_update()
+            ).first()
+            if held is None:
+                return False
             conn.execute(insert(shard_sums).values(**values))
     except IntegrityError:
         return False

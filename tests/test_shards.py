@@ -23,7 +23,7 @@ from privacy_wall.queries.base import Array, Query
 from privacy_wall.queries.blr import LogisticRegressionQuery
 from privacy_wall.queries.sbn import SigmoidBeliefNetworkQuery
 from privacy_wall.sensitive_schema import shard_requests, shard_sums
-from privacy_wall.shards import ShardedSums, ShardFailed, ShardTask, answer
+from privacy_wall.shards import ShardedSums, ShardFailed, ShardsUnavailable, ShardTask, answer
 from privacy_wall.store import Batch
 from tests.test_ingest_store import tabular_data, write_tabular
 
@@ -153,7 +153,9 @@ def test_a_lost_task_is_sent_again_and_answered_once(stored: tuple[Engine, Engin
     np.testing.assert_allclose(parts["s1"], whole["s1"], rtol=1e-12)
     assert [t.shard for t in send.sent].count(1) == 2  # type: ignore[attr-defined]
     assert [t.shard for t in send.sent].count(0) == 1  # type: ignore[attr-defined]
-    # A duplicate answer of an answered shard changes nothing (the first stays).
+    assert channel_rows(sensitive) == 0
+    # The lost task, delivered after all (a redelivery), finds its release done and writes nothing.
+    assert not answer(sensitive, lost[0], DatabaseStore(sensitive, "tab"), query)
     assert channel_rows(sensitive) == 0
 
 
@@ -250,7 +252,9 @@ def test_rows_of_a_dead_coordinator_are_purged_after_the_timeout(stored: tuple[E
     old = datetime.now(UTC) - timedelta(hours=2)
     with sensitive.begin() as conn:
         conn.execute(
-            insert(shard_requests).values(job_id="dead", iteration=1, attempt=0, params=b"", created_at=old)
+            insert(shard_requests).values(
+                job_id="dead", iteration=1, attempt=0, token="t", params=b"", created_at=old
+            )
         )
         conn.execute(
             insert(shard_sums).values(
@@ -296,8 +300,6 @@ def test_shards_that_never_answer_fail_the_release_and_its_charge_is_withdrawn(
 ) -> None:
     """Workers down: nothing computed from the rows left the wall, and tabular work has public shapes, so
     the release fails after the timeout and its charge is withdrawn (charges = releases)."""
-    from privacy_wall.shards import ShardsUnavailable
-
     _, sensitive = stored
     ledger = InMemoryLedger(delta=1e-5)
     coordinator = ShardedSums(sensitive, 2, lambda task: None, timeout_seconds=0.3, poll_seconds=0.01)
@@ -317,9 +319,9 @@ def test_sharded_minibatch_sums_equal_the_sampled_rows_sums(
     _, sensitive = stored
     store = DatabaseStore(sensitive, "tab")
     query = LogisticRegressionQuery()
-    ids = np.sort(np.random.default_rng(7).choice(N, size=30, replace=False))
-    ids[:3] = [0, PER_BLOCK * 5 - 1, PER_BLOCK * 5]  # ids at a shard's edges
-    ids = np.unique(ids)
+    ids = np.random.default_rng(7).choice(N, size=30, replace=False)
+    edges = [0, PER_BLOCK * 5 - 1, PER_BLOCK * 5, PER_BLOCK * 7 - 1, PER_BLOCK * 7, N - 1]  # K = 3 and K = 2
+    ids = np.unique(np.concatenate([ids, edges]))
     whole = query.clipped_sums(store.take(ids), blr_params(), np.random.default_rng(0))
     coordinator = ShardedSums(sensitive, shards, inline(sensitive, "tab", query))
     parts = coordinator.clipped_sums(blr_params(), job_id="j", iteration=1, attempt=0, rows=ids)
@@ -348,3 +350,50 @@ def test_minibatches_go_to_the_shards_when_the_store_cannot_hold_the_data(
     release = gate.release(query, blr_params(), job_id="j", iteration=1, sigma=1.0, batch_size=20)
     assert release.batch_size == 20 and len(send.sent) == 2  # type: ignore[attr-defined]
     assert DatabaseStore(sensitive, "tab", DatasetCache(1 << 30)).fits_cache()
+
+
+def test_an_answer_after_its_release_ended_is_not_written(stored: tuple[Engine, Engine]) -> None:
+    """A shard finishing after the coordinator gave up (or for another request with the same key) leaves
+    no partial sums behind."""
+    _, sensitive = stored
+    query = LogisticRegressionQuery()
+    late: list[ShardTask] = []
+    coordinator = ShardedSums(sensitive, 2, late.append, timeout_seconds=0.2, poll_seconds=0.01)
+    with pytest.raises(ShardsUnavailable):
+        coordinator.clipped_sums(blr_params(), job_id="j", iteration=1, attempt=0)
+    assert not answer(sensitive, late[0], DatabaseStore(sensitive, "tab"), query)
+    assert channel_rows(sensitive) == 0
+    # A task of an earlier request under the same key (its token differs) does not answer a later one.
+    stale = late[1]
+    fresh: list[ShardTask] = []
+
+    def send(task: ShardTask) -> None:
+        fresh.append(task)
+        assert not answer(sensitive, stale, DatabaseStore(sensitive, "tab"), query)  # the old token
+        answer(sensitive, task, DatabaseStore(sensitive, "tab"), query)
+
+    ShardedSums(sensitive, 2, send).clipped_sums(blr_params(), job_id="j", iteration=1, attempt=0)
+    assert fresh[0].token != stale.token
+
+
+def test_sharded_lda_sums_equal_the_unsharded_pass(engines: tuple[Engine, Engine], tmp_path: Path) -> None:
+    """Bag-of-words shards (CSR blocks rebased to the shard's first row), with whole documents (doc_length
+    0: no resampling, so the sums are deterministic)."""
+    from privacy_wall.ingest import ingest_bag_of_words
+    from privacy_wall.queries.lda import LdaQuery
+    from tests.test_block_store import corpus
+
+    _, sensitive = engines
+    control = engines[0]
+    ingest_bag_of_words(control=control, sensitive=sensitive, name="docs", corpus=corpus())
+    store = DatabaseStore(sensitive, "docs")
+    query = LdaQuery(3, doc_length=0, max_document_length=50)
+    params = {"expected_log_beta": np.log(np.random.default_rng(1).dirichlet(np.ones(9), size=3))}
+    query.validate_params(params, store.info.dimension)
+    whole = query.clipped_sums(store.take(slice(None)), params, np.random.default_rng(0))
+    for shards in (2, 3):
+        parts = ShardedSums(sensitive, shards, inline(sensitive, "docs", query)).clipped_sums(
+            params, job_id="j", iteration=shards, attempt=0
+        )
+        for name in whole:
+            np.testing.assert_allclose(parts[name], whole[name], rtol=1e-12, atol=1e-12)

@@ -8,8 +8,10 @@ charges = releases."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
+import re
 import signal
 import threading
 import time
@@ -114,11 +116,23 @@ def test_sharded_fit_on_postgresql_and_redis_matches_and_keeps_partial_sums_insi
         watcher.join(timeout=10)
         assert_same_posterior(posterior, unsharded_parameters(service, csv, tmp_path))
 
-        # The shards did the passes: each worker's log is silent on failures, and the job's tasks crossed
-        # Redis (the monitor saw them) with public ids only.
-        assert any(b"vips.shard_sums" in c for c in commands)
+        # The shards did the passes: the job's tasks crossed Redis (the monitor saw them), their bodies
+        # (base64 JSON in kombu's envelope, decoded here) carrying public ids only: two per iteration.
+        bodies = [
+            base64.b64decode(body)
+            for command in commands
+            for body in re.findall(rb'body\\?": \\?"([A-Za-z0-9+/=]+)', command)
+        ]
+        shard_args = [
+            args
+            for args, *_ in map(json.loads, bodies)
+            if isinstance(args, list) and len(args) == 6 and args[0] == job_id
+        ]
+        assert len(shard_args) >= 2 * ITERATIONS
+        for args in shard_args:
+            assert [type(a) for a in args] == [str, int, int, int, int, str] and args[4] == 2, args
         needles = first_partial_sums(service.env["VIPS_SENSITIVE_DATABASE_URL"])
-        redis_text = b"\n".join(commands)
+        redis_text = b"\n".join(commands + bodies)
         for needle in needles:
             assert needle not in redis_text
         control = create_db_engine(service.env["VIPS_CONTROL_DATABASE_URL"])

@@ -81,7 +81,7 @@ def send_shard_task(task: ShardTask) -> None:
     """Queue one shard's part of a release on that shard's queue (public ids only)."""
     app.send_task(
         SHARD_TASK,
-        args=[task.job_id, task.iteration, task.attempt, task.shard, task.shards],
+        args=[task.job_id, task.iteration, task.attempt, task.shard, task.shards, task.token],
         queue=shard_queue(task.shard),
     )
 
@@ -101,7 +101,7 @@ def sharded_sums() -> ShardedSums | None:
 
 
 @app.task(name=SHARD_TASK, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
-def shard_sums(job_id: str, iteration: int, attempt: int, shard: int, shards: int) -> None:
+def shard_sums(job_id: str, iteration: int, attempt: int, shard: int, shards: int, token: str) -> None:
     """One shard's clipped sums of a release, written inside the wall (privacy_wall.shards.answer); the
     query is rebuilt from the job's public row. Returns nothing: no sum crosses the broker."""
     with reading(control_engine()) as conn:
@@ -114,7 +114,7 @@ def shard_sums(job_id: str, iteration: int, attempt: int, shard: int, shards: in
         return
     query = model_setup(job.model, dict(job.options), sigma=job.sigma, algorithm=job.algorithm).query
     store = DatabaseStore(sensitive_engine(), job.dataset, dataset_cache())
-    answer(sensitive_engine(), ShardTask(job_id, iteration, attempt, shard, shards), store, query)
+    answer(sensitive_engine(), ShardTask(job_id, iteration, attempt, shard, shards, token), store, query)
 
 
 @lru_cache

@@ -232,7 +232,11 @@ def _claimed_shard(settings: ServiceSettings) -> int:
             time.sleep(LEASE_RENEW_SECONDS)
             try:
                 if not renew_lease(engine, shard, holder):
-                    print(f"vips: another worker took shard {shard}'s lease", file=sys.stderr)
+                    # It went stale (this host stalled) and another took it: end, so that one worker serves
+                    # the shard; a supervisor or Compose restarts this one, which claims again.
+                    print(f"vips: another worker took shard {shard}'s lease; stopping", file=sys.stderr)
+                    os.kill(os.getpid(), signal.SIGTERM)
+                    return
             except Exception as exc:  # the database is away: the lease goes stale, another may take it
                 print(f"vips: could not renew shard {shard}'s lease ({type(exc).__name__})", file=sys.stderr)
 

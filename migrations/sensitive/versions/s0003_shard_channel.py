@@ -27,6 +27,7 @@ def upgrade() -> None:
         sa.Column("job_id", sa.String(64), nullable=False),
         sa.Column("iteration", sa.Integer, nullable=False),
         sa.Column("attempt", sa.Integer, nullable=False),
+        sa.Column("token", sa.String(32), nullable=False),
         sa.Column("params", sa.LargeBinary, nullable=False),
         sa.Column("rows", sa.LargeBinary, nullable=True),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
