@@ -63,7 +63,7 @@ class ShardTask:
 
 
 #: The coordinator's longest pause between two looks at the shards' answers.
-MAX_POLL_SECONDS = 0.02
+MAX_POLL_SECONDS = 0.01
 
 
 class ShardFailed(RuntimeError):

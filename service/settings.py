@@ -187,8 +187,9 @@ class ServiceSettings(BaseSettings):
             "control_folder": str(queue / "control"),
             "store_processed": False,
             # Consumers look for new messages this often (kombu's default, 1 s, would add up to a second
-            # to every shard task of every sharded iteration; listing a small folder costs ~0.1 ms).
-            "polling_interval": 0.05,
+            # to every shard task of every sharded iteration). Measured idle cost per worker process:
+            # 0.6% of a core at 0.05 s, 1.7% at 0.01 s.
+            "polling_interval": 0.02,
         }
         return config
 
