@@ -211,8 +211,8 @@ def test_posterior_document_and_predictions() -> None:
 
 
 def test_the_posterior_file_is_the_documents_json(tmp_path: Path) -> None:
-    """save_posterior writes exactly json.dumps(document) (docs/posterior-format.md), though the lambda
-    list shared by two keys is encoded once; floats round-trip exactly."""
+    """save_posterior writes the document as JSON (UTF-8, by orjson): any JSON reader gets it back, floats
+    bit for bit, non-ASCII text and mixed lists included; a number that is not finite is refused."""
     rng = np.random.default_rng(11)
     lam = rng.gamma(1.0, 10.0, size=(4, 70)) + 0.1
     document = build_posterior(
@@ -235,11 +235,18 @@ def test_the_posterior_file_is_the_documents_json(tmp_path: Path) -> None:
     assert document["lambda"] is document["variational_parameters"]["lambda"]
     path = tmp_path / "lda.json"
     save_posterior(document, path)
-    assert path.read_text() == json.dumps(document, allow_nan=False) == dumps_posterior(document)
+    assert json.loads(path.read_bytes()) == json.loads(json.dumps(document, allow_nan=False)) == document
+    assert path.read_bytes() == dumps_posterior(document)
     assert load_posterior(path) == document
     np.testing.assert_array_equal(np.array(load_posterior(path)["lambda"]), lam)
-    with pytest.raises(ValueError, match="JSON compliant"):
-        dumps_posterior({**document, "lambda": [[math.nan]]})
+    for bad in ([[math.nan]], [[1.0, math.inf]], [1.0, None, -math.inf], {"x": [[0.5], [math.nan]]}):
+        with pytest.raises(ValueError, match="JSON compliant"):
+            dumps_posterior({**document, "lambda": bad})
+    # numpy's scalars (float and int subclasses) are written as plain numbers.
+    assert json.loads(dumps_posterior({**document, "extra": [np.float64(0.25), np.int64(3)]}))["extra"] == [
+        0.25,
+        3,
+    ]
 
 
 def test_doc_length_zero_only_without_noise() -> None:
