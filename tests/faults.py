@@ -1,5 +1,6 @@
 """Tools to inject faults into a running service: a TCP proxy that can be cut (a database that becomes
-unreachable for the processes behind it) and a private Redis that can be restarted without persistence."""
+unreachable for the processes behind it) and a private Redis that can be restarted without persistence;
+and what the fault tests check afterwards: waiting for a state, every job accounted for."""
 
 from __future__ import annotations
 
@@ -11,9 +12,47 @@ import struct
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from sqlalchemy import Engine, func, select
+
+from privacy_wall.control_schema import charges, reservations
+from service.models import jobs, releases
+
+
+def wait_for(predicate: Callable[[], bool], seconds: float, what: str) -> None:
+    """Poll `predicate` until it holds (an exception counts as not yet: the API may be down in a scenario
+    that restarts it), else fail naming `what`."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            if predicate():
+                return
+        except Exception:
+            pass
+        time.sleep(0.2)
+    raise AssertionError(f"{what} did not happen within {seconds} s")
+
+
+def assert_accounted(control: Engine, job_ids: list[str], *, killed: bool = False) -> dict[str, int]:
+    """Every job ended (succeeded, failed or cancelled), no reservation is left open, and each job's charges
+    equal its stored releases (one more allowed with `killed`: a kill between a charge and its stored
+    release over-counts). Returns each job's charge count."""
+    charged: dict[str, int] = {}
+    with control.connect() as conn:
+        statuses = dict(conn.execute(select(jobs.c.id, jobs.c.status).where(jobs.c.id.in_(job_ids))).all())
+        still_open = conn.execute(select(func.count()).where(reservations.c.open.is_(True))).scalar_one()
+        for job_id in job_ids:
+            charged[job_id] = conn.execute(
+                select(func.count()).where(charges.c.job_id == job_id)
+            ).scalar_one()
+            released = conn.execute(select(func.count()).where(releases.c.job_id == job_id)).scalar_one()
+            assert released <= charged[job_id] <= released + (1 if killed else 0), (job_id, charged, released)
+    assert set(statuses.values()) <= {"succeeded", "failed", "cancelled"}, statuses
+    assert still_open == 0
+    return charged
 
 
 class TcpProxy:

@@ -13,24 +13,13 @@ import time
 from pathlib import Path
 
 import httpx
-from sqlalchemy import func, select
 
-from privacy_wall.control_schema import charges, reservations
 from privacy_wall.sqlengine import create_db_engine
 from service.client import VipsClient
-from service.models import releases
 from tests.e2e import embedded_service, synthetic_csv
+from tests.faults import assert_accounted, wait_for
 
 DELTA = 1e-5
-
-
-def wait_for(predicate: object, seconds: float, what: str) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if predicate():  # type: ignore[operator]
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"{what} did not happen within {seconds} s")
 
 
 def readiness(url: str) -> dict[str, str]:
@@ -71,18 +60,10 @@ def test_the_embedded_worker_dies_and_comes_back_with_every_charge_accounted(tmp
             assert api.wait(again["id"], interval=0.2, timeout=60)["status"] == "succeeded"
         control = create_db_engine(f"sqlite:///{home / 'control.db'}")
         try:
-            with control.connect() as conn:
-                charged = conn.execute(select(func.count()).where(charges.c.job_id == job["id"])).scalar_one()
-                released = conn.execute(
-                    select(func.count()).where(releases.c.job_id == job["id"])
-                ).scalar_one()
-                still_open = conn.execute(
-                    select(func.count()).where(reservations.c.open.is_(True))
-                ).scalar_one()
+            # A kill between a charge and its stored release can only over-count (one charge more).
+            charged = assert_accounted(control, [job["id"], again["id"]], killed=True)
         finally:
             control.dispose()
-        # A kill between a charge and its stored release can only over-count (one charge more).
-        assert released <= charged <= released + 1 and charged >= 5
-        assert still_open == 0
+        assert charged[job["id"]] >= 5
         ledger = json.loads(service.vips("budget", "show", "synth", key=custodian).stdout)
         assert ledger["budget"]["epsilon_spent"] == ledger["budget"]["epsilon_reserved"]

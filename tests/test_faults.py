@@ -12,22 +12,20 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, func, select
+from sqlalchemy import Engine
 
-from privacy_wall.control_schema import charges, reservations
 from privacy_wall.sqlengine import create_db_engine
 from service.client import VipsClient
-from service.models import jobs, releases
 from tests.dbservers import fresh_database
 from tests.e2e import Service, _clean_env, _stop, _wait_ready, start_vips, synthetic_csv
-from tests.faults import PrivateRedis, TcpProxy, stable_port
+from tests.faults import PrivateRedis, TcpProxy, assert_accounted, stable_port, wait_for
 
 DELTA = 1e-5
 HEARTBEAT, QUEUED, REAPER = 3.0, 6.0, 0.5
@@ -76,30 +74,6 @@ class Faulty:
     def job(self, job_id: str) -> dict[str, Any]:
         with self.api() as api:
             return api.job(job_id)
-
-
-def wait_for(predicate: Callable[[], bool], seconds: float, what: str) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        try:
-            if predicate():
-                return
-        except Exception:  # the API may be down in the scenario that restarts it
-            pass
-        time.sleep(0.2)
-    raise AssertionError(f"{what} did not happen within {seconds} s")
-
-
-def assert_accounted(control: Engine, job_ids: list[str], *, killed: bool = False) -> None:
-    with control.connect() as conn:
-        statuses = dict(conn.execute(select(jobs.c.id, jobs.c.status).where(jobs.c.id.in_(job_ids))).all())
-        still_open = conn.execute(select(func.count()).where(reservations.c.open.is_(True))).scalar_one()
-        for job_id in job_ids:
-            charged = conn.execute(select(func.count()).where(charges.c.job_id == job_id)).scalar_one()
-            released = conn.execute(select(func.count()).where(releases.c.job_id == job_id)).scalar_one()
-            assert released <= charged <= released + (1 if killed else 0), (job_id, charged, released)
-    assert set(statuses.values()) <= {"succeeded", "failed", "cancelled"}, statuses
-    assert still_open == 0
 
 
 @contextmanager
