@@ -9,7 +9,8 @@ the rows' values (the sensitive database unreadable, memory exhausted on data of
 withdrawn from the ledger: nothing of it left the wall, so charges = releases (so is a release whose
 fixed-point grid cannot be made for its sigma and size, a GridError: public facts); any other failure, or a
 withdrawal that fails, keeps the charge (the ledger only ever over-counts). Sampling and noise draw from a
-CSPRNG-seeded generator; a seed or sigma = 0 is accepted only for datasets marked public.
+CSPRNG-seeded generator (the noise one release ahead, on a background thread: privacy_wall.noise_ahead);
+a seed or sigma = 0 is accepted only for datasets marked public.
 
 With shards (privacy_wall.shards), a full pass's clipped sums are added from the shard workers instead of
 computed here: the same sum over the population of the same per-record clipped contributions (equal up
@@ -31,6 +32,7 @@ import numpy as np
 from privacy_wall.accounting import SubsampledGaussianEvent
 from privacy_wall.ledger import Charge, Ledger
 from privacy_wall.mechanisms import Array, GridError, fixed_point_grid, private_generator, release_blocks
+from privacy_wall.noise_ahead import NoiseAhead
 from privacy_wall.queries.base import Query, joint_sensitivity
 from privacy_wall.sampling import ShuffledPasses
 from privacy_wall.store import RowStore, uniform_rows
@@ -89,6 +91,8 @@ class Gate:
             raise ValueError("a seeded gate computes every release itself: shards draw their own randomness")
         self._shards = shards
         self._shard_minibatches = shard_minibatches and shards is not None
+        # Unseeded releases take their noise drawn one release ahead (privacy_wall.noise_ahead).
+        self._noise = NoiseAhead() if seed is None else None
 
     @property
     def population(self) -> int:
@@ -193,7 +197,8 @@ class Gate:
         means = {name: value / batch_size for name, value in sums.items()}
         sensitivities = {b.name: b.sensitivity(batch_size) for b in blocks}
         joint = joint_sensitivity(query, info.dimension)  # sqrt(B) unless the query proves less
-        noised = release_blocks(means, sensitivities, sigma, rng, joint_sensitivity=joint)
+        noise = rng if self._noise is None else self._noise
+        noised = release_blocks(means, sensitivities, sigma, noise, joint_sensitivity=joint)
         return Release(
             job_id=charge.job_id,
             iteration=charge.iteration,

@@ -26,12 +26,16 @@ import secrets
 from dataclasses import dataclass
 from fractions import Fraction
 from math import ceil, isqrt
+from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.typing import NDArray
 from randomgen import AESCounter
 
 from privacy_wall.discrete_gaussian import DENOMINATOR_MAX, SIGMA2_MAX, sample_discrete_gaussian
+
+if TYPE_CHECKING:
+    from privacy_wall.noise_ahead import NoiseAhead
 
 Array = NDArray[np.float64]
 Ints = NDArray[np.int64]
@@ -150,9 +154,12 @@ def fixed_point_grid(sigma: float, dimension: int, *, bits: int = GRID_BITS) -> 
     return Grid(gamma, sigma2, dimension, root_d)
 
 
-def discrete_gaussian_noise(sigma2: Fraction, size: int, rng: np.random.Generator) -> Ints:
-    """`size` i.i.d. draws of N_Z(0, sigma2) from the generator's raw 64-bit words (no float is formed)."""
-    return sample_discrete_gaussian(sigma2, size, rng.bit_generator)
+def discrete_gaussian_noise(sigma2: Fraction, size: int, rng: np.random.Generator | NoiseAhead) -> Ints:
+    """`size` i.i.d. draws of N_Z(0, sigma2) from the generator's raw 64-bit words (no float is formed), or
+    from a job's `NoiseAhead` (drawn the same way, one release ahead)."""
+    if isinstance(rng, np.random.Generator):
+        return sample_discrete_gaussian(sigma2, size, rng.bit_generator)
+    return rng.draw(sigma2, size)
 
 
 def clip_factors(norms: Array, bound: float) -> Array:
@@ -208,7 +215,7 @@ def release_blocks(
     sums: dict[str, Array],
     sensitivities: dict[str, float],
     sigma: float,
-    rng: np.random.Generator,
+    rng: np.random.Generator | NoiseAhead,
     *,
     joint_sensitivity: float | None = None,
 ) -> BlockRelease:
