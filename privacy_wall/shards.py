@@ -21,6 +21,12 @@ A shard task is idempotent (the first answer of a (release, shard) stays), so a 
 with its worker is asked again: the coordinator re-sends the tasks of unanswered shards every
 `resend_seconds`, and the release waits (it was charged once, before any of this; a replaced worker's
 answer is the same release's, never a new charge).
+
+A job's releases follow each other within milliseconds (noise, M-step, storing), so after answering one a
+shard worker lingers (`linger`): it answers the same job's next request as soon as the request is written,
+instead of when the broker delivers its task (tens of milliseconds on the embedded file broker; that task
+then finds the release answered and does nothing). It stops once no request of the job comes within the
+linger time, or as soon as another job's request waits, which its own task then serves in queue order.
 """
 
 from __future__ import annotations
@@ -29,13 +35,14 @@ import io
 import logging
 import secrets
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
 from numpy.typing import NDArray
-from sqlalchemy import ColumnElement, Engine, Table, delete, insert, select, update
+from sqlalchemy import ColumnElement, Engine, Table, delete, exists, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from privacy_wall.dataset_cache import rows_of
@@ -64,6 +71,9 @@ class ShardTask:
 
 #: The coordinator's longest pause between two looks at the shards' answers.
 MAX_POLL_SECONDS = 0.01
+#: A lingering shard's first and longest pause between two looks for its job's next request.
+LINGER_POLL_SECONDS = 0.001
+LINGER_MAX_POLL_SECONDS = 0.01
 
 
 class ShardFailed(RuntimeError):
@@ -120,6 +130,8 @@ class ShardedSums:
         self._poll = poll_seconds
         self._resend = resend_seconds
         self._timeout = timeout_seconds
+        self._waits: deque[float] = deque(maxlen=3)  # seconds the last releases waited for their answers
+        self._asked = False  # whether a release was answered yet
 
     def clipped_sums(
         self,
@@ -162,11 +174,18 @@ class ShardedSums:
 
     def _gather(self, tasks: list[ShardTask]) -> dict[int, dict[str, Array]]:
         """Wait for every shard's row, polling every poll_seconds at first and backing off to
-        MAX_POLL_SECONDS (a long pass is not read 200 times a second); send lost tasks again."""
+        MAX_POLL_SECONDS (a long pass is not read 200 times a second); send lost tasks again. The first
+        look waits for 9/10 of the shortest of the last three releases' waits: a job's passes take about as
+        long as each other, so the looks come where the answers do, and the shards' cores are not taken by
+        looks before (the shortest, so that one slow release, e.g. a re-sent task's, does not delay the
+        next)."""
         started = sent = time.monotonic()
         pause = self._poll
         for task in tasks:
             self._send(task)
+        slept = 0.9 * min(self._waits) if self._waits else 0.0
+        time.sleep(slept)
+        first_look = True
         answers: dict[int, dict[str, Array]] = {}
         query = select(shard_sums.c.shard, shard_sums.c.sums, shard_sums.c.failed).where(
             *_release(shard_sums, tasks[0])
@@ -180,7 +199,14 @@ class ShardedSums:
                         raise ShardFailed(f"shard {shard} of {self.shards} failed to compute its sums")
                     answers[int(shard)] = decode(blob)
                 if len(answers) == self.shards:
+                    waited = time.monotonic() - started
+                    # Answers already there at the first look may have come much sooner: guess lower, so
+                    # that an estimate too long (a cold cache's first pass) shrinks instead of keeping itself.
+                    if self._asked:  # not the first release: shard workers may still have had to load rows
+                        self._waits.append(waited / 2 if first_look and slept else waited)
+                    self._asked = True
                     return answers
+                first_look = False
                 now = time.monotonic()
                 if now - started > self._timeout:
                     missing = sorted(set(range(self.shards)) - set(answers))
@@ -262,6 +288,53 @@ def answer(engine: Engine, task: ShardTask, store: DatabaseStore, query: Query) 
         _write(engine, task, {**row, "sums": None, "failed": True})
         raise
     return _write(engine, task, values)
+
+
+def linger(engine: Engine, task: ShardTask, store: DatabaseStore, query: Query, seconds: float) -> int:
+    """After answering `task`, answer its job's next requests as they are written, until none comes for
+    `seconds` or another job's request is waiting (the oldest unanswered request of this shard is not this
+    job's next one). Looks every LINGER_POLL_SECONDS, backing off to LINGER_MAX_POLL_SECONDS. Returns how
+    many releases it answered."""
+    answered = 0
+    deadline = time.monotonic() + seconds
+    pause = LINGER_POLL_SECONDS
+    while time.monotonic() < deadline:
+        oldest = _oldest_unanswered(engine, task.shard)
+        if oldest is None:
+            time.sleep(pause)
+            pause = min(pause * 1.25, LINGER_MAX_POLL_SECONDS)
+            continue
+        job_id, iteration, attempt, token = oldest
+        if job_id != task.job_id or (iteration, attempt) <= (task.iteration, task.attempt):
+            return answered  # another job waits (or an abandoned request): back to the queue's order
+        task = ShardTask(job_id, iteration, attempt, task.shard, task.shards, token)
+        answered += answer(engine, task, store, query)
+        deadline = time.monotonic() + seconds
+        pause = LINGER_POLL_SECONDS
+    return answered
+
+
+def _oldest_unanswered(engine: Engine, shard: int) -> tuple[str, int, int, str] | None:
+    """(job, iteration, attempt, token) of the oldest request that shard `shard` has not answered."""
+    answered = exists().where(
+        shard_sums.c.job_id == shard_requests.c.job_id,
+        shard_sums.c.iteration == shard_requests.c.iteration,
+        shard_sums.c.attempt == shard_requests.c.attempt,
+        shard_sums.c.shard == shard,
+    )
+    with reading(engine) as conn:
+        row = conn.execute(
+            select(
+                shard_requests.c.job_id,
+                shard_requests.c.iteration,
+                shard_requests.c.attempt,
+                shard_requests.c.token,
+            )
+            .where(~answered)
+            .order_by(shard_requests.c.created_at, shard_requests.c.iteration, shard_requests.c.attempt)
+            .limit(1)
+        ).first()
+    return None if row is None else (str(row[0]), int(row[1]), int(row[2]), str(row[3]))
 
 
 def _write(engine: Engine, task: ShardTask, values: dict[str, object]) -> bool:

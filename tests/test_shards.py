@@ -1,17 +1,21 @@
 """Sharded full passes (issue 26): shards tile the blocks; the coordinator's sum of the shards' clipped
 sums equals the unsharded pass's (up to floating-point order) for every K, empty shards included; a shard
 task lost with its worker is sent again and answered once; a failing shard fails the release with its
-charge kept; the channel tables hold nothing once a release is done. On SQLite and PostgreSQL."""
+charge kept; the channel tables hold nothing once a release is done; a shard worker lingers for its job's
+next releases and yields to another job's. On SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
 import itertools
+import threading
+import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
 import pytest
-from sqlalchemy import Engine, func, select
+from sqlalchemy import Engine, func, insert, select
 
 from privacy_wall import blocks as block_layout
 from privacy_wall.dataset_cache import DatasetCache
@@ -23,7 +27,15 @@ from privacy_wall.queries.base import Array, Query
 from privacy_wall.queries.blr import LogisticRegressionQuery
 from privacy_wall.queries.sbn import SigmoidBeliefNetworkQuery
 from privacy_wall.sensitive_schema import shard_requests, shard_sums
-from privacy_wall.shards import ShardedSums, ShardFailed, ShardsUnavailable, ShardTask, answer
+from privacy_wall.shards import (
+    ShardedSums,
+    ShardFailed,
+    ShardsUnavailable,
+    ShardTask,
+    answer,
+    encode,
+    linger,
+)
 from privacy_wall.store import Batch
 from tests.test_ingest_store import tabular_data, write_tabular
 
@@ -397,3 +409,101 @@ def test_sharded_lda_sums_equal_the_unsharded_pass(engines: tuple[Engine, Engine
         )
         for name in whole:
             np.testing.assert_allclose(parts[name], whole[name], rtol=1e-12, atol=1e-12)
+
+
+def test_a_lingering_shard_answers_its_jobs_next_releases_without_their_tasks(
+    stored: tuple[Engine, Engine],
+) -> None:
+    """After its first task, each shard worker answers the job's next releases as their requests are written
+    (the broker here never delivers those tasks), each once, equal to the unsharded pass; it stops when no
+    request comes within its linger time, and the tasks delivered late find their releases done."""
+    _, sensitive = stored
+    query = LogisticRegressionQuery()
+    undelivered: list[ShardTask] = []
+    workers: list[threading.Thread] = []
+    lingered: dict[int, int] = {}
+
+    def serve(task: ShardTask) -> None:
+        store = DatabaseStore(sensitive, "tab", DatasetCache(1 << 30))
+        assert answer(sensitive, task, store, query)
+        lingered[task.shard] = linger(sensitive, task, store, query, seconds=1.0)
+
+    def send(task: ShardTask) -> None:
+        if task.iteration == 1:
+            workers.append(threading.Thread(target=serve, args=(task,)))
+            workers[-1].start()
+        else:
+            undelivered.append(task)
+
+    coordinator = ShardedSums(sensitive, 2, send, resend_seconds=600, timeout_seconds=30)
+    whole = query.clipped_sums(
+        DatabaseStore(sensitive, "tab").take(slice(None)), blr_params(), np.random.default_rng()
+    )
+    for iteration in range(1, 5):
+        parts = coordinator.clipped_sums(blr_params(), job_id="j", iteration=iteration, attempt=0)
+        np.testing.assert_allclose(parts["s1"], whole["s1"], rtol=1e-12)
+        np.testing.assert_allclose(parts["s2"], whole["s2"], rtol=1e-12)
+    for worker in workers:
+        worker.join(timeout=30)
+    assert lingered == {0: 3, 1: 3}
+    assert channel_rows(sensitive) == 0
+    for task in undelivered:  # the broker delivers them at last: nothing to do
+        assert not answer(sensitive, task, DatabaseStore(sensitive, "tab"), query)
+
+
+def test_another_jobs_waiting_request_ends_the_linger(stored: tuple[Engine, Engine]) -> None:
+    """A shard serves jobs in the order their requests came: a lingering worker does not answer its job's
+    next release ahead of another job's waiting one (that one's task comes next in its queue)."""
+    _, sensitive = stored
+    query = LogisticRegressionQuery()
+    mine = ShardTask("a", 1, 0, 0, 2, "t-a-1")
+    for job, iteration, token in [("a", 1, "t-a-1"), ("b", 1, "t-b-1"), ("a", 2, "t-a-2")]:
+        with sensitive.begin() as conn:
+            conn.execute(
+                insert(shard_requests).values(
+                    job_id=job,
+                    iteration=iteration,
+                    attempt=0,
+                    token=token,
+                    params=encode(blr_params()),
+                    rows=None,
+                    created_at=datetime.now(UTC),
+                )
+            )
+        time.sleep(0.01)  # created in this order
+    store = DatabaseStore(sensitive, "tab")
+    assert answer(sensitive, mine, store, query)
+    started = time.monotonic()
+    assert linger(sensitive, mine, store, query, seconds=5.0) == 0
+    assert time.monotonic() - started < 2.5
+    with sensitive.connect() as conn:
+        answered = conn.execute(select(shard_sums.c.job_id, shard_sums.c.iteration)).all()
+    assert [tuple(row) for row in answered] == [("a", 1)]
+
+
+def test_a_linger_with_nothing_to_do_ends_after_its_time(stored: tuple[Engine, Engine]) -> None:
+    _, sensitive = stored
+    started = time.monotonic()
+    task = ShardTask("j", 1, 0, 0, 2, "t")
+    assert linger(sensitive, task, DatabaseStore(sensitive, "tab"), LogisticRegressionQuery(), 0.3) == 0
+    assert 0.3 <= time.monotonic() - started < 5
+
+
+def test_a_slow_first_pass_does_not_slow_the_next_ones(stored: tuple[Engine, Engine]) -> None:
+    """The coordinator's first look waits for most of the recent releases' waits, but not for the first
+    release's (shard workers loading their rows): later passes answered at once are collected at once."""
+    _, sensitive = stored
+    query = LogisticRegressionQuery()
+    answered = inline(sensitive, "tab", query)
+
+    def send(task: ShardTask) -> None:
+        if task.iteration == 1:
+            time.sleep(0.5)  # a cold cache
+        answered(task)
+
+    coordinator = ShardedSums(sensitive, 2, send)
+    coordinator.clipped_sums(blr_params(), job_id="j", iteration=1, attempt=0)
+    for iteration in range(2, 5):
+        started = time.monotonic()
+        coordinator.clipped_sums(blr_params(), job_id="j", iteration=iteration, attempt=0)
+        assert time.monotonic() - started < 0.3

@@ -15,7 +15,7 @@ from sqlalchemy import select
 from threadpoolctl import threadpool_limits
 
 from privacy_wall.db_store import DatabaseStore
-from privacy_wall.shards import ShardedSums, ShardTask, answer
+from privacy_wall.shards import ShardedSums, ShardTask, answer, linger
 from privacy_wall.sqlengine import reading
 from service.models import jobs
 from service.queue import CeleryQueue, send_run_job
@@ -102,8 +102,9 @@ def sharded_sums() -> ShardedSums | None:
 
 @app.task(name=SHARD_TASK, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
 def shard_sums(job_id: str, iteration: int, attempt: int, shard: int, shards: int, token: str) -> None:
-    """One shard's clipped sums of a release, written inside the wall (privacy_wall.shards.answer); the
-    query is rebuilt from the job's public row. Returns nothing: no sum crosses the broker."""
+    """One shard's clipped sums of a release, written inside the wall (privacy_wall.shards.answer), then
+    the job's next releases' as they come (privacy_wall.shards.linger); the query is rebuilt from the job's
+    public row. Returns nothing: no sum crosses the broker."""
     with reading(control_engine()) as conn:
         job = conn.execute(
             select(jobs.c.dataset, jobs.c.model, jobs.c.algorithm, jobs.c.options, jobs.c.sigma).where(
@@ -114,7 +115,9 @@ def shard_sums(job_id: str, iteration: int, attempt: int, shard: int, shards: in
         return
     query = model_setup(job.model, dict(job.options), sigma=job.sigma, algorithm=job.algorithm).query
     store = DatabaseStore(sensitive_engine(), job.dataset, dataset_cache())
-    answer(sensitive_engine(), ShardTask(job_id, iteration, attempt, shard, shards, token), store, query)
+    task = ShardTask(job_id, iteration, attempt, shard, shards, token)
+    if answer(sensitive_engine(), task, store, query):
+        linger(sensitive_engine(), task, store, query, get_settings().shard_linger_seconds)
 
 
 @lru_cache
