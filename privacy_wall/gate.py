@@ -9,7 +9,8 @@ the rows' values (the sensitive database unreadable, memory exhausted on data of
 withdrawn from the ledger: nothing of it left the wall, so charges = releases (so is a release whose
 fixed-point grid cannot be made for its sigma and size, a GridError: public facts); any other failure, or a
 withdrawal that fails, keeps the charge (the ledger only ever over-counts). Sampling and noise draw from a
-CSPRNG-seeded generator (the noise one release ahead, on a background thread: privacy_wall.noise_ahead);
+CSPRNG-seeded generator (the noise on a background thread while the sums are computed:
+privacy_wall.noise_ahead);
 a seed or sigma = 0 is accepted only for datasets marked public.
 
 With shards (privacy_wall.shards), a full pass's clipped sums are added from the shard workers instead of
@@ -91,7 +92,7 @@ class Gate:
             raise ValueError("a seeded gate computes every release itself: shards draw their own randomness")
         self._shards = shards
         self._shard_minibatches = shard_minibatches and shards is not None
-        # Unseeded releases take their noise drawn one release ahead (privacy_wall.noise_ahead).
+        # Unseeded releases' noise is drawn while their sums are computed (privacy_wall.noise_ahead).
         self._noise = NoiseAhead() if seed is None else None
 
     @property
@@ -178,6 +179,8 @@ class Gate:
         info = self._store.info
         batch_size, sigma = charge.event.sample_size, charge.event.noise_multiplier
         rng = self._generator()
+        if self._noise is not None:
+            self._noise.start()  # its noise, drawn while the sums are computed
         full = batch_size == info.population
         if self._shards is not None and self._passes is None and (full or self._shard_minibatches):
             sums = self._shards.clipped_sums(

@@ -156,7 +156,7 @@ def fixed_point_grid(sigma: float, dimension: int, *, bits: int = GRID_BITS) -> 
 
 def discrete_gaussian_noise(sigma2: Fraction, size: int, rng: np.random.Generator | NoiseAhead) -> Ints:
     """`size` i.i.d. draws of N_Z(0, sigma2) from the generator's raw 64-bit words (no float is formed), or
-    from a job's `NoiseAhead` (drawn the same way, one release ahead)."""
+    from a job's `NoiseAhead` (drawn the same way, on a background thread)."""
     if isinstance(rng, np.random.Generator):
         return sample_discrete_gaussian(sigma2, size, rng.bit_generator)
     return rng.draw(sigma2, size)

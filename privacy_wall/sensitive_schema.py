@@ -21,6 +21,7 @@ from sqlalchemy import (
     PrimaryKeyConstraint,
     String,
     Table,
+    text,
 )
 
 metadata = MetaData()
@@ -54,6 +55,7 @@ shard_requests = Table(
     Column("iteration", Integer, nullable=False),
     Column("attempt", Integer, nullable=False),
     Column("token", String(32), nullable=False),  # a random nonce per request (its tasks carry it)
+    Column("shards", Integer, nullable=False, server_default=text("0")),  # the coordinator's K
     Column("params", LargeBinary, nullable=False),  # the query's public parameters (.npz)
     Column("rows", LargeBinary, nullable=True),  # a minibatch's sampled row ids (.npy); NULL: a full pass
     Column("created_at", DateTime(timezone=True), nullable=False),

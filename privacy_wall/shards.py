@@ -74,6 +74,9 @@ MAX_POLL_SECONDS = 0.01
 #: A lingering shard's first and longest pause between two looks for its job's next request.
 LINGER_POLL_SECONDS = 0.001
 LINGER_MAX_POLL_SECONDS = 0.01
+#: The longest one task lingers (then the job's queued task takes over): a warm shutdown or a lost lease
+#: never waits for a whole job, and a broker delivery every 10 s costs a job nothing it would notice.
+LINGER_MAX_SECONDS = 10.0
 
 
 class ShardFailed(RuntimeError):
@@ -157,6 +160,7 @@ class ShardedSums:
                     iteration=iteration,
                     attempt=attempt,
                     token=token,
+                    shards=self.shards,
                     params=encode(params),
                     rows=None if rows is None else _encode_rows(rows),
                     created_at=_now(),
@@ -188,7 +192,7 @@ class ShardedSums:
         first_look = True
         answers: dict[int, dict[str, Array]] = {}
         query = select(shard_sums.c.shard, shard_sums.c.sums, shard_sums.c.failed).where(
-            *_release(shard_sums, tasks[0])
+            *_release(shard_sums, tasks[0]), shard_sums.c.shard < self.shards
         )
         with self.engine.connect() as conn:
             while True:
@@ -202,7 +206,9 @@ class ShardedSums:
                     waited = time.monotonic() - started
                     # Answers already there at the first look may have come much sooner: guess lower, so
                     # that an estimate too long (a cold cache's first pass) shrinks instead of keeping itself.
-                    if self._asked:  # not the first release: shard workers may still have had to load rows
+                    # Not the first release (shard workers may have had to load their rows), nor one whose
+                    # tasks were sent again (a lost worker's wait says nothing of the next pass).
+                    if self._asked and sent == started:
                         self._waits.append(waited / 2 if first_look and slept else waited)
                     self._asked = True
                     return answers
@@ -257,7 +263,9 @@ def answer(engine: Engine, task: ShardTask, store: DatabaseStore, query: Query) 
             return False
         request = conn.execute(
             select(shard_requests.c.params, shard_requests.c.rows).where(
-                *_release(shard_requests, task), shard_requests.c.token == task.token
+                *_release(shard_requests, task),
+                shard_requests.c.token == task.token,
+                shard_requests.c.shards == task.shards,  # shard k of the coordinator's own K only
             )
         ).one_or_none()
     if request is None:
@@ -290,23 +298,38 @@ def answer(engine: Engine, task: ShardTask, store: DatabaseStore, query: Query) 
     return _write(engine, task, values)
 
 
-def linger(engine: Engine, task: ShardTask, store: DatabaseStore, query: Query, seconds: float) -> int:
-    """After answering `task`, answer its job's next requests as they are written, until none comes for
-    `seconds` or another job's request is waiting (the oldest unanswered request of this shard is not this
-    job's next one). Looks every LINGER_POLL_SECONDS, backing off to LINGER_MAX_POLL_SECONDS. Returns how
-    many releases it answered."""
+def linger(
+    engine: Engine,
+    task: ShardTask,
+    store: DatabaseStore,
+    query: Query,
+    seconds: float,
+    *,
+    stale_seconds: float = 30.0,
+) -> int:
+    """After answering `task`, answer its job's next requests (of the same K) as they are written, until
+    none comes for `seconds`, another job's request waits (the oldest request this shard has not answered
+    is not this job's next one; requests older than `stale_seconds`, whose coordinator died or whose tasks
+    are being sent again, are not waited for), or LINGER_MAX_SECONDS have passed (the job's next task,
+    queued meanwhile, starts a new linger; a warm shutdown waits no longer than that). Looks every
+    LINGER_POLL_SECONDS, backing off to LINGER_MAX_POLL_SECONDS. Returns how many releases it answered."""
     answered = 0
-    deadline = time.monotonic() + seconds
+    started = time.monotonic()
+    deadline = started + seconds
     pause = LINGER_POLL_SECONDS
-    while time.monotonic() < deadline:
-        oldest = _oldest_unanswered(engine, task.shard)
+    while time.monotonic() < min(deadline, started + LINGER_MAX_SECONDS):
+        oldest = _oldest_unanswered(engine, task.shard, _now() - timedelta(seconds=stale_seconds))
         if oldest is None:
             time.sleep(pause)
             pause = min(pause * 1.25, LINGER_MAX_POLL_SECONDS)
             continue
-        job_id, iteration, attempt, token = oldest
-        if job_id != task.job_id or (iteration, attempt) <= (task.iteration, task.attempt):
-            return answered  # another job waits (or an abandoned request): back to the queue's order
+        job_id, iteration, attempt, token, shards = oldest
+        if (
+            job_id != task.job_id
+            or shards != task.shards
+            or (iteration, attempt) <= (task.iteration, task.attempt)
+        ):
+            return answered  # another job's (or another K's) request waits: back to the queue's order
         task = ShardTask(job_id, iteration, attempt, task.shard, task.shards, token)
         answered += answer(engine, task, store, query)
         deadline = time.monotonic() + seconds
@@ -314,8 +337,9 @@ def linger(engine: Engine, task: ShardTask, store: DatabaseStore, query: Query, 
     return answered
 
 
-def _oldest_unanswered(engine: Engine, shard: int) -> tuple[str, int, int, str] | None:
-    """(job, iteration, attempt, token) of the oldest request that shard `shard` has not answered."""
+def _oldest_unanswered(engine: Engine, shard: int, since: datetime) -> tuple[str, int, int, str, int] | None:
+    """(job, iteration, attempt, token, K) of the oldest request written since `since` that shard `shard`
+    has not answered."""
     answered = exists().where(
         shard_sums.c.job_id == shard_requests.c.job_id,
         shard_sums.c.iteration == shard_requests.c.iteration,
@@ -329,12 +353,13 @@ def _oldest_unanswered(engine: Engine, shard: int) -> tuple[str, int, int, str] 
                 shard_requests.c.iteration,
                 shard_requests.c.attempt,
                 shard_requests.c.token,
+                shard_requests.c.shards,
             )
-            .where(~answered)
+            .where(~answered, shard_requests.c.created_at >= since)
             .order_by(shard_requests.c.created_at, shard_requests.c.iteration, shard_requests.c.attempt)
             .limit(1)
         ).first()
-    return None if row is None else (str(row[0]), int(row[1]), int(row[2]), str(row[3]))
+    return None if row is None else (str(row[0]), int(row[1]), int(row[2]), str(row[3]), int(row[4]))
 
 
 def _write(engine: Engine, task: ShardTask, values: dict[str, object]) -> bool:

@@ -119,7 +119,7 @@ class ServiceSettings(BaseSettings):
     shard_timeout_seconds: float = Field(default=3600.0, gt=0)
     #: After answering a release, a shard worker answers its job's next releases as they come, directly
     #: from the sensitive database, until none comes for this long (privacy_wall.shards.linger); 0: never.
-    shard_linger_seconds: float = Field(default=1.0, ge=0)
+    shard_linger_seconds: float = Field(default=1.0, ge=0, le=10)
     #: Per connection (service.http_server): a request head above max_header_bytes is refused (400); the
     #: head must arrive within header_timeout_seconds, the body within body_timeout_seconds of it, else
     #: the connection is closed; idle kept-alive connections close after keep_alive_seconds; a server

@@ -10,7 +10,7 @@ import itertools
 import threading
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +18,7 @@ import pytest
 from sqlalchemy import Engine, func, insert, select
 
 from privacy_wall import blocks as block_layout
+from privacy_wall import shards as shards_module
 from privacy_wall.dataset_cache import DatasetCache
 from privacy_wall.db_store import DatabaseStore, shard_blocks
 from privacy_wall.gate import Gate
@@ -423,10 +424,15 @@ def test_a_lingering_shard_answers_its_jobs_next_releases_without_their_tasks(
     workers: list[threading.Thread] = []
     lingered: dict[int, int] = {}
 
+    errors: list[BaseException] = []
+
     def serve(task: ShardTask) -> None:
-        store = DatabaseStore(sensitive, "tab", DatasetCache(1 << 30))
-        assert answer(sensitive, task, store, query)
-        lingered[task.shard] = linger(sensitive, task, store, query, seconds=1.0)
+        try:
+            store = DatabaseStore(sensitive, "tab", DatasetCache(1 << 30))
+            assert answer(sensitive, task, store, query)
+            lingered[task.shard] = linger(sensitive, task, store, query, seconds=1.0)
+        except BaseException as exc:  # surfaced below, not lost with the thread
+            errors.append(exc)
 
     def send(task: ShardTask) -> None:
         if task.iteration == 1:
@@ -445,40 +451,89 @@ def test_a_lingering_shard_answers_its_jobs_next_releases_without_their_tasks(
         np.testing.assert_allclose(parts["s2"], whole["s2"], rtol=1e-12)
     for worker in workers:
         worker.join(timeout=30)
+    if errors:
+        raise errors[0]
     assert lingered == {0: 3, 1: 3}
     assert channel_rows(sensitive) == 0
     for task in undelivered:  # the broker delivers them at last: nothing to do
         assert not answer(sensitive, task, DatabaseStore(sensitive, "tab"), query)
 
 
+def _request(
+    sensitive: Engine, job: str, iteration: int, token: str, shards: int = 2, age: float = 0
+) -> None:
+    """A coordinator's request, written `age` seconds ago."""
+    with sensitive.begin() as conn:
+        conn.execute(
+            insert(shard_requests).values(
+                job_id=job,
+                iteration=iteration,
+                attempt=0,
+                token=token,
+                shards=shards,
+                params=encode(blr_params()),
+                rows=None,
+                created_at=datetime.now(UTC) - timedelta(seconds=age),
+            )
+        )
+
+
+def _answered(sensitive: Engine) -> list[tuple[str, int, int]]:
+    with sensitive.connect() as conn:
+        rows = conn.execute(select(shard_sums.c.job_id, shard_sums.c.iteration, shard_sums.c.shard)).all()
+    return sorted((str(r[0]), int(r[1]), int(r[2])) for r in rows)
+
+
 def test_another_jobs_waiting_request_ends_the_linger(stored: tuple[Engine, Engine]) -> None:
     """A shard serves jobs in the order their requests came: a lingering worker does not answer its job's
-    next release ahead of another job's waiting one (that one's task comes next in its queue)."""
+    next release ahead of another job's waiting one (that one's task comes next in its queue); once that
+    one is answered, the job's next release is the oldest and a linger takes it."""
     _, sensitive = stored
     query = LogisticRegressionQuery()
-    mine = ShardTask("a", 1, 0, 0, 2, "t-a-1")
-    for job, iteration, token in [("a", 1, "t-a-1"), ("b", 1, "t-b-1"), ("a", 2, "t-a-2")]:
-        with sensitive.begin() as conn:
-            conn.execute(
-                insert(shard_requests).values(
-                    job_id=job,
-                    iteration=iteration,
-                    attempt=0,
-                    token=token,
-                    params=encode(blr_params()),
-                    rows=None,
-                    created_at=datetime.now(UTC),
-                )
-            )
-        time.sleep(0.01)  # created in this order
     store = DatabaseStore(sensitive, "tab")
-    assert answer(sensitive, mine, store, query)
+    for job, iteration, token in [("a", 1, "t-a-1"), ("b", 1, "t-b-1"), ("a", 2, "t-a-2")]:
+        _request(sensitive, job, iteration, token)
+        time.sleep(0.01)  # created in this order
+    a1 = ShardTask("a", 1, 0, 0, 2, "t-a-1")
+    assert answer(sensitive, a1, store, query)
     started = time.monotonic()
-    assert linger(sensitive, mine, store, query, seconds=5.0) == 0
+    assert linger(sensitive, a1, store, query, seconds=5.0) == 0
     assert time.monotonic() - started < 2.5
-    with sensitive.connect() as conn:
-        answered = conn.execute(select(shard_sums.c.job_id, shard_sums.c.iteration)).all()
-    assert [tuple(row) for row in answered] == [("a", 1)]
+    assert _answered(sensitive) == [("a", 1, 0)]
+    assert answer(sensitive, ShardTask("b", 1, 0, 0, 2, "t-b-1"), store, query)  # b's task, next in the queue
+    assert linger(sensitive, a1, store, query, seconds=0.2) == 1
+    assert _answered(sensitive) == [("a", 1, 0), ("a", 2, 0), ("b", 1, 0)]
+
+
+def test_a_linger_answers_no_request_of_another_shard_count(stored: tuple[Engine, Engine]) -> None:
+    """A worker lingering as shard 0 of 2 never answers a request of a coordinator with another K (its row
+    range would not be the one that coordinator adds), and no task of another K answers it either."""
+    _, sensitive = stored
+    query = LogisticRegressionQuery()
+    store = DatabaseStore(sensitive, "tab")
+    _request(sensitive, "a", 1, "t1")
+    _request(sensitive, "a", 2, "t2", shards=3)
+    first = ShardTask("a", 1, 0, 0, 2, "t1")
+    assert answer(sensitive, first, store, query)
+    assert linger(sensitive, first, store, query, seconds=0.2) == 0
+    assert not answer(sensitive, ShardTask("a", 2, 0, 0, 2, "t2"), store, query)  # K = 2 against its 3
+    assert answer(sensitive, ShardTask("a", 2, 0, 0, 3, "t2"), store, query)
+    assert _answered(sensitive) == [("a", 1, 0), ("a", 2, 0)]
+
+
+def test_an_abandoned_request_does_not_stop_lingers(stored: tuple[Engine, Engine]) -> None:
+    """A request older than the stale time (its coordinator died before clearing it) is not waited for:
+    lingers go on serving their job."""
+    _, sensitive = stored
+    query = LogisticRegressionQuery()
+    store = DatabaseStore(sensitive, "tab")
+    _request(sensitive, "dead", 7, "t-dead", age=120)
+    _request(sensitive, "a", 1, "t1")
+    _request(sensitive, "a", 2, "t2")
+    first = ShardTask("a", 1, 0, 0, 2, "t1")
+    assert answer(sensitive, first, store, query)
+    assert linger(sensitive, first, store, query, seconds=0.2, stale_seconds=30) == 1
+    assert _answered(sensitive) == [("a", 1, 0), ("a", 2, 0)]
 
 
 def test_a_linger_with_nothing_to_do_ends_after_its_time(stored: tuple[Engine, Engine]) -> None:
@@ -489,21 +544,54 @@ def test_a_linger_with_nothing_to_do_ends_after_its_time(stored: tuple[Engine, E
     assert 0.3 <= time.monotonic() - started < 5
 
 
-def test_a_slow_first_pass_does_not_slow_the_next_ones(stored: tuple[Engine, Engine]) -> None:
-    """The coordinator's first look waits for most of the recent releases' waits, but not for the first
-    release's (shard workers loading their rows): later passes answered at once are collected at once."""
+def test_the_coordinators_first_look_waits_for_recent_passes_only(
+    stored: tuple[Engine, Engine], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The coordinator's first look waits for 9/10 of the shortest recent wait, but neither the first
+    release's (shard workers loading their rows) nor one whose tasks were sent again counts; a wait answered
+    at the first look counts halved, so an estimate too long shrinks. On a fake clock: each pass takes
+    `seconds[iteration]`, and the coordinator's sleeps are recorded."""
     _, sensitive = stored
     query = LogisticRegressionQuery()
-    answered = inline(sensitive, "tab", query)
+    clock = [0.0]
+    slept: list[float] = []
 
-    def send(task: ShardTask) -> None:
-        if task.iteration == 1:
-            time.sleep(0.5)  # a cold cache
-        answered(task)
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        clock[0] += seconds
 
-    coordinator = ShardedSums(sensitive, 2, send)
-    coordinator.clipped_sums(blr_params(), job_id="j", iteration=1, attempt=0)
-    for iteration in range(2, 5):
-        started = time.monotonic()
-        coordinator.clipped_sums(blr_params(), job_id="j", iteration=iteration, attempt=0)
-        assert time.monotonic() - started < 0.3
+    monkeypatch.setattr(shards_module.time, "sleep", sleep)
+    monkeypatch.setattr(shards_module.time, "monotonic", lambda: clock[0])
+
+    def first_looks(seconds: dict[int, float], lose: int | None = None) -> list[float]:
+        """The first sleep of releases 1..len(seconds); `lose`: that release's shard-1 task is lost once."""
+        lost: list[ShardTask] = []
+
+        def drop(task: ShardTask) -> bool:
+            if task.iteration == lose and task.shard == 1 and not lost:
+                lost.append(task)
+                return True
+            return False
+
+        answered = inline(sensitive, "tab", query, drop)
+
+        def send(task: ShardTask) -> None:
+            if task.shard == 0:
+                clock[0] += seconds[task.iteration]
+            answered(task)
+
+        coordinator = ShardedSums(sensitive, 2, send, resend_seconds=3.0)
+        firsts = []
+        for iteration in sorted(seconds):
+            slept.clear()
+            coordinator.clipped_sums(blr_params(), job_id="j", iteration=iteration, attempt=0)
+            firsts.append(round(slept[0], 4))
+        return firsts
+
+    # A cold first pass of 5 s, then 1 s passes: 2 does not wait 4.5 s; 3 waits 0.9 x 1 s; the waits found
+    # answered at the first look count halved, so the estimate stays at or below a pass's 1 s.
+    firsts = first_looks({1: 5.0, 2: 1.0, 3: 1.0, 4: 1.0, 5: 1.0, 6: 1.0})
+    assert firsts[:3] == [0.0, 0.0, 0.9]
+    assert all(0.8 <= first <= 0.9 for first in firsts[3:])
+    # A pass whose task was lost and sent again (3 s and more) does not count either.
+    assert first_looks({1: 1.0, 2: 1.0, 3: 1.0}, lose=2) == [0.0, 0.0, 0.0]

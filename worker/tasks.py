@@ -117,7 +117,15 @@ def shard_sums(job_id: str, iteration: int, attempt: int, shard: int, shards: in
     store = DatabaseStore(sensitive_engine(), job.dataset, dataset_cache())
     task = ShardTask(job_id, iteration, attempt, shard, shards, token)
     if answer(sensitive_engine(), task, store, query):
-        linger(sensitive_engine(), task, store, query, get_settings().shard_linger_seconds)
+        settings = get_settings()
+        linger(
+            sensitive_engine(),
+            task,
+            store,
+            query,
+            settings.shard_linger_seconds,
+            stale_seconds=settings.shard_resend_seconds,
+        )
 
 
 @lru_cache
