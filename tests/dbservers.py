@@ -10,8 +10,10 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
+from sqlalchemy import Engine, MetaData
 
 POSTGRES_ADMIN_URL = os.environ.get("VIPS_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/postgres")
 
@@ -66,3 +68,14 @@ def fresh_database(kind: str, tmp_path: Path) -> Iterator[str]:
             yield url
     else:
         raise ValueError(kind)
+
+
+def schema_drift(engine: Engine, metadata: MetaData, name: str) -> list[Any]:
+    """What Alembic's autogenerate would change for the database behind `engine` to match `metadata`, on
+    the tables whose name contains `name`: empty when the migrations build what the code declares."""
+    from alembic.autogenerate import compare_metadata
+    from alembic.migration import MigrationContext
+
+    with engine.connect() as conn:
+        diffs = compare_metadata(MigrationContext.configure(conn), metadata)
+    return [diff for diff in diffs if name in repr(diff)]
