@@ -343,7 +343,7 @@ def _add_admin_data(commands: argparse._SubParsersAction[_Parser]) -> None:
     sub.set_defaults(handler="admin:run_revoke_key")
 
     parser = commands.add_parser("data", help="custodian side: datasets into the sensitive store")
-    verbs = parser.add_subparsers(dest="verb", required=True, metavar="{ingest,prepare-text}")
+    verbs = parser.add_subparsers(dest="verb", required=True, metavar="{ingest,prepare-text,examples}")
     sub = verbs.add_parser(
         "ingest",
         help="validate a file and store it behind the privacy wall",
@@ -373,6 +373,17 @@ def _add_admin_data(commands: argparse._SubParsersAction[_Parser]) -> None:
     )
     sub.set_defaults(handler="admin:run_ingest")
     _add_prepare_text(verbs)
+    sub = verbs.add_parser(
+        "examples",
+        help="write the bundled public datasets (UCI Adult, a Wikipedia excerpt) as files to try the service",
+        description="Write UCI Adult's training and test splits (encoded, rows of norm <= 1: "
+        "adult_train.csv, adult_test.csv, label column `label`) and the bundled Wikipedia excerpt's training "
+        "and test paragraphs (wiki.docword.txt, wiki_test.docword.txt over wiki.vocab.txt) into DIR, for "
+        "`vips data ingest`, `vips fit --local`, `vips evaluate` and `vips predict`. Public data only; an "
+        "existing file is never replaced.",
+    )
+    sub.add_argument("-o", "--output", metavar="DIR", required=True, help="the folder (made if missing)")
+    sub.set_defaults(handler="examples:run")
 
     parser = commands.add_parser(
         "scale",
