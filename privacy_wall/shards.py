@@ -251,6 +251,25 @@ def _release(table: Table, task: ShardTask) -> list[ColumnElement[bool]]:
     ]
 
 
+def pending(engine: Engine, task: ShardTask) -> bool:
+    """Whether `task`'s request still waits for this shard's answer (a task whose release a lingering worker
+    answered, or whose release ended, has nothing to do: two quick reads tell)."""
+    with reading(engine) as conn:
+        asked = conn.execute(
+            select(shard_requests.c.token).where(
+                *_release(shard_requests, task),
+                shard_requests.c.token == task.token,
+                shard_requests.c.shards == task.shards,
+            )
+        ).first()
+        if asked is None:
+            return False
+        done = conn.execute(
+            select(shard_sums.c.shard).where(*_release(shard_sums, task), shard_sums.c.shard == task.shard)
+        ).first()
+    return done is None
+
+
 def answer(engine: Engine, task: ShardTask, store: DatabaseStore, query: Query) -> bool:
     """A shard worker's part: shard `task.shard`'s clipped sums for the release, written to `shard_sums`.
     False when there is nothing to do (already answered, or the request is gone: the coordinator gave up).

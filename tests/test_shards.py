@@ -36,6 +36,7 @@ from privacy_wall.shards import (
     answer,
     encode,
     linger,
+    pending,
 )
 from privacy_wall.store import Batch
 from tests.dbservers import schema_drift
@@ -457,6 +458,7 @@ def test_a_lingering_shard_answers_its_jobs_next_releases_without_their_tasks(
     assert lingered == {0: 3, 1: 3}
     assert channel_rows(sensitive) == 0
     for task in undelivered:  # the broker delivers them at last: nothing to do
+        assert not pending(sensitive, task)
         assert not answer(sensitive, task, DatabaseStore(sensitive, "tab"), query)
 
 
@@ -501,7 +503,10 @@ def test_another_jobs_waiting_request_ends_the_linger(stored: tuple[Engine, Engi
     assert linger(sensitive, a1, store, query, seconds=5.0) == 0
     assert time.monotonic() - started < 2.5
     assert _answered(sensitive) == [("a", 1, 0)]
-    assert answer(sensitive, ShardTask("b", 1, 0, 0, 2, "t-b-1"), store, query)  # b's task, next in the queue
+    b1 = ShardTask("b", 1, 0, 0, 2, "t-b-1")
+    assert pending(sensitive, b1) and not pending(sensitive, a1)
+    assert answer(sensitive, b1, store, query)  # b's task, next in the queue
+    assert not pending(sensitive, b1)
     assert linger(sensitive, a1, store, query, seconds=0.2) == 1
     assert _answered(sensitive) == [("a", 1, 0), ("a", 2, 0), ("b", 1, 0)]
 
@@ -517,6 +522,7 @@ def test_a_linger_answers_no_request_of_another_shard_count(stored: tuple[Engine
     first = ShardTask("a", 1, 0, 0, 2, "t1")
     assert answer(sensitive, first, store, query)
     assert linger(sensitive, first, store, query, seconds=0.2) == 0
+    assert not pending(sensitive, ShardTask("a", 2, 0, 0, 2, "t2"))
     assert not answer(sensitive, ShardTask("a", 2, 0, 0, 2, "t2"), store, query)  # K = 2 against its 3
     assert answer(sensitive, ShardTask("a", 2, 0, 0, 3, "t2"), store, query)
     assert _answered(sensitive) == [("a", 1, 0), ("a", 2, 0)]

@@ -15,7 +15,7 @@ from sqlalchemy import select
 from threadpoolctl import threadpool_limits
 
 from privacy_wall.db_store import DatabaseStore
-from privacy_wall.shards import ShardedSums, ShardTask, answer, linger
+from privacy_wall.shards import ShardedSums, ShardTask, answer, linger, pending
 from privacy_wall.sqlengine import reading
 from service.models import jobs
 from service.queue import CeleryQueue, send_run_job
@@ -105,6 +105,9 @@ def shard_sums(job_id: str, iteration: int, attempt: int, shard: int, shards: in
     """One shard's clipped sums of a release, written inside the wall (privacy_wall.shards.answer), then
     the job's next releases' as they come (privacy_wall.shards.linger); the query is rebuilt from the job's
     public row. Returns nothing: no sum crosses the broker."""
+    task = ShardTask(job_id, iteration, attempt, shard, shards, token)
+    if not pending(sensitive_engine(), task):  # answered by a lingering worker meanwhile, or over
+        return
     with reading(control_engine()) as conn:
         job = conn.execute(
             select(jobs.c.dataset, jobs.c.model, jobs.c.algorithm, jobs.c.options, jobs.c.sigma).where(
@@ -115,7 +118,6 @@ def shard_sums(job_id: str, iteration: int, attempt: int, shard: int, shards: in
         return
     query = model_setup(job.model, dict(job.options), sigma=job.sigma, algorithm=job.algorithm).query
     store = DatabaseStore(sensitive_engine(), job.dataset, dataset_cache())
-    task = ShardTask(job_id, iteration, attempt, shard, shards, token)
     if answer(sensitive_engine(), task, store, query):
         settings = get_settings()
         linger(
