@@ -81,11 +81,15 @@ class Demo:
         print(f"\n== {text}", flush=True)
 
 
-def wait_ready(url: str, process: subprocess.Popen[bytes], timeout: float = 60) -> None:
+def wait_ready(url: str, process: subprocess.Popen[bytes], log: Path, timeout: float = 60) -> None:
+    """Until `vips up` answers /readyz; if it exits first, stop with the end of its log (why it exited)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise SystemExit(f"vips up exited with {process.returncode}")
+            tail = log.read_text(errors="replace").strip().splitlines()[-5:]
+            raise SystemExit(
+                "\n".join([f"vips up exited with {process.returncode}; the end of {log}:", *tail])
+            )
         try:
             if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
                 return
@@ -110,7 +114,7 @@ def _explore(demo: Demo, server: subprocess.Popen[bytes]) -> None:
 
 def run(home: Path, iterations: int, keep: bool = False) -> dict[str, Any]:
     shutil.rmtree(home, ignore_errors=True)
-    home.mkdir(parents=True)
+    home.mkdir(mode=0o700, parents=True)  # `vips up` refuses a store others can read
     demo = Demo(home, free_port())
     started = time.monotonic()
     demo.step(f"vips up: the embedded service (SQLite + a file broker under {home}); its log {home}/up.log")
@@ -129,7 +133,7 @@ def run(home: Path, iterations: int, keep: bool = False) -> dict[str, Any]:
         stderr=subprocess.STDOUT,
     )
     try:
-        wait_ready(demo.url, server)
+        wait_ready(demo.url, server, home / "up.log")
         print(f"API ready at {demo.url} after {time.monotonic() - started:.1f} s (docs at {demo.url}/docs)")
 
         demo.step("admin (server side): a custodian key and an analyst key, both for dataset 'adult'")
