@@ -10,8 +10,7 @@ withdrawn from the ledger: nothing of it left the wall, so charges = releases (s
 fixed-point grid cannot be made for its sigma and size, a GridError: public facts); any other failure, or a
 withdrawal that fails, keeps the charge (the ledger only ever over-counts). Sampling and noise draw from a
 CSPRNG-seeded generator (the noise on a background thread while the sums are computed:
-privacy_wall.noise_ahead);
-a seed or sigma = 0 is accepted only for datasets marked public.
+privacy_wall.noise_ahead); a seed or sigma = 0 is accepted only for datasets marked public.
 
 With shards (privacy_wall.shards), a full pass's clipped sums are added from the shard workers instead of
 computed here: the same sum over the population of the same per-record clipped contributions (equal up

@@ -25,7 +25,7 @@ from fractions import Fraction
 import numpy as np
 from numpy.typing import NDArray
 
-from privacy_wall.discrete_gaussian import sample_discrete_gaussian
+from privacy_wall.mechanisms import discrete_gaussian_noise, private_generator
 
 Ints = NDArray[np.int64]
 
@@ -52,9 +52,7 @@ def _background() -> ThreadPoolExecutor:
 
 
 def _fresh_draw(sigma2: Fraction, size: int) -> Ints:
-    from privacy_wall.mechanisms import private_generator  # mechanisms imports this module's users
-
-    return sample_discrete_gaussian(sigma2, size, private_generator().bit_generator)
+    return discrete_gaussian_noise(sigma2, size, private_generator())
 
 
 class NoiseAhead:

@@ -42,7 +42,7 @@ from datetime import UTC, datetime, timedelta
 
 import numpy as np
 from numpy.typing import NDArray
-from sqlalchemy import ColumnElement, Engine, Table, delete, exists, insert, select, update
+from sqlalchemy import ColumnElement, Connection, Engine, Table, delete, exists, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from privacy_wall.dataset_cache import rows_of
@@ -255,19 +255,24 @@ def pending(engine: Engine, task: ShardTask) -> bool:
     """Whether `task`'s request still waits for this shard's answer (a task whose release a lingering worker
     answered, or whose release ended, has nothing to do: two quick reads tell)."""
     with reading(engine) as conn:
-        asked = conn.execute(
-            select(shard_requests.c.token).where(
-                *_release(shard_requests, task),
-                shard_requests.c.token == task.token,
-                shard_requests.c.shards == task.shards,
-            )
-        ).first()
-        if asked is None:
-            return False
-        done = conn.execute(
-            select(shard_sums.c.shard).where(*_release(shard_sums, task), shard_sums.c.shard == task.shard)
-        ).first()
-    return done is None
+        asked = conn.execute(select(shard_requests.c.token).where(*_asked(task))).first()
+        return asked is not None and not _has_answered(conn, task)
+
+
+def _asked(task: ShardTask) -> list[ColumnElement[bool]]:
+    """The conditions selecting `task`'s own request: its release, its token, and its K (a shard answers
+    only as shard k of the coordinator's K, so it never sums a row range that coordinator did not ask for)."""
+    return [
+        *_release(shard_requests, task),
+        shard_requests.c.token == task.token,
+        shard_requests.c.shards == task.shards,
+    ]
+
+
+def _has_answered(conn: Connection, task: ShardTask) -> bool:
+    """Whether shard `task.shard` has written its row for `task`'s release."""
+    done = select(shard_sums.c.shard).where(*_release(shard_sums, task), shard_sums.c.shard == task.shard)
+    return conn.execute(done).first() is not None
 
 
 def answer(engine: Engine, task: ShardTask, store: DatabaseStore, query: Query) -> bool:
@@ -275,17 +280,10 @@ def answer(engine: Engine, task: ShardTask, store: DatabaseStore, query: Query) 
     False when there is nothing to do (already answered, or the request is gone: the coordinator gave up).
     A failure is recorded as such (no value, no message) and re-raised for the worker's log."""
     with reading(engine) as conn:
-        done = conn.execute(
-            select(shard_sums.c.shard).where(*_release(shard_sums, task), shard_sums.c.shard == task.shard)
-        )
-        if done.first() is not None:
+        if _has_answered(conn, task):
             return False
         request = conn.execute(
-            select(shard_requests.c.params, shard_requests.c.rows).where(
-                *_release(shard_requests, task),
-                shard_requests.c.token == task.token,
-                shard_requests.c.shards == task.shards,  # shard k of the coordinator's own K only
-            )
+            select(shard_requests.c.params, shard_requests.c.rows).where(*_asked(task))
         ).one_or_none()
     if request is None:
         return False
@@ -388,11 +386,7 @@ def _write(engine: Engine, task: ShardTask, values: dict[str, object]) -> bool:
     duplicate task: the first answer stays)."""
     try:
         with transaction(engine) as conn:
-            held = conn.execute(
-                select(shard_requests.c.token)
-                .where(*_release(shard_requests, task), shard_requests.c.token == task.token)
-                .with_for_update()
-            ).first()
+            held = conn.execute(select(shard_requests.c.token).where(*_asked(task)).with_for_update()).first()
             if held is None:
                 return False
             conn.execute(insert(shard_sums).values(**values))
