@@ -40,6 +40,8 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy.special import log_ndtr
 
+from privacy_wall.convolution import convolution_power
+
 if TYPE_CHECKING:
     from dp_accounting.pld import pld_pmf
 
@@ -257,46 +259,30 @@ def group_pmf(group: Group, h: float) -> pld_pmf.DensePLDPmf:
 
 
 def _self_composed(pmf: pld_pmf.DensePLDPmf, count: int) -> pld_pmf.DensePLDPmf:
-    """`pmf` composed with itself `count` times: dp_accounting's `DensePLDPmf.self_compose` (FFT power,
-    at most COMPOSITION_TAIL cut from each end by its Chernoff bounds, the cut counted at +infinity),
-    with the bounds' moment generating functions computed as powers of one exponential (`_self_bounds`)."""
-    from scipy import fft as scipy_fft  # ~40 ms to import: only when a composition is priced
+    """`pmf` composed with itself `count` times (`_composed_powers`)."""
+    return _composed_powers(((pmf, count),))
 
-    probs = np.asarray(pmf._probs, dtype=np.float64)
-    lower, upper = _self_bounds(probs, count, COMPOSITION_TAIL)
-    size = upper - lower + 1
-    fast = scipy_fft.next_fast_len(max(size, len(probs)), real=True)
-    power = scipy_fft.irfft(scipy_fft.rfft(probs, fast) ** count, fast)
-    kept = np.roll(power, -lower)[:size]  # the transform wraps modulo `fast`: the window of interest
-    infinity = COMPOSITION_TAIL - math.expm1(count * math.log1p(-pmf._infinity_mass))
-    return _dense(
-        pmf._discretization, pmf._lower_loss * count + lower, kept, infinity, pessimistic_estimate=True
+
+def _composed_pair(first: pld_pmf.DensePLDPmf, second: pld_pmf.DensePLDPmf) -> pld_pmf.DensePLDPmf:
+    """Two PMFs on one grid composed (`_composed_powers`)."""
+    return _composed_powers(((first, 1), (second, 1)))
+
+
+def _composed_powers(parts: tuple[tuple[pld_pmf.DensePLDPmf, int], ...]) -> pld_pmf.DensePLDPmf:
+    """The composition of each PMF `count` times: `convolution.convolution_power` (every mass an upper bound
+    of the exact one, whatever the FFT's rounding; at most COMPOSITION_TAIL cut by Chernoff bounds and counted
+    at +infinity, as dp_accounting's `self_compose` does), the masses at +infinity composed exactly."""
+    lower, masses = convolution_power(
+        [(np.asarray(pmf._probs, dtype=np.float64), count) for pmf, count in parts], COMPOSITION_TAIL
     )
-
-
-def _self_bounds(probs: NDArray[np.float64], count: int, tail: float) -> tuple[int, int]:
-    """dp_accounting's `compute_self_convolve_bounds` on its orders +-k/n (k = 1..20, n points): for the
-    sum I of `count` indices drawn from `probs`, P(I >= b) <= tail/2 where b = (count log M(t) + log(2/tail))
-    / t for t > 0 (Chernoff; likewise below for t < 0), M(t) = sum_i p_i e^{t i}. With t = k/n the terms are
-    p_i x_i^k, x_i = e^{i/n} in [1, e]: products of moderate numbers, no log-sum-exp needed."""
-    n = len(probs)
-    upper, lower = (n - 1) * count, 0
-    rising = np.exp(np.arange(n) / n)
-    falling = 1.0 / rising
-    log_two_over_tail = math.log(2.0 / tail)
-    up_terms, down_terms = probs.copy(), probs.copy()
-    with np.errstate(divide="ignore"):
-        for k in range(1, 21):
-            up_terms *= rising
-            down_terms *= falling
-            order = k / n
-            bound = (count * math.log(float(up_terms.sum())) + log_two_over_tail) / order
-            if math.isfinite(bound):
-                upper = min(upper, math.ceil(bound))
-            bound = (count * math.log(float(down_terms.sum())) + log_two_over_tail) / -order
-            if math.isfinite(bound):
-                lower = max(lower, math.floor(bound))
-    return lower, upper
+    finite = sum(count * math.log1p(-pmf._infinity_mass) for pmf, count in parts)
+    return _dense(
+        parts[0][0]._discretization,
+        sum(int(pmf._lower_loss) * count for pmf, count in parts) + lower,
+        masses,
+        COMPOSITION_TAIL - math.expm1(finite),
+        pessimistic_estimate=True,
+    )
 
 
 def clear_caches() -> None:
@@ -323,7 +309,7 @@ def composed_pmf(groups: tuple[Group, ...], h: float) -> pld_pmf.DensePLDPmf:
     pmf = _cached_on(groups[:start], h) if start > 0 else None
     for end in range(start, len(groups)):
         part = group_pmf(groups[end], h)
-        pmf = part if pmf is None else pmf.compose(part, tail_mass_truncation=COMPOSITION_TAIL)
+        pmf = part if pmf is None else _composed_pair(pmf, part)
         if end >= len(groups) - 2:
             _COMPOSED.put((groups[: end + 1], h), pmf)
     assert pmf is not None
