@@ -31,7 +31,7 @@ from numpy.typing import NDArray
 #: Unit roundoff of float64.
 UNIT_ROUNDOFF = 2.0**-53
 #: Successive tilts move the tilted mean by about this many tilted standard deviations.
-TILT_STEP = 2.0
+TILT_STEP = 3.0
 #: At most this many tilts per convolution (beyond them masses keep the least bound found, still valid).
 MAX_TILTS = 64
 #: A tilt is needed from where the untilted bound exceeds this share of the mass it bounds.
@@ -41,7 +41,7 @@ RELATIVE_ENOUGH = 1e-6
 ALIAS_ROOM = 40.0
 #: Tilted weights below e^FLUSHED of the largest are set to 0 (subnormal arithmetic is ~100x slower); the
 #: mass so dropped, under n e^FLUSHED a factor, enters the rounding bound as C n e^FLUSHED.
-FLUSHED = -700.0
+FLUSHED = -600.0
 
 #: One factor of a convolution power: the masses of an index on 0, 1, ..., n - 1 and its multiplicity.
 Part = tuple[NDArray[np.float64], int]
@@ -122,9 +122,9 @@ class _Parts:
                 total = float(weights.sum())
                 weights /= total
                 log_m = top + math.log(total)
-            mean = float(np.dot(weights, index))
+            mean = float((weights * index).sum())
             centred = index - mean
-            found.append((weights, log_m, mean, float(np.dot(weights, centred * centred))))
+            found.append((weights, log_m, mean, float((weights * centred * centred).sum())))
         return found
 
     def log_mgf(self, theta: float) -> float:
@@ -170,7 +170,7 @@ class _Tilt:
         self.variance: float = sum(
             count * var for (_, _, _, var), count in zip(tilted, parts.counts, strict=True)
         )
-        self.largest_norm = max(float(np.linalg.norm(weights)) for weights in self.weights)
+        self.largest_norm = max(math.sqrt(float((weights * weights).sum())) for weights in self.weights)
         # Each tilted mass is exp of an argument |log p + theta i - log M| rounded thrice: relative error
         # <= 3u (|argument| + 1); a power of C such inputs (all >= 0) has relative error <= (1 + that)^C - 1.
         largest = 0.0
