@@ -21,6 +21,7 @@ from sqlalchemy import (
     PrimaryKeyConstraint,
     String,
     Table,
+    func,
     text,
 )
 
@@ -59,6 +60,9 @@ shard_requests = Table(
     Column("params", LargeBinary, nullable=False),  # the query's public parameters (.npz)
     Column("rows", LargeBinary, nullable=True),  # a minibatch's sampled row ids (.npy); NULL: a full pass
     Column("created_at", DateTime(timezone=True), nullable=False),
+    # The coordinator's last sign of life, refreshed while it waits (by the database server's clock on
+    # PostgreSQL): a request whose heartbeat stopped is removed with its partial sums (shards.py).
+    Column("heartbeat_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     PrimaryKeyConstraint("job_id", "iteration", "attempt"),
 )
 

@@ -15,7 +15,15 @@ range.
 
 The partial sums are un-noised aggregates of sensitive rows. They exist only in the shard worker's memory,
 the sensitive database (this channel) and the coordinator's memory: never in a broker message, a Celery
-result, a log line or the control database, and the API has no URL for the sensitive database.
+result, a log line or the control database, and the API has no URL for the sensitive database. In the
+channel they live no longer than their release: the coordinator removes its request and the answers when
+the release ends (answered, failed or timed out), and, should it die or stall first, the request's
+heartbeat (refreshed every COORDINATOR_BEAT_SECONDS while it waits) stops, and the next sweep removes the
+request and its sums once the heartbeat is COORDINATOR_STALE_SECONDS old: every worker inside the wall
+(the job worker, each shard worker) sweeps at its start and every SWEEP_SECONDS (`keep_swept`), and every
+coordinator before its release. While any worker lives, a dead coordinator's sums are gone within
+COORDINATOR_STALE_SECONDS + SWEEP_SECONDS; with none alive, nothing reads them, and the first worker to
+start removes them.
 
 A shard task is idempotent (the first answer of a (release, shard) stays), so a shard whose task was lost
 with its worker is asked again: the coordinator re-sends the tasks of unanswered shards every
@@ -33,7 +41,9 @@ from __future__ import annotations
 
 import io
 import logging
+import os
 import secrets
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -42,7 +52,20 @@ from datetime import UTC, datetime, timedelta
 
 import numpy as np
 from numpy.typing import NDArray
-from sqlalchemy import ColumnElement, Connection, Engine, Table, delete, exists, insert, select, update
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    DateTime,
+    Engine,
+    Table,
+    delete,
+    exists,
+    func,
+    insert,
+    literal,
+    select,
+    update,
+)
 from sqlalchemy.exc import IntegrityError
 
 from privacy_wall.dataset_cache import rows_of
@@ -77,6 +100,21 @@ LINGER_MAX_POLL_SECONDS = 0.01
 #: The longest one task lingers (then the job's queued task takes over): a warm shutdown or a lost lease
 #: never waits for a whole job, and a broker delivery every 10 s costs a job nothing it would notice.
 LINGER_MAX_SECONDS = 10.0
+#: A waiting coordinator refreshes its request's heartbeat this often; a request whose heartbeat is older
+#: than COORDINATOR_STALE_SECONDS lost its coordinator (no live one goes that long without a beat: six
+#: beats) and is removed with its partial sums by the next sweep, which every worker inside the wall runs
+#: every SWEEP_SECONDS: a dead coordinator's sums are gone within 35 s.
+COORDINATOR_BEAT_SECONDS = 5.0
+COORDINATOR_STALE_SECONDS = 30.0
+SWEEP_SECONDS = 5.0
+
+#: Held by each sweep of `keep_swept` and by every fork of the process: a job process forked by a worker
+#: whose thread sweeps never starts inside a sweep (SQLite keeps its file locks' bookkeeping per process,
+#: so a child forked while its parent's sweep held the database's lock would find it held for good).
+_SWEEPING = threading.Lock()
+os.register_at_fork(
+    before=_SWEEPING.acquire, after_in_parent=_SWEEPING.release, after_in_child=_SWEEPING.release
+)
 
 
 class ShardFailed(RuntimeError):
@@ -123,16 +161,22 @@ class ShardedSums:
         *,
         poll_seconds: float = 0.005,
         resend_seconds: float = 30.0,
-        timeout_seconds: float = 3600.0,
+        timeout_seconds: float = 300.0,
+        beat_seconds: float = COORDINATOR_BEAT_SECONDS,
+        stale_seconds: float = COORDINATOR_STALE_SECONDS,
     ) -> None:
         if shards < 2:
             raise ValueError("sharded sums need at least 2 shards")
+        if not 0 < beat_seconds < stale_seconds:
+            raise ValueError("the coordinator's heartbeat must come more often than it goes stale")
         self.engine = engine
         self.shards = shards
         self._send = send
         self._poll = poll_seconds
         self._resend = resend_seconds
         self._timeout = timeout_seconds
+        self._beat = beat_seconds
+        self._stale = stale_seconds
         self._waits: deque[float] = deque(maxlen=3)  # seconds the last releases waited for their answers
         self._asked = False  # whether a release was answered yet
 
@@ -153,6 +197,7 @@ class ShardedSums:
         ]
         self._clear(tasks[0])
         self._purge_abandoned()
+        clock = _clock(self.engine)
         with transaction(self.engine) as conn:
             conn.execute(
                 insert(shard_requests).values(
@@ -164,6 +209,7 @@ class ShardedSums:
                     params=encode(params),
                     rows=None if rows is None else _encode_rows(rows),
                     created_at=_now(),
+                    heartbeat_at=clock,
                 )
             )
         try:
@@ -182,19 +228,25 @@ class ShardedSums:
         look waits for 9/10 of the shortest of the last three releases' waits: a job's passes take about as
         long as each other, so the looks come where the answers do, and the shards' cores are not taken by
         looks before (the shortest, so that one slow release, e.g. a re-sent task's, does not delay the
-        next)."""
-        started = sent = time.monotonic()
+        next). Refreshes the request's heartbeat every beat_seconds meanwhile (`_heartbeat`)."""
+        started = sent = beaten = time.monotonic()
         pause = self._poll
         for task in tasks:
             self._send(task)
         slept = 0.9 * min(self._waits) if self._waits else 0.0
-        time.sleep(slept)
         first_look = True
         answers: dict[int, dict[str, Array]] = {}
         query = select(shard_sums.c.shard, shard_sums.c.sums, shard_sums.c.failed).where(
             *_release(shard_sums, tasks[0]), shard_sums.c.shard < self.shards
         )
         with self.engine.connect() as conn:
+            rest = slept
+            while True:  # the first look's wait, in pieces no longer than a beat
+                time.sleep(min(rest, self._beat))
+                rest -= self._beat
+                beaten = self._heartbeat(conn, tasks[0], beaten)
+                if rest <= 0:
+                    break
             while True:
                 with reading(conn) as reads:
                     found = reads.execute(query.where(shard_sums.c.shard.not_in(list(answers)))).all()
@@ -222,6 +274,7 @@ class ShardedSums:
                         if task.shard not in answers:
                             self._send(task)
                     sent = now
+                beaten = self._heartbeat(conn, tasks[0], beaten)
                 time.sleep(pause)
                 pause = min(pause * 1.25, max(self._poll, MAX_POLL_SECONDS))
 
@@ -233,13 +286,88 @@ class ShardedSums:
             for table in (shard_requests, shard_sums):
                 conn.execute(delete(table).where(*_release(table, task)))
 
+    def _heartbeat(self, conn: Connection, task: ShardTask, beaten: float) -> float:
+        """Refresh the request's heartbeat if the last one (at `beaten`, monotonic) is beat_seconds old;
+        returns when the heartbeat was last refreshed. A request no longer there was swept as abandoned
+        (this coordinator stalled past the stale time): its answers are gone and no more can come, so the
+        release fails as one whose shards did not answer (no value of the rows decided that)."""
+        now = time.monotonic()
+        if now - beaten < self._beat:
+            return beaten
+        with transaction(conn):
+            refreshed = conn.execute(
+                update(shard_requests).where(*_asked(task)).values(heartbeat_at=_clock(conn))
+            )
+        if refreshed.rowcount != 1:
+            raise ShardsUnavailable(
+                f"the release's request was removed as abandoned: this coordinator stalled for over "
+                f"{self._stale:g} s"
+            )
+        return now
+
     def _purge_abandoned(self) -> None:
-        """Remove channel rows older than the timeout: their coordinator died before clearing them (no
-        coordinator waits longer), so nothing will read them."""
-        cutoff = _now() - timedelta(seconds=self._timeout)
-        with transaction(self.engine) as conn:
-            for table in (shard_sums, shard_requests):
-                conn.execute(delete(table).where(table.c.created_at < cutoff))
+        """Sweep before a release (`purge_abandoned`); a sweep that fails is left to the workers' next."""
+        try:
+            purge_abandoned(self.engine, self._stale)
+        except Exception as exc:
+            log.warning("could not sweep the shard channel before a release (%s)", type(exc).__name__)
+
+
+def _clock(bind: Engine | Connection, ago: float = 0.0) -> ColumnElement[datetime]:
+    """The time `ago` seconds before now by the clock heartbeats are written and judged by: the PostgreSQL
+    server's, one clock for every host (a host whose clock runs ahead never takes a live coordinator for a
+    dead one); SQLite's database is one machine's, so that machine's."""
+    if bind.dialect.name == "postgresql":
+        return func.now() - timedelta(seconds=ago) if ago else func.now()
+    return literal(_now() - timedelta(seconds=ago), DateTime(timezone=True))
+
+
+def purge_abandoned(engine: Engine, stale_seconds: float = COORDINATOR_STALE_SECONDS) -> int:
+    """Remove the requests whose coordinator's heartbeat is older than `stale_seconds` (it died or stalled),
+    then every partial sum whose request is gone, in one transaction: the requests first, as
+    `ShardedSums._clear` does, so that no answer is written after (`_write` holds its request's row). A read
+    first finds whether anything is to go, so an idle channel costs no write. Returns the requests removed."""
+    stale = shard_requests.c.heartbeat_at < _clock(engine, stale_seconds)
+    orphaned = ~exists().where(
+        shard_requests.c.job_id == shard_sums.c.job_id,
+        shard_requests.c.iteration == shard_sums.c.iteration,
+        shard_requests.c.attempt == shard_sums.c.attempt,
+    )
+    with reading(engine) as conn:
+        found = (
+            conn.execute(select(shard_requests.c.job_id).where(stale).limit(1)).first()
+            or conn.execute(select(shard_sums.c.job_id).where(orphaned).limit(1)).first()
+        )
+    if found is None:
+        return 0
+    with transaction(engine) as conn:
+        removed = conn.execute(delete(shard_requests).where(stale)).rowcount
+        conn.execute(delete(shard_sums).where(orphaned))
+    if removed:
+        log.warning("removed %d abandoned shard request(s) and their partial sums", removed)
+    return int(removed)
+
+
+def keep_swept(
+    engine: Engine,
+    every_seconds: float | None = SWEEP_SECONDS,
+    stale_seconds: float = COORDINATOR_STALE_SECONDS,
+    stop: threading.Event | None = None,
+) -> None:
+    """Sweep the channel (`purge_abandoned`) now and then every `every_seconds` (None: once) until `stop` is
+    set: a worker's daemon thread, for as long as it lives. A sweep that fails (the database away) is logged
+    by its error's type and tried again at the next. In a process that forks, give it an engine of its own
+    without a pool (NullPool): then between sweeps it holds no connection a child could inherit, and no
+    fork happens during one (`_SWEEPING`)."""
+    stop = stop or threading.Event()
+    while True:
+        try:
+            with _SWEEPING:
+                purge_abandoned(engine, stale_seconds)
+        except Exception as exc:
+            log.warning("could not sweep the shard channel (%s)", type(exc).__name__)
+        if every_seconds is None or stop.wait(every_seconds):
+            return
 
 
 def _release(table: Table, task: ShardTask) -> list[ColumnElement[bool]]:

@@ -1,8 +1,10 @@
 """Sharded full passes (issue 26): shards tile the blocks; the coordinator's sum of the shards' clipped
 sums equals the unsharded pass's (up to floating-point order) for every K, empty shards included; a shard
 task lost with its worker is sent again and answered once; a failing shard fails the release with its
-charge kept; the channel tables hold nothing once a release is done; a shard worker lingers for its job's
-next releases and yields to another job's. On SQLite and PostgreSQL."""
+charge kept; the channel tables hold nothing once a release is done, nor, within the heartbeat's stale
+bound, once its coordinator process is SIGKILLed (swept by the workers); a SIGSTOPped shard's lease goes to
+a standby, which answers the re-sent task; a shard worker lingers for its job's next releases and yields to
+another job's. On SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -240,7 +242,7 @@ def test_a_seeded_gate_takes_no_shards(stored: tuple[Engine, Engine]) -> None:
 
 def test_the_migrated_channel_tables_match_the_schema(tmp_path: Path) -> None:
     """Alembic's comparison of the migrated sensitive database with sensitive_schema finds nothing to do;
-    before s0004 it finds the requests' missing shard count."""
+    before s0004 it finds the requests' missing shard count, before s0005 their missing heartbeat."""
     from alembic import command
 
     from privacy_wall.sensitive_schema import metadata
@@ -252,34 +254,59 @@ def test_the_migrated_channel_tables_match_the_schema(tmp_path: Path) -> None:
     engine = create_db_engine(url)
     try:
         assert "shards" in repr(schema_drift(engine, metadata, "shard_requests"))
+        command.upgrade(alembic_config("sensitive", url), "s0004")
+        assert "heartbeat_at" in repr(schema_drift(engine, metadata, "shard_requests"))
         upgrade("sensitive", url)
         assert schema_drift(engine, metadata, "shard") == []
     finally:
         engine.dispose()
 
 
-def test_rows_of_a_dead_coordinator_are_purged_after_the_timeout(stored: tuple[Engine, Engine]) -> None:
-    from datetime import UTC, datetime, timedelta
-
-    from sqlalchemy import insert
-
-    _, sensitive = stored
-    old = datetime.now(UTC) - timedelta(hours=2)
+def _dead_release(sensitive: Engine, job: str, beat_age: float, created_age: float = 0.0) -> None:
+    """A request whose coordinator last beat `beat_age` seconds ago, and one shard's answer to it."""
+    now = datetime.now(UTC)
     with sensitive.begin() as conn:
         conn.execute(
             insert(shard_requests).values(
-                job_id="dead", iteration=1, attempt=0, token="t", params=b"", created_at=old
+                job_id=job,
+                iteration=1,
+                attempt=0,
+                token="t",
+                params=b"",
+                created_at=now - timedelta(seconds=created_age),
+                heartbeat_at=now - timedelta(seconds=beat_age),
             )
         )
         conn.execute(
             insert(shard_sums).values(
-                job_id="dead", iteration=1, attempt=0, shard=0, sums=b"", failed=False, created_at=old
+                job_id=job, iteration=1, attempt=0, shard=0, sums=b"", failed=False, created_at=now
             )
         )
+
+
+def test_rows_of_a_dead_coordinator_are_purged_once_its_heartbeat_is_stale(
+    stored: tuple[Engine, Engine],
+) -> None:
+    """Every coordinator sweeps before its release, and `keep_swept` (every worker's thread) sweeps: a
+    request whose heartbeat is older than the stale time goes with its sums, however young the request (an
+    old request still beating stays), and so do sums whose request is gone."""
+    _, sensitive = stored
+    _dead_release(sensitive, "dead", beat_age=31)
+    _dead_release(sensitive, "alive", beat_age=1, created_age=7200)
+    with sensitive.begin() as conn:  # an answer whose request is gone (left by an older version)
+        conn.execute(
+            insert(shard_sums).values(
+                job_id="orphan", iteration=1, attempt=0, shard=1, sums=b"", failed=False,
+                created_at=datetime.now(UTC),
+            )
+        )  # fmt: skip
     query = LogisticRegressionQuery()
-    ShardedSums(sensitive, 2, inline(sensitive, "tab", query), timeout_seconds=3600).clipped_sums(
+    ShardedSums(sensitive, 2, inline(sensitive, "tab", query)).clipped_sums(
         blr_params(), job_id="j", iteration=1, attempt=0
     )
+    assert channel_rows(sensitive) == 2  # the live one's request and sum
+    assert shards_module.purge_abandoned(sensitive) == 0
+    shards_module.keep_swept(sensitive, None, stale_seconds=0.5)  # once; "alive" stopped beating 1 s ago
     assert channel_rows(sensitive) == 0
 
 
@@ -602,3 +629,223 @@ def test_the_coordinators_first_look_waits_for_recent_passes_only(
     assert all(0.8 <= first <= 0.9 for first in firsts[3:])
     # A pass whose task was lost and sent again (3 s and more) does not count either.
     assert first_looks({1: 1.0, 2: 1.0, 3: 1.0}, lose=2) == [0.0, 0.0, 0.0]
+
+
+def _forked(target: Callable[[], None]):  # type: ignore[no-untyped-def]
+    """`target` in a forked process: a real process to SIGKILL or SIGSTOP (fork: no re-import, ~ms). Fork
+    before starting threads that use the engine: a lock one holds would stay held in the child."""
+    import multiprocessing
+
+    process = multiprocessing.get_context("fork").Process(target=target, daemon=True)
+    process.start()
+    return process
+
+
+def _sweeping(sensitive: Engine, stale_seconds: float) -> tuple[threading.Thread, threading.Event]:
+    """A worker's sweeper (`keep_swept`), every 0.05 s, judging heartbeats stale after `stale_seconds`."""
+    stop = threading.Event()
+    thread = threading.Thread(target=shards_module.keep_swept, args=(sensitive, 0.05, stale_seconds, stop))
+    thread.start()
+    return thread, stop
+
+
+@pytest.mark.parametrize("killed", ["waiting", "answered"])
+def test_a_killed_coordinators_partial_sums_are_swept_within_the_stale_bound(
+    stored: tuple[Engine, Engine], killed: str
+) -> None:
+    """A coordinator (a real process) is SIGKILLed while it waits for shard 1 with shard 0's sums written
+    ("waiting"), or once both shards answered, before it read them ("answered"). While it lived, its
+    heartbeat kept its request from the sweeper; once dead, the request and every partial sum are gone
+    within the stale bound (0.5 s here, 30 s in service) and a sweep's period."""
+    import multiprocessing
+    import os
+    import signal
+
+    _, sensitive = stored
+    query = LogisticRegressionQuery()
+    stale = 0.5
+    ready = multiprocessing.get_context("fork").Event()
+
+    def coordinate() -> None:
+        sensitive.dispose(close=False)  # the parent's connections stay the parent's
+        answering = inline(sensitive, "tab", query)
+
+        def send(task: ShardTask) -> None:
+            if task.shard == 0 or killed == "answered":
+                answering(task)
+            if task.shard == 1:
+                ready.set()
+                if killed == "answered":  # answered: killed before its first look
+                    time.sleep(600)
+
+        coordinator = ShardedSums(
+            sensitive,
+            2,
+            send,
+            beat_seconds=0.05,
+            stale_seconds=stale,
+            resend_seconds=600,
+            timeout_seconds=600,
+        )
+        coordinator.clipped_sums(blr_params(), job_id="j", iteration=1, attempt=0)
+
+    process = _forked(coordinate)  # before the sweeper's thread: no lock of it is forked held
+    sweeper, stop = _sweeping(sensitive, stale)
+    try:
+        assert ready.wait(30)
+        time.sleep(0.1)
+        if killed == "waiting":  # alive and beating: 3 stale bounds later, its request and sum are there
+            time.sleep(3 * stale)
+            assert _answered(sensitive) == [("j", 1, 0)] and channel_rows(sensitive) == 2
+        else:
+            assert channel_rows(sensitive) == 3  # the request and both shards' sums
+        os.kill(process.pid, signal.SIGKILL)
+        process.join(10)
+        killed_at = time.monotonic()
+        while channel_rows(sensitive) and time.monotonic() - killed_at < 10:
+            time.sleep(0.02)
+        assert channel_rows(sensitive) == 0
+        # Within the stale bound, a sweep's period and the databases' time (a wide margin: 2 shared cores).
+        assert time.monotonic() - killed_at < stale + 2.0
+    finally:
+        stop.set()
+        sweeper.join(10)
+        if process.is_alive():
+            process.kill()
+            process.join(10)
+
+
+def test_a_coordinator_stalled_past_the_stale_bound_fails_its_release_and_leaves_nothing(
+    stored: tuple[Engine, Engine],
+) -> None:
+    """A coordinator that stops beating for longer than the stale bound (here blocked while sending) has its
+    request swept as abandoned; when it resumes it fails the release as unanswered (its charge withdrawn:
+    nothing computed left the wall, and the stall depends on no value of the rows) and nothing stays."""
+    _, sensitive = stored
+    query = LogisticRegressionQuery()
+    answering = inline(sensitive, "tab", query)
+
+    def send(task: ShardTask) -> None:
+        answering(task)
+        if task.shard == 1:
+            time.sleep(0.8)  # stalled with both answers written
+
+    ledger = InMemoryLedger(delta=1e-5)
+    coordinator = ShardedSums(sensitive, 2, send, beat_seconds=0.05, stale_seconds=0.3, timeout_seconds=30)
+    gate = Gate(DatabaseStore(sensitive, "tab"), ledger, shards=coordinator)
+    sweeper, stop = _sweeping(sensitive, 0.3)
+    try:
+        with pytest.raises(ShardsUnavailable, match="abandoned"):
+            gate.release(query, blr_params(), job_id="j", iteration=1, sigma=1.0, batch_size=N)
+    finally:
+        stop.set()
+        sweeper.join(10)
+    assert ledger.charges() == []
+    assert channel_rows(sensitive) == 0
+
+
+def test_a_stalled_shards_lease_goes_to_a_standby_which_answers_the_resent_task(
+    stored: tuple[Engine, Engine],
+) -> None:
+    """Shard 1's worker (a real process renewing its lease) is SIGSTOPped with the release's task: its lease
+    goes stale, a standby takes it, and the coordinator's resend reaches the standby (the broker queue of
+    shard 1 is read by its lessee), which answers: the release completes, once, long before the timeout.
+    Lease times scaled down: renewed every 0.05 s, stale after 0.5 s (5 s and 30 s in service)."""
+    import os
+    import signal
+
+    from privacy_wall.sensitive_schema import shard_leases
+    from privacy_wall.shards import claim_shard, renew_lease
+
+    _, sensitive = stored
+    query = LogisticRegressionQuery()
+    stale = 0.5
+    assert claim_shard(sensitive, 2, "live:0", stale) == 0
+    assert claim_shard(sensitive, 2, "stalled:1", stale) == 1
+
+    def renew() -> None:
+        sensitive.dispose(close=False)
+        while renew_lease(sensitive, 1, "stalled:1"):
+            time.sleep(0.05)
+
+    stalled = _forked(renew)
+    standby: list[int | None] = []
+    stop = threading.Event()
+
+    def renew_live() -> None:  # shard 0's worker, alive throughout
+        while not stop.wait(0.05):
+            assert renew_lease(sensitive, 0, "live:0")
+
+    def wait_as_standby() -> None:  # `vips worker --shard auto`'s claim loop
+        while not stop.is_set() and (shard := claim_shard(sensitive, 2, "standby:2", stale)) is None:
+            time.sleep(0.05)
+        standby.append(None if stop.is_set() else shard)
+
+    answering = inline(sensitive, "tab", query)
+    sent: list[tuple[int, str]] = []
+
+    def send(task: ShardTask) -> None:  # to the worker that leases the task's shard
+        with sensitive.connect() as conn:
+            holder = conn.execute(select(shard_leases.c.holder).where(shard_leases.c.shard == task.shard))
+            lessee = holder.scalar_one()
+        sent.append((task.shard, lessee))
+        if lessee != "stalled:1":  # the stalled worker holds its task and never answers
+            answering(task)
+
+    claimer = threading.Thread(target=wait_as_standby)
+    live = threading.Thread(target=renew_live)
+    live.start()
+    try:
+        claimer.start()
+        time.sleep(3 * stale)  # every lease renewed: the standby finds nothing to take
+        assert standby == []
+        os.kill(stalled.pid, signal.SIGSTOP)
+        coordinator = ShardedSums(
+            sensitive, 2, send, resend_seconds=0.2, timeout_seconds=30, poll_seconds=0.01
+        )
+        started = time.monotonic()
+        parts = coordinator.clipped_sums(blr_params(), job_id="j", iteration=1, attempt=0)
+        assert time.monotonic() - started < stale + 5
+    finally:
+        stop.set()
+        claimer.join(10)
+        live.join(10)
+        stalled.kill()  # SIGKILL ends a stopped process too
+        stalled.join(10)
+    assert standby == [1]
+    assert sent[:2] == [(0, "live:0"), (1, "stalled:1")] and sent[-1] == (1, "standby:2")
+    assert [shard for shard, _ in sent].count(0) == 1
+    whole = query.clipped_sums(
+        DatabaseStore(sensitive, "tab").take(slice(None)), blr_params(), np.random.default_rng()
+    )
+    np.testing.assert_allclose(parts["s1"], whole["s1"], rtol=1e-12)
+    assert channel_rows(sensitive) == 0
+
+
+def test_a_worker_sweeps_the_channel_as_it_starts(
+    stored: tuple[Engine, Engine], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every `vips worker` (job worker or shard worker) sweeps when it is ready (worker.tasks, worker_ready),
+    so what a coordinator left while no worker ran goes as the first one starts; with VIPS_SHARDS = 1 that
+    one sweep is all (its thread ends)."""
+    from privacy_wall.settings import get_wall_settings
+    from service.settings import get_settings
+    from worker import tasks
+
+    _, sensitive = stored
+    _dead_release(sensitive, "dead", beat_age=31)
+    monkeypatch.setenv("VIPS_SENSITIVE_DATABASE_URL", sensitive.url.render_as_string(hide_password=False))
+    monkeypatch.setenv("VIPS_SHARDS", "1")
+    get_settings.cache_clear()
+    get_wall_settings.cache_clear()
+    try:
+        before = {thread.ident for thread in threading.enumerate()}
+        tasks._start_shard_sweeper()
+        (sweeper,) = [thread for thread in threading.enumerate() if thread.ident not in before]
+        assert sweeper.name == "shard-sweeper"
+        sweeper.join(30)
+        assert not sweeper.is_alive()
+    finally:
+        get_settings.cache_clear()
+        get_wall_settings.cache_clear()
+    assert channel_rows(sensitive) == 0
