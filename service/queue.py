@@ -95,7 +95,7 @@ class CeleryQueue:
     def check(self) -> None:
         options = self._config.get("broker_transport_options", {})
         if self._config["broker_url"] == "filesystem://":
-            for key in ("data_folder_in", "data_folder_out", "processed_folder"):
+            for key in ("data_folder_in", "data_folder_out", "processed_folder", "staging_folder"):
                 if not Path(options[key]).is_dir():
                     raise RuntimeError(f"the broker folder {options[key]} does not exist")
             return
