@@ -12,7 +12,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from service.proxies import Network, parse_networks
@@ -20,6 +20,9 @@ from service.proxies import Network, parse_networks
 #: Embedded mode: the worker touches its alive file this often; /readyz wants it fresher than the stale age.
 WORKER_ALIVE_SECONDS = 2.0
 WORKER_STALE_SECONDS = 10.0
+
+#: Embedded mode: Celery's broker_transport, kombu's file-system transport whose messages appear whole.
+FILE_BROKER_TRANSPORT = "service.file_broker:Transport"
 
 RUN_JOB_TASK = "vips.run_job"
 REAP_TASK = "vips.reap"
@@ -39,14 +42,29 @@ def shard_queue(shard: int) -> str:
 JOB_PROCESS_BASE_MB = 1024
 
 
+#: The share of this machine's memory a worker's job processes may use together by default (the rest:
+#: the API, the databases, shard workers and the system).
+JOB_PROCESSES_SHARE = 0.8
+#: The smallest default job memory (MiB), however little the machine has.
+MIN_JOB_MEMORY_MB = 512.0
+
+
 @lru_cache
-def default_job_memory_mb() -> float:
-    """Half of this machine's physical memory in MiB (read once); 4096 where the OS does not say."""
+def machine_memory_mb() -> float:
+    """This machine's physical memory in MiB (read once); 8192 where the OS does not say."""
     try:
         total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (AttributeError, ValueError, OSError):
-        return 4096.0
-    return total / 2 / (1 << 20) if total > 0 else 4096.0
+        return 8192.0
+    return total / (1 << 20) if total > 0 else 8192.0
+
+
+def default_job_memory_mb(concurrency: int = 2, cache_mb: float = 1024.0) -> float:
+    """The largest job (MiB) whose job process, `concurrency` of them at once, fits JOB_PROCESSES_SHARE of
+    this machine: share x memory / concurrency - the process's start - its dataset cache (at least
+    MIN_JOB_MEMORY_MB). 24 GiB, 2 processes, 1 GiB cache: 7,782 MiB a job, 9,830 MiB a process."""
+    per_process = JOB_PROCESSES_SHARE * machine_memory_mb() / max(concurrency, 1)
+    return max(per_process - JOB_PROCESS_BASE_MB - cache_mb, MIN_JOB_MEMORY_MB)
 
 
 class ServiceSettings(BaseSettings):
@@ -64,8 +82,9 @@ class ServiceSettings(BaseSettings):
     max_iterations: int = 100_000
     #: Resource limits (service.resources): a job whose estimated worker memory, size of one stored
     #: release, or total stored bytes (releases and posterior) exceed them is refused with a 422 at
-    #: submission. Memory defaults to half of this machine's physical memory.
-    max_job_memory_mb: float = Field(default_factory=lambda: default_job_memory_mb(), gt=0)
+    #: submission. Memory defaults to what lets worker_concurrency job processes, each with its start, its
+    #: dataset cache and one such job, fit 80% of this machine's memory together (default_job_memory_mb).
+    max_job_memory_mb: float = Field(default=0.0, ge=0)  # 0: that default, filled in below
     max_release_mb: float = Field(default=64.0, gt=0)
     max_job_stored_mb: float = Field(default=1024.0, gt=0)
     #: GET /v1/jobs/{id}/releases answers in pages of at most this many MiB of stored releases (at least one
@@ -107,6 +126,14 @@ class ServiceSettings(BaseSettings):
     max_job_seconds: float = 86_400.0
     pricing_rate_per_key: float = 5.0
     pricing_burst_per_key: int = 20
+    #: Reads (GET and HEAD of the API and the dashboard) of one key are limited to read_rate_per_key per
+    #: second, bursts of read_burst_per_key (429 with Retry-After above it; service.auth), so one key's
+    #: scripts cannot slow every other key's reads. Generous by default: a dashboard page with its plots
+    #: is a handful of reads, `vips wait` and Client.wait poll once a second, and a notebook listing
+    #: jobs then reading each is a burst of one per job; 20 per second (burst 200) is 20 times what any
+    #: of them needs, while one key's threads at ~150 reads per second each stay capped at 20.
+    read_rate_per_key: float = Field(default=20.0, gt=0)
+    read_burst_per_key: int = Field(default=200, ge=1)
     #: Jobs one `vips worker` runs at once (job processes) unless --concurrency says otherwise; above
     #: max_running_per_key, so one key's long job never holds every slot.
     worker_concurrency: int = 2
@@ -114,21 +141,42 @@ class ServiceSettings(BaseSettings):
     #: each job computes its own passes. Embedded `vips up` starts that many shard workers.
     shards: int = Field(default=1, ge=1, le=64)
     #: A shard that has not answered a release within shard_resend_seconds is asked again (its task may
-    #: have been lost with its worker); past shard_timeout_seconds the release fails.
+    #: have been lost with its worker); past shard_timeout_seconds the release fails (its charge withdrawn
+    #: for tabular data). 300 s, with the 30 s resend in mind: a shard worker that dies or stalls (SIGSTOP,
+    #: a frozen host) stops renewing its lease; a standby takes it within 35 s (free after 30 s, claimed
+    #: every 5 s) and starts in seconds, and the next resend reaches it by ~70 s (~100 s if the stalled
+    #: worker had taken one first), leaving over 3 minutes to read its rows cold and sum them (~0.5 s per
+    #: 10^6 rows of PostgreSQL blocks). Raise it where one shard's pass, or the other jobs' releases queued
+    #: before a job's on a shard, take minutes.
     shard_resend_seconds: float = Field(default=30.0, gt=0)
-    shard_timeout_seconds: float = Field(default=3600.0, gt=0)
+    shard_timeout_seconds: float = Field(default=300.0, gt=0)
     #: After answering a release, a shard worker answers its job's next releases as they come, directly
     #: from the sensitive database, until none comes for this long (privacy_wall.shards.linger); 0: never.
     shard_linger_seconds: float = Field(default=1.0, ge=0, le=10)
     #: Per connection (service.http_server): a request head above max_header_bytes is refused (400); the
     #: head must arrive within header_timeout_seconds, the body within body_timeout_seconds of it, else
     #: the connection is closed; idle kept-alive connections close after keep_alive_seconds; a server
-    #: process closes new connections beyond max_connections.
+    #: process closes new connections beyond max_connections. Per client address (an IPv6 /64 counts as
+    #: one): a new connection is closed at once while that address has max_half_open_per_address
+    #: connections whose first request head is not complete, or max_connections_per_address open (the
+    #: trusted proxies are exempt from the latter: they carry many clients). A browser opens at most ~6
+    #: connections to a host and sends its request at once; a flood from one address holds at most 16
+    #: half-open slots, each for at most header_timeout_seconds, and the other clients keep the rest.
+    #: backlog: the listening socket's accept queue (the kernel caps it at net.core.somaxconn).
     max_header_bytes: int = 16 * 1024
-    header_timeout_seconds: float = 10.0
+    header_timeout_seconds: float = 5.0
     body_timeout_seconds: float = 30.0
     keep_alive_seconds: float = 5.0
     max_connections: int = 256
+    max_connections_per_address: int = Field(default=64, ge=1)
+    max_half_open_per_address: int = Field(default=16, ge=1)
+    backlog: int = Field(default=2048, ge=1)
+
+    @model_validator(mode="after")
+    def _default_job_memory(self) -> ServiceSettings:
+        if not self.max_job_memory_mb:
+            self.max_job_memory_mb = default_job_memory_mb(self.worker_concurrency, self.worker_cache_mb)
+        return self
 
     @field_validator("trusted_proxies")
     @classmethod
@@ -141,7 +189,7 @@ class ServiceSettings(BaseSettings):
         if self.worker_memory_mb is not None:
             return int(self.worker_memory_mb * (1 << 20)) if self.worker_memory_mb > 0 else None
         mb = JOB_PROCESS_BASE_MB + self.worker_cache_mb + self.max_job_memory_mb
-        return int(min(mb, 4 * default_job_memory_mb()) * (1 << 20))
+        return int(min(mb, 2 * machine_memory_mb()) * (1 << 20))
 
     def job_process_replace_kib(self) -> int:
         """A job process whose peak resident memory passed its start and its dataset cache (KiB; Celery's
@@ -180,13 +228,17 @@ class ServiceSettings(BaseSettings):
             config["broker_url"] = self.broker_url
             return config
         queue = (self.home / "broker").resolve()
-        for folder in ("out", "processed", "control"):
+        for folder in ("out", "processed", "staging", "control"):
             (queue / folder).mkdir(parents=True, exist_ok=True)
         config["broker_url"] = "filesystem://"
+        # kombu's file-system transport, whose messages appear in "out" whole (service.file_broker): kombu's
+        # own lets a consumer take a message's file before its writer wrote it.
+        config["broker_transport"] = FILE_BROKER_TRANSPORT
         config["broker_transport_options"] = {
             "data_folder_in": str(queue / "out"),
             "data_folder_out": str(queue / "out"),
-            "processed_folder": str(queue / "processed"),
+            "processed_folder": str(queue / "processed"),  # a consumer takes a message by renaming it here
+            "staging_folder": str(queue / "staging"),  # a message is written here, then renamed into "out"
             "control_folder": str(queue / "control"),
             "store_processed": False,
             # Consumers look for new messages this often (kombu's default, 1 s, would add up to a second

@@ -105,11 +105,26 @@ def mapped_bytes() -> int:
 
 @pytest.mark.parametrize(("given", "expected"), [(0.0, None), (512.0, 512 << 20)])
 def test_the_limit_is_configured_in_mib(given: float, expected: int | None) -> None:
-    from service.settings import ServiceSettings, default_job_memory_mb
+    from service.settings import ServiceSettings, machine_memory_mb
 
     assert ServiceSettings(worker_memory_mb=given).worker_memory_bytes() == expected
     # Per job process, whatever the concurrency: its start, its cache and one job.
     for concurrency in (1, 2, 8):
         settings = ServiceSettings(max_job_memory_mb=1000, worker_concurrency=concurrency)
-        expected_mb = min(1024 + 1024 + 1000, 4 * default_job_memory_mb())
+        expected_mb = min(1024 + 1024 + 1000, 2 * machine_memory_mb())
         assert settings.worker_memory_bytes() == int(expected_mb * (1 << 20))
+
+
+@pytest.mark.parametrize("concurrency", [1, 2, 4])
+def test_default_limits_of_all_job_processes_fit_the_machine(concurrency: int) -> None:
+    """Issue 34: the defaults admitted jobs of half the machine and capped each job process above it, so two
+    processes could ask for 29.6 GB of a 24 GB machine. Now concurrency x (a process's limit) <= 80% of the
+    machine's memory, and the admitted job fits one process's limit."""
+    from service.settings import JOB_PROCESS_BASE_MB, ServiceSettings, machine_memory_mb
+
+    settings = ServiceSettings(worker_concurrency=concurrency, worker_cache_mb=256)
+    limit = settings.worker_memory_bytes()
+    assert limit is not None
+    if settings.max_job_memory_mb > 512:  # not the floor a small machine gets
+        assert concurrency * limit <= 0.8 * machine_memory_mb() * (1 << 20) + concurrency
+    assert JOB_PROCESS_BASE_MB + 256 + settings.max_job_memory_mb <= limit / (1 << 20) + 1e-6

@@ -27,7 +27,7 @@ from sqlalchemy import Engine
 from privacy_wall.settings import WallSettings
 from service.db import create_control_engine
 from service.keys import create_key, list_keys
-from service.settings import SHARD_WORKER_ENV, ServiceSettings, shard_queue
+from service.settings import SHARD_WORKER_ENV, ServiceSettings, machine_memory_mb, shard_queue
 from vips.errors import RuntimeFailure, UsageError
 from vips.listen import bind_listener
 from vips.migrate import History, upgrade
@@ -194,7 +194,14 @@ def run_worker(args: argparse.Namespace) -> int:
     from worker.celery_app import app
 
     concurrency = args.concurrency if args.concurrency is not None else settings.worker_concurrency
-    limit_address_space(settings.worker_memory_bytes())
+    limit = settings.worker_memory_bytes()
+    if limit is not None and concurrency * limit > machine_memory_mb() * (1 << 20):
+        print(
+            f"vips: warning: {concurrency} job processes of up to {limit >> 20} MiB each could use more than "
+            f"this machine's {machine_memory_mb():.0f} MiB; lower VIPS_MAX_JOB_MEMORY_MB or --concurrency",
+            file=sys.stderr,
+        )
+    limit_address_space(limit)
     end_when_orphaned()
     argv = worker_argv(concurrency, settings.job_process_replace_kib())
     if shard is not None:  # one process: its shard's rows decoded once, one release at a time
