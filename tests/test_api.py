@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import Engine, insert, select, update
+from sqlalchemy import Engine, Text, cast, insert, select, update
 
 from privacy_wall import ledger_db
 from privacy_wall.accounting import SubsampledGaussianEvent, epsilon, privacy_cost
@@ -684,6 +684,32 @@ def test_posterior_is_409_before_success_and_200_after(api: Api) -> None:
     assert api.call("GET", f"/v1/jobs/{job_id}", "client").json()["status"] == "succeeded"
     assert [j["id"] for j in api.call("GET", "/v1/jobs?status=succeeded", "analyst").json()] == [job_id]
     assert api.call("GET", "/v1/jobs?status=queued", "analyst").json() == []
+
+
+@pytest.mark.parametrize("dialect", ["sqlite", "postgresql"])
+def test_posterior_is_sent_as_stored_without_parsing(dialect: str, tmp_path: Path) -> None:
+    """Issue 34: a 277 MB posterior took the API to 2.28 GB (parsed to Python floats, then written again).
+    The route and the dashboard's download send the stored JSON text's bytes: the same document, byte for
+    byte as stored (a parsed and re-written one has other separators: this failed before)."""
+    document = {
+        "model": "lda",
+        "privacy": {"epsilon": 0.1},
+        "lambda": [[0.1, 1e-300, -2.5e17, 3.0], [1 / 3, 2**-1074, 1.7976931348623157e308, 0.0]],
+    }
+    with fresh_database(dialect, tmp_path) as url:
+        for api in make_api(url, tmp_path):
+            job_id = api.submit().json()["id"]
+            document["job_id"] = job_id
+            finish(api.engine, job_id, document)
+            with api.engine.connect() as conn:
+                stored = conn.execute(
+                    select(cast(posteriors.c.document, Text)).where(posteriors.c.job_id == job_id)
+                ).scalar_one()
+            r = api.call("GET", f"/v1/jobs/{job_id}/posterior", "analyst")
+            assert r.status_code == 200
+            assert r.headers["content-type"] == "application/json"
+            assert r.content == stored.encode()
+            assert r.json() == document
 
 
 def test_releases_are_listed_in_order(api: Api) -> None:

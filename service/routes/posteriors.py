@@ -4,11 +4,11 @@ job's dataset and admins."""
 from __future__ import annotations
 
 from fastapi import APIRouter
-from fastapi.responses import JSONResponse
+from fastapi.responses import Response
 
 from service.auth import AUTH_RESPONSES, JobReaderKey
 from service.deps import EngineDep
-from service.job_outputs import job_posterior
+from service.job_outputs import job_posterior_bytes
 from service.job_reads import visible_job
 from service.params import JobIdPath
 from service.schemas import Message, Posterior
@@ -21,7 +21,9 @@ router = APIRouter(prefix="/jobs", tags=["posteriors"], responses=AUTH_RESPONSES
     response_model=Posterior,
     responses={404: {"model": Message}, 409: {"model": Message, "description": "the job has not succeeded"}},
 )
-def posterior(job_id: JobIdPath, engine: EngineDep, principal: JobReaderKey) -> JSONResponse:
+def posterior(job_id: JobIdPath, engine: EngineDep, principal: JobReaderKey) -> Response:
     """The released posterior document, once the job has succeeded: one schema per model family
-    (docs/posterior-format.md). Sent as stored, every float as the worker wrote it."""
-    return JSONResponse(job_posterior(engine, visible_job(engine, principal, job_id)))
+    (docs/posterior-format.md). Sent as stored, byte for byte (never parsed: a large posterior costs the
+    API its size once), every float as the worker wrote it."""
+    document = job_posterior_bytes(engine, visible_job(engine, principal, job_id))
+    return Response(document, media_type="application/json")
