@@ -26,6 +26,7 @@ from service.limits import BodyLimit, ErrorBoundary, HeaderLimit, validation_err
 from service.periodic import run_every
 from service.proxies import ForwardedHeaders
 from service.queue import CeleryQueue, JobQueue
+from service.rate_limits import KeyRateLimiter
 from service.reaper import start_reaper_thread
 from service.redoc import redoc_router
 from service.routes import budgets, datasets, health, jobs, key_ledger, keys, posteriors
@@ -154,6 +155,10 @@ def create_app(
     app.state.settings = settings
     app.state.engine = engine
     app.state.queue = queue
+    # Each key's reads, in this process (service.auth.take_read; writes have their own limits).
+    app.state.read_limiter = KeyRateLimiter(
+        settings.read_rate_per_key, settings.read_burst_per_key, what="reads"
+    )
     app.add_exception_handler(ServiceError, _service_error)
     app.add_exception_handler(SpecError, _spec_error)
     app.add_exception_handler(RequestValidationError, _validation_error)

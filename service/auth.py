@@ -9,11 +9,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Annotated, Any
 
-from fastapi import Depends, HTTPException, status
+from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from service.deps import EngineDep
 from service.keys import Principal, Role, authenticate
+from service.rate_limits import KeyRateLimiter
+
+#: Methods that only read: each costs a token of its key's read limit (VIPS_READ_RATE_PER_KEY).
+READ_METHODS = frozenset({"GET", "HEAD"})
 
 _bearer = HTTPBearer(auto_error=False, description="an API key: `Authorization: Bearer vips_<id>_<secret>`")
 
@@ -30,14 +34,25 @@ def _unauthorized(detail: str) -> HTTPException:
     return HTTPException(status.HTTP_401_UNAUTHORIZED, detail, headers={"WWW-Authenticate": "Bearer"})
 
 
+def take_read(request: Request, principal: Principal) -> None:
+    """Count a read (GET, HEAD) of this key against its rate (the app's `read_limiter`), or raise
+    RateLimited (429 with Retry-After). Counted after the key authenticates: nobody else can spend it."""
+    limiter: KeyRateLimiter | None = getattr(request.app.state, "read_limiter", None)
+    if limiter is not None and request.method in READ_METHODS:
+        limiter.take(principal.key_id)
+
+
 def current_key(
-    engine: EngineDep, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+    request: Request,
+    engine: EngineDep,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> Principal:
     if credentials is None:
         raise _unauthorized("missing API key: send `Authorization: Bearer <key>`")
     principal = authenticate(engine, credentials.credentials)
     if principal is None:
         raise _unauthorized(UNKNOWN_KEY)
+    take_read(request, principal)
     return principal
 
 

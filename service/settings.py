@@ -164,7 +164,7 @@ class ServiceSettings(BaseSettings):
     #: half-open slots, each for at most header_timeout_seconds, and the other clients keep the rest.
     #: backlog: the listening socket's accept queue (the kernel caps it at net.core.somaxconn).
     max_header_bytes: int = 16 * 1024
-    header_timeout_seconds: float = 5.0
+    header_timeout_seconds: float = 6.0
     body_timeout_seconds: float = 30.0
     keep_alive_seconds: float = 5.0
     max_connections: int = 256

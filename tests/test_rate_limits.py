@@ -1,12 +1,18 @@
-"""Per-key token buckets (service.rate_limits): bursts, refill, per-key isolation, Retry-After."""
+"""Per-key token buckets (service.rate_limits): bursts, refill, per-key isolation, Retry-After; and the
+API's read limit per key built on them (service.auth.take_read)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
 from service import rate_limits
 from service.errors import RateLimited
 from service.rate_limits import KeyRateLimiter
+from service.settings import ServiceSettings
+from tests.dbservers import fresh_database
+from tests.test_api import make_api
 
 
 class Clock:
@@ -54,3 +60,29 @@ def test_idle_keys_are_forgotten(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_a_limit_that_admits_nothing_is_refused(rate: float, burst: int) -> None:
     with pytest.raises(ValueError):
         KeyRateLimiter(rate, burst, "quotes")
+
+
+def test_a_key_over_its_read_rate_gets_429_while_another_keys_reads_go_on(tmp_path: Path) -> None:
+    """Reads (GET) of the API count against their key's bucket (VIPS_READ_RATE_PER_KEY, bursts of
+    VIPS_READ_BURST_PER_KEY): past its burst a custodian reading its ledger gets 429 with Retry-After,
+    the other custodian's and an analyst's reads are still answered, and writes are not counted."""
+    with fresh_database("sqlite", tmp_path) as url:
+        for api in make_api(url, tmp_path, read_rate_per_key=0.01, read_burst_per_key=5):
+            for _ in range(5):
+                assert api.call("GET", "/v1/datasets/priv/ledger", "cust").status_code == 200
+            refused = api.call("GET", "/v1/datasets/priv/ledger", "cust")
+            assert refused.status_code == 429, refused.text
+            assert int(refused.headers["Retry-After"]) >= 1
+            assert "reads" in refused.json()["detail"]
+            assert api.call("GET", "/v1/datasets/cust", "cust").status_code == 429  # any read of that key
+            for _ in range(5):
+                assert api.call("GET", "/v1/datasets/other/ledger", "cust2").status_code == 200
+                assert api.call("GET", "/v1/datasets", "analyst").status_code == 200
+            # A write of the limited key is not a read: its budget can still be set.
+            update = {"epsilon": 5.0, "delta": 1e-6}
+            assert api.call("PUT", "/v1/datasets/priv/budget", "cust", json=update).status_code == 200
+
+
+def test_the_default_read_limit_is_far_above_a_dashboard_or_a_polling_client() -> None:
+    settings = ServiceSettings()
+    assert settings.read_rate_per_key >= 10 and settings.read_burst_per_key >= 100

@@ -11,7 +11,6 @@ sees over /v1.
 from __future__ import annotations
 
 import hmac
-import json
 import math
 from collections.abc import Callable, Coroutine
 from datetime import timedelta
@@ -27,11 +26,11 @@ from pydantic import ValidationError
 
 from privacy_wall.accounting import epsilon
 from privacy_wall.names import NAME_RULE, is_dataset_name
-from service.auth import owns_dataset, reads_releases, sees_dataset
+from service.auth import owns_dataset, reads_releases, sees_dataset, take_read
 from service.budgets import exhausted, load_dataset
 from service.deps import EngineDep, SettingsDep
 from service.errors import Conflict, NotFound, ServiceError, SpecError
-from service.job_outputs import job_posterior
+from service.job_outputs import job_posterior, job_posterior_bytes
 from service.job_reads import to_public, visible_job
 from service.key_spend import key_spend
 from service.keys import Principal, authenticate
@@ -186,9 +185,12 @@ def _guarded(request: Request, engine: EngineDep, render: Any) -> Response:
     except _SignIn:
         return RedirectResponse("/ui/signin", status_code=303)
     try:
+        take_read(request, session.principal)  # a page view is a read of its key (429 beyond its rate)
         result: Response = render(session)
     except ServiceError as exc:
-        return _error(request, session, exc.status_code, exc.detail)
+        page = _error(request, session, exc.status_code, exc.detail)
+        page.headers.update(exc.headers or {})  # a 429's Retry-After
+        return page
     return result
 
 
@@ -458,9 +460,8 @@ def posterior_plot(request: Request, engine: EngineDep, job_id: str) -> Response
 def posterior_download(request: Request, engine: EngineDep, job_id: str) -> Response:
     def render(session: UiSession) -> Response:
         job, _ = _job(engine, session.principal, job_id)
-        document = job_posterior(engine, job)
         return Response(
-            json.dumps(document, allow_nan=False),
+            job_posterior_bytes(engine, job),
             media_type="application/json",
             headers={
                 **SECURITY_HEADERS,

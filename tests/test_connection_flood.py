@@ -1,0 +1,155 @@
+"""An unauthenticated connection flood against a real `vips serve` process (service.http_server): 300
+half-open connections from one address (each sends part of a request head, then a byte now and then, and
+is reopened as soon as the server closes it), kept up while a client from another address makes ordinary
+requests on fresh connections. The flooding address holds only its few half-open slots, the other client's
+requests go through, and the server's log says so in a few summary lines, not one line per connection.
+
+Linux routes all of 127.0.0.0/8 to the loopback interface, so the flood comes from 127.0.0.3 and the
+legitimate client from 127.0.0.2 (neither is a trusted proxy)."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import selectors
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.e2e import _clean_env, _stop, free_port, start_vips
+
+ATTACKER = "127.0.0.3"
+CLIENT = "127.0.0.2"
+FLOOD = 300
+FLOOD_SECONDS = 10.0
+#: The part of a request head each flooding connection sends at once, then one header line a second.
+PARTIAL_HEAD = b"GET /healthz HTTP/1.1\r\nHost: x\r\n"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, Path]]:
+    """A `vips serve` with the default connection limits (the header deadline shortened to 2 s only so
+    that a flooding connection is cut, and reopened, several times within the test)."""
+    home = tmp_path_factory.mktemp("flood")
+    env = {**_clean_env(), "VIPS_HOME": str(home), "VIPS_HEADER_TIMEOUT_SECONDS": "2"}
+    subprocess.run(
+        [sys.executable, "-m", "vips.cli", "migrate", "all"], env=env, check=True, capture_output=True
+    )
+    port = free_port()
+    log = home / "serve.log"
+    process = start_vips(["serve", "--port", str(port)], env, log)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(log.read_text()[-3000:])
+        time.sleep(0.2)
+    try:
+        yield port, log
+    finally:
+        _stop({"serve": process})
+
+
+class Flood:
+    """FLOOD half-open connections from ATTACKER to the port, each reopened when the server closes it."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.stop = threading.Event()
+        self.opened = 0
+        self.closed_by_server = 0
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _open(self, selector: selectors.BaseSelector) -> None:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setblocking(False)
+        sock.bind((ATTACKER, 0))
+        error = sock.connect_ex(("127.0.0.1", self.port))
+        if error not in (0, errno.EINPROGRESS):
+            sock.close()
+            return
+        self.opened += 1
+        selector.register(sock, selectors.EVENT_READ | selectors.EVENT_WRITE, {"sent": 0})
+
+    def _run(self) -> None:
+        selector = selectors.DefaultSelector()
+        try:
+            for _ in range(FLOOD):
+                self._open(selector)
+            last_drip = time.monotonic()
+            while not self.stop.is_set():
+                for key, events in selector.select(timeout=0.05):
+                    sock = key.fileobj
+                    assert isinstance(sock, socket.socket)
+                    gone = False
+                    if events & selectors.EVENT_WRITE:
+                        try:
+                            sock.send(PARTIAL_HEAD)
+                            selector.modify(sock, selectors.EVENT_READ, key.data)
+                        except OSError:
+                            gone = True
+                    if events & selectors.EVENT_READ and not gone:
+                        try:
+                            gone = sock.recv(4096) == b""
+                        except BlockingIOError:
+                            pass
+                        except OSError:
+                            gone = True
+                    if gone:
+                        self.closed_by_server += 1
+                        selector.unregister(sock)
+                        sock.close()
+                        self._open(selector)  # reopened as soon as it is closed
+                if time.monotonic() - last_drip >= 1.0:  # one more header line a second, never the end
+                    last_drip = time.monotonic()
+                    for key in list(selector.get_map().values()):
+                        sock = key.fileobj
+                        assert isinstance(sock, socket.socket)
+                        with contextlib.suppress(OSError):
+                            sock.send(b"X-Slow: a\r\n")
+        finally:
+            for key in list(selector.get_map().values()):
+                key.fileobj.close()  # type: ignore[union-attr]
+            selector.close()
+
+
+def test_a_half_open_flood_from_one_address_leaves_other_clients_served(server: tuple[int, Path]) -> None:
+    port, log = server
+    flood = Flood(port)
+    flood.thread.start()
+    try:
+        time.sleep(1.0)  # the flood is up
+        transport = httpx.HTTPTransport(local_address=CLIENT, retries=0)
+        outcomes: list[bool] = []
+        with httpx.Client(
+            transport=transport, limits=httpx.Limits(max_keepalive_connections=0), timeout=5
+        ) as client:  # a fresh connection for every request
+            end = time.monotonic() + FLOOD_SECONDS
+            while time.monotonic() < end:
+                try:
+                    outcomes.append(client.get(f"http://127.0.0.1:{port}/healthz").status_code == 200)
+                except httpx.HTTPError:
+                    outcomes.append(False)
+                time.sleep(0.1)
+    finally:
+        flood.stop.set()
+        flood.thread.join(timeout=10)
+    assert flood.closed_by_server > FLOOD  # the flood was kept up: the server closed and it reopened
+    assert len(outcomes) >= 20
+    succeeded = sum(outcomes) / len(outcomes)
+    assert succeeded >= 0.95, f"{sum(outcomes)} of {len(outcomes)} requests succeeded during the flood"
+    time.sleep(0.5)
+    refusals = [line for line in log.read_text().splitlines() if "connection" in line and "clos" in line]
+    # thousands of connections closed; a first line, then one summary per REFUSAL_LOG_SECONDS
+    assert 1 <= len(refusals) <= 2 + (FLOOD_SECONDS + 2) / 10, "\n".join(refusals[:20])
