@@ -81,6 +81,18 @@ def job_posterior(engine: Engine, job: Row[Any]) -> dict[str, Any]:
     return dict(json.loads(job_posterior_bytes(engine, job)))
 
 
+def posterior_size(engine: Engine, job_id: str) -> int | None:
+    """Bytes of the job's stored posterior document (its JSON text), None without one: measured by the
+    database, so a page can decline to load a large one."""
+    if engine.dialect.name == "postgresql":
+        size: Any = func.octet_length(cast(posteriors.c.document, Text))
+    else:
+        size = func.length(cast(posteriors.c.document, LargeBinary))
+    with reading(engine) as conn:
+        found = conn.execute(select(size).where(posteriors.c.job_id == job_id)).scalar()
+    return None if found is None else int(found)
+
+
 def job_posterior_bytes(engine: Engine, job: Row[Any]) -> bytes:
     """The job's posterior document as stored: its UTF-8 JSON text, never parsed (a download costs its size
     once, not the ~8x of parsing it and writing it again)."""

@@ -87,6 +87,9 @@ class ServiceSettings(BaseSettings):
     max_job_memory_mb: float = Field(default=0.0, ge=0)  # 0: that default, filled in below
     max_release_mb: float = Field(default=64.0, gt=0)
     max_job_stored_mb: float = Field(default=1024.0, gt=0)
+    #: The dashboard summarises and plots posteriors of at most this many MiB (a page never parses a larger
+    #: one: LDA with 1,000 topics stores ~280 MB, ~8 s to parse); larger ones are offered as downloads.
+    ui_posterior_max_mb: float = Field(default=16.0, gt=0)
     #: GET /v1/jobs/{id}/releases answers in pages of at most this many MiB of stored releases (at least one
     #: release each), its Link header naming the next page.
     releases_page_mb: float = Field(default=8.0, gt=0)

@@ -181,6 +181,28 @@ def test_the_job_page_shows_progress_epsilon_and_the_posterior(api: Api) -> None
     assert api.client.get(f"/ui/jobs/{job_id}/posterior.json").status_code == 404
 
 
+@pytest.mark.parametrize("dialect", ["sqlite", "postgresql"])
+def test_a_posterior_above_the_pages_limit_is_offered_not_loaded(dialect: str, tmp_path: Path) -> None:
+    """Issue 34: a 277 MB LDA posterior took its dashboard page 8.6 s (parsed whole to summarise it). Above
+    ui_posterior_max_mb the page and the plot never load it (job_posterior would raise here): the page
+    offers the download, whose bytes are the stored document."""
+    from unittest.mock import patch
+
+    with fresh_database(dialect, tmp_path) as url:
+        for api in make_api(url, tmp_path, ui_posterior_max_mb=100 / (1 << 20)):  # 100 bytes
+            job_id = finished_job(api)
+            sign_in(api, "analyst")
+            with patch("service.ui.routes.job_posterior", side_effect=AssertionError("loaded")):
+                page = api.client.get(f"/ui/jobs/{job_id}")
+                plot = api.client.get(f"/ui/jobs/{job_id}/posterior.svg")
+            assert page.status_code == 200
+            assert "This page summarises posteriors of up to 100 B" in page.text
+            assert "95% credible interval" not in page.text
+            assert plot.status_code == 404
+            document = api.client.get(f"/ui/jobs/{job_id}/posterior.json")
+            assert document.status_code == 200 and document.json()["mean"] == [1.0, -2.0, 0.5]
+
+
 def test_sign_out_needs_the_token_and_ends_the_session(api: Api) -> None:
     sign_in(api, "cust")
     token = csrf(api)

@@ -23,6 +23,7 @@ from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Resp
 from fastapi.routing import APIRoute
 from fastapi.templating import Jinja2Templates
 from pydantic import ValidationError
+from sqlalchemy import Engine
 
 from privacy_wall.accounting import epsilon
 from privacy_wall.names import NAME_RULE, is_dataset_name
@@ -30,14 +31,16 @@ from service.auth import owns_dataset, reads_releases, sees_dataset, take_read
 from service.budgets import exhausted, load_dataset
 from service.deps import EngineDep, SettingsDep
 from service.errors import Conflict, NotFound, ServiceError, SpecError
-from service.job_outputs import job_posterior, job_posterior_bytes
+from service.job_outputs import job_posterior, job_posterior_bytes, posterior_size
 from service.job_reads import to_public, visible_job
 from service.key_spend import key_spend
 from service.keys import Principal, authenticate
 from service.params import JOB_ID_RULE, decimal_number, is_job_id
+from service.resources import human_bytes
 from service.routes.budgets import set_budget
 from service.routes.datasets import list_datasets, show_dataset
 from service.schemas import BudgetPublic, BudgetUpdate
+from service.settings import ServiceSettings
 from service.ui import convergence, views
 from service.ui.sessions import COOKIE, UiSession, close_session, find_session, open_session
 
@@ -383,16 +386,28 @@ def _job(engine: EngineDep, principal: Principal, job_id: str) -> tuple[Any, Any
     return job, load_dataset(engine, job.dataset)
 
 
+def _small_posterior(engine: Engine, settings: ServiceSettings, job: Any) -> int | None:
+    """The size of the job's posterior, which a page may load when it is within ui_posterior_max_mb; else
+    None."""
+    size = posterior_size(engine, job.id) if job.status == "succeeded" else None
+    return size if size is not None and size <= settings.ui_posterior_max_mb * (1 << 20) else None
+
+
 @router.get("/jobs/{job_id}", response_class=HTMLResponse)
-def job_page(request: Request, engine: EngineDep, job_id: str) -> Response:
+def job_page(request: Request, engine: EngineDep, settings: SettingsDep, job_id: str) -> Response:
     def render(session: UiSession) -> Response:
         job, dataset = _job(engine, session.principal, job_id)
         (public,) = to_public(engine, [job])
-        summary = None
+        summary, large = None, None
         if job.status == "succeeded":
-            schema = dict(dataset.schema) if dataset is not None else {}
-            summary = views.summarize(job_posterior(engine, job), schema)
+            if _small_posterior(engine, settings, job) is not None:
+                schema = dict(dataset.schema) if dataset is not None else {}
+                summary = views.summarize(job_posterior(engine, job), schema)
+            else:
+                large = human_bytes(posterior_size(engine, job.id) or 0)
         context = {
+            "large_posterior": large,
+            "summary_limit": human_bytes(settings.ui_posterior_max_mb * (1 << 20)),
             "job": public,
             "owner": job.owner,
             "releases": reads_releases(session.principal, job, dataset),
@@ -428,11 +443,13 @@ def convergence_plot(request: Request, engine: EngineDep, job_id: str) -> Respon
 
 
 @router.get("/jobs/{job_id}/posterior.svg")
-def posterior_plot(request: Request, engine: EngineDep, job_id: str) -> Response:
+def posterior_plot(request: Request, engine: EngineDep, settings: SettingsDep, job_id: str) -> Response:
     from service.ui import plots
 
     def render(session: UiSession) -> Response:
         job, dataset = _job(engine, session.principal, job_id)
+        if job.status == "succeeded" and _small_posterior(engine, settings, job) is None:
+            raise NotFound(f"job {job_id}'s posterior is too large to plot here: download it")
         document = job_posterior(engine, job)
         schema = dict(dataset.schema) if dataset is not None else {}
         summary = views.summarize(document, schema)
