@@ -3,7 +3,8 @@
 Protocol (docs/design.md section 3): a job reserves its whole privacy cost at admission; each iteration
 commits its share, keyed by (job, t), before its release leaves the gate; cancel or failure refunds the
 uncommitted rest. A charge that is not covered by a reservation is admitted on its own if the budget allows
-it. A crash can only leave budget over-counted, never under-counted.
+it (and, in the service, the submitting key's quota: ledger_db.ChargeCheck). A crash can only leave budget
+over-counted, never under-counted.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """Per-key quotas: a custodian's cap on what one key may spend on one dataset (epsilon at the dataset's
-delta), kept in key_quotas and checked at admission under the dataset's budget lock (service.submission).
+delta), kept in key_quotas and checked under the dataset's budget lock at admission (service.submission)
+and for every charge beyond its job's reservation (check_charge_quota, which the worker's ledger runs).
 
 A quota bounds the composition of the key's own releases on the dataset (service.key_spend.key_cost:
 its charges plus its open reservations), composed as the dataset's ledger composes all of them. It is an
@@ -16,11 +17,11 @@ from sqlalchemy import Connection, Engine, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from privacy_wall.accounting import PrivacyCost, SubsampledGaussianEvent, configured_accountant
-from privacy_wall.ledger import BudgetExceeded
+from privacy_wall.ledger import BudgetExceeded, Charge
 from privacy_wall.refusals import headroom_epsilon
 from privacy_wall.sqlengine import reading
 from service.key_spend import key_cost
-from service.models import key_quotas
+from service.models import jobs, key_quotas
 
 
 class QuotaExceeded(BudgetExceeded):
@@ -91,8 +92,16 @@ def clear_quota(engine: Engine, dataset: str, key_id: str) -> bool:
     return bool(removed)
 
 
-def check_quota(conn: Connection, dataset: str, key_id: str, job: PrivacyCost, delta: float) -> None:
-    """Raise QuotaExceeded unless the key's releases on the dataset composed with `job` fit its quota.
+def check_quota(
+    conn: Connection,
+    dataset: str,
+    key_id: str,
+    job: PrivacyCost,
+    delta: float,
+    what: str = "this job",
+) -> None:
+    """Raise QuotaExceeded unless the key's releases on the dataset composed with `job` (`what` the
+    refusal calls it) fit its quota.
 
     Call it in the admission's transaction after the dataset's budget row is locked (ledger_db's
     reserve_within locks it) and before the job's row is written: every admission and charge on the
@@ -105,11 +114,24 @@ def check_quota(conn: Connection, dataset: str, key_id: str, job: PrivacyCost, d
     if not after <= quota:
         raise QuotaExceeded(
             f"key {key_id}'s quota on dataset {dataset}: epsilon {now:.4g} of its quota {quota:.4g} is "
-            f"spent or reserved by its jobs (delta {delta:g}); this job would bring it to {after:.4g}",
+            f"spent or reserved by its jobs (delta {delta:g}); {what} would bring it to {after:.4g}",
             spent=now,
             requested=after,
             budget=quota,
         )
+
+
+def check_charge_quota(conn: Connection, charge: Charge, cost: PrivacyCost, delta: float) -> None:
+    """The ledger_db.ChargeCheck of the worker's ledger: a charge its job's reservation does not cover (a
+    retried attempt once the reservation is used up, a charge after the job's refund) must fit the quota
+    of the key that submitted the job, as the job did at admission. commit_charge runs it in the charge's
+    transaction under the dataset's budget lock, so concurrent charges of one key's jobs are checked one
+    after another. A charge of no job of the service has no key, hence no quota."""
+    owner = conn.execute(select(jobs.c.owner).where(jobs.c.id == charge.job_id)).scalar_one_or_none()
+    if owner is None:
+        return
+    what = f"charge {charge.iteration} (attempt {charge.attempt}) of job {charge.job_id}"
+    check_quota(conn, charge.dataset, owner, cost, delta, what)
 
 
 def quota_quote(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -34,16 +35,18 @@ class Crash(BaseException):
     """Stands for the process dying: not an Exception, so nothing in the job catches it."""
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def engines(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Engine, Engine]]:
+@contextmanager
+def databases(kind: str, tmp_path: Path, rows: int = 400) -> Iterator[tuple[Engine, Engine]]:
+    """Fresh control and sensitive databases of `kind` with dataset "t" (`rows` records, budget 50) and
+    analyst key "k1"."""
     with (
-        fresh_database(request.param, tmp_path) as control_url,
-        fresh_database(request.param, tmp_path) as sensitive_url,
+        fresh_database(kind, tmp_path) as control_url,
+        fresh_database(kind, tmp_path) as sensitive_url,
     ):
         upgrade("control", control_url)
         upgrade("sensitive", sensitive_url)
         control, sensitive = create_db_engine(control_url), create_db_engine(sensitive_url)
-        x, y = tabular_data(n=400, d=3, seed=3)
+        x, y = tabular_data(n=rows, d=3, seed=3)
         ingest(
             control=control,
             sensitive=sensitive,
@@ -66,9 +69,19 @@ def engines(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[En
             sensitive.dispose()
 
 
-def submit(control: Engine, iterations: int = 6, sigma: float = 3.0, batch_size: int = 100) -> str:
+@pytest.fixture(params=["sqlite", "postgresql"])
+def engines(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Engine, Engine]]:
+    with databases(request.param, tmp_path) as pair:
+        yield pair
+
+
+def submit(
+    control: Engine, iterations: int = 6, sigma: float = 3.0, batch_size: int = 100, population: int = 400
+) -> str:
+    """A job of key k1 on dataset "t" (of `population` records), its whole cost reserved."""
     job_id = uuid.uuid4().hex
-    ledger_db.reserve(control, "t", job_id, SubsampledGaussianEvent(sigma, batch_size, 400), iterations)
+    event = SubsampledGaussianEvent(sigma, batch_size, population)
+    ledger_db.reserve(control, "t", job_id, event, iterations)
     with control.begin() as conn:
         conn.execute(
             insert(jobs).values(
