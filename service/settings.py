@@ -23,6 +23,9 @@ WORKER_STALE_SECONDS = 10.0
 
 #: Embedded mode: Celery's broker_transport, kombu's file-system transport whose messages appear whole.
 FILE_BROKER_TRANSPORT = "service.file_broker:Transport"
+#: Production: Celery's broker_transport for a redis:// broker, kombu's Redis transport with a fix that
+#: keeps a worker alive through a Redis outage while it runs a job (service.redis_broker).
+REDIS_BROKER_TRANSPORT = "service.redis_broker:Transport"
 
 RUN_JOB_TASK = "vips.run_job"
 REAP_TASK = "vips.reap"
@@ -229,6 +232,8 @@ class ServiceSettings(BaseSettings):
         }
         if self.broker_url is not None:
             config["broker_url"] = self.broker_url
+            if self.broker_url.startswith("redis://"):
+                config["broker_transport"] = REDIS_BROKER_TRANSPORT
             return config
         queue = (self.home / "broker").resolve()
         for folder in ("out", "processed", "staging", "control"):

@@ -36,6 +36,27 @@ def wait_for(predicate: Callable[[], bool], seconds: float, what: str) -> None:
     raise AssertionError(f"{what} did not happen within {seconds} s")
 
 
+def child_pids(pid: int) -> list[int]:
+    """The processes whose parent is `pid` (a Celery worker's job processes)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue  # gone meanwhile
+            if parent == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def assert_killed_job_failed(job: dict[str, object], killed_at: float) -> None:
+    """The job whose process was SIGKILLed failed at once (not on its stale heartbeat) and says why."""
+    assert time.monotonic() - killed_at < 10, "failed only on its stale heartbeat"
+    assert job["status"] == "failed", job
+    assert "the job's process was killed (signal 9: out of memory?" in str(job["error"]), job
+
+
 def assert_accounted(control: Engine, job_ids: list[str], *, killed: bool = False) -> dict[str, int]:
     """Every job ended (succeeded, failed or cancelled), no reservation is left open, and each job's charges
     equal its stored releases (one more allowed with `killed`: a kill between a charge and its stored

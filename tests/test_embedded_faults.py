@@ -17,7 +17,7 @@ import httpx
 from privacy_wall.sqlengine import create_db_engine
 from service.client import VipsClient
 from tests.e2e import embedded_service, synthetic_csv
-from tests.faults import assert_accounted, wait_for
+from tests.faults import assert_accounted, assert_killed_job_failed, child_pids, wait_for
 
 DELTA = 1e-5
 
@@ -67,3 +67,43 @@ def test_the_embedded_worker_dies_and_comes_back_with_every_charge_accounted(tmp
         assert charged[job["id"]] >= 5
         ledger = json.loads(service.vips("budget", "show", "synth", key=custodian).stdout)
         assert ledger["budget"]["epsilon_spent"] == ledger["budget"]["epsilon_reserved"]
+
+
+def test_a_killed_job_process_fails_its_job_at_once_and_it_does_not_run_again(tmp_path: Path) -> None:
+    """Issue 34.6: the kernel kills the process running a job (the OOM killer's SIGKILL): the worker's main
+    process fails the job at once, not when its heartbeat goes stale (60 s), and does not requeue it."""
+    home = tmp_path / "home"
+    with embedded_service(home) as service:
+        synthetic_csv(tmp_path / "train.csv")
+        data = ["--kind", "tabular", "--input", str(tmp_path / "train.csv"), "--label", "label"]
+        service.vips("data", "ingest", "synth", *data)
+        custodian, analyst = service.key("custodian", "synth"), service.key("analyst")
+        service.vips("budget", "set", "synth", "--epsilon", "100", "--delta", str(DELTA), key=custodian)
+        worker_pid = int((home / "worker.pid").read_text())
+        control = create_db_engine(f"sqlite:///{home / 'control.db'}")
+        try:
+            with VipsClient(service.url, analyst) as api:
+                job = api.submit_job(
+                    dataset="synth", model="blr", iterations=100_000, batch_size=50, sigma=50.0
+                )
+                wait_for(lambda: api.job(job["id"])["iteration"] >= 3, 60, "three iterations")
+                sensitive = str((home / "sensitive.db").resolve())
+                (runner,) = [  # the job process: the one that holds the sensitive database open
+                    pid
+                    for pid in child_pids(worker_pid)
+                    if sensitive in {os.path.realpath(fd) for fd in Path(f"/proc/{pid}/fd").iterdir()}
+                ]
+                os.kill(runner, signal.SIGKILL)
+                killed_at = time.monotonic()
+                wait_for(lambda: api.job(job["id"])["status"] == "failed", 10, "the job failing")
+                assert_killed_job_failed(api.job(job["id"]), killed_at)
+                os.kill(worker_pid, 0)  # its worker lives on (the supervisor did not fail the job)
+                charged = assert_accounted(control, [job["id"]], killed=True)
+                assert charged[job["id"]] >= 3  # what it released stays charged
+                # Not requeued: no message names it, and nothing runs it again.
+                time.sleep(1.0)
+                assert not any(job["id"] in p.read_text() for p in (home / "broker" / "out").iterdir())
+                assert assert_accounted(control, [job["id"]], killed=True) == charged
+                assert api.job(job["id"])["status"] == "failed"
+        finally:
+            control.dispose()

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from sqlalchemy import Engine
@@ -24,8 +24,16 @@ from sqlalchemy import Engine
 from privacy_wall.sqlengine import create_db_engine
 from service.client import VipsClient
 from tests.dbservers import fresh_database
-from tests.e2e import Service, _clean_env, _stop, _wait_ready, start_vips, synthetic_csv
-from tests.faults import PrivateRedis, TcpProxy, assert_accounted, stable_port, wait_for
+from tests.e2e import Service, _clean_env, _stop, _wait_ready, production_service, start_vips, synthetic_csv
+from tests.faults import (
+    PrivateRedis,
+    TcpProxy,
+    assert_accounted,
+    assert_killed_job_failed,
+    child_pids,
+    stable_port,
+    wait_for,
+)
 
 DELTA = 1e-5
 HEARTBEAT, QUEUED, REAPER = 3.0, 6.0, 0.5
@@ -77,7 +85,7 @@ class Faulty:
 
 
 @contextmanager
-def faulty_service(tmp_path: Path) -> Iterator[Faulty]:
+def faulty_service(tmp_path: Path, heartbeat: float = HEARTBEAT, workers: int = 2) -> Iterator[Faulty]:
     with ExitStack() as stack:
         control = stack.enter_context(fresh_database("postgresql", tmp_path))
         sensitive = stack.enter_context(fresh_database("postgresql", tmp_path))
@@ -91,7 +99,7 @@ def faulty_service(tmp_path: Path) -> Iterator[Faulty]:
         base = {
             **_clean_env(),
             "VIPS_HOME": str(tmp_path / "home"),
-            "VIPS_HEARTBEAT_TIMEOUT_SECONDS": str(HEARTBEAT),
+            "VIPS_HEARTBEAT_TIMEOUT_SECONDS": str(heartbeat),
             "VIPS_IDLE_TRANSACTION_TIMEOUT_SECONDS": str(IDLE_TRANSACTION),
             "VIPS_QUEUED_TIMEOUT_SECONDS": str(QUEUED),
             "VIPS_REAPER_INTERVAL_SECONDS": str(REAPER),
@@ -116,8 +124,8 @@ def faulty_service(tmp_path: Path) -> Iterator[Faulty]:
         stack.callback(engine.dispose)
         faulty = Faulty(service, engine, proxy, redis, api_env, worker_env, tmp_path)
         faulty.start_api(port)
-        faulty.start_worker("worker1")
-        faulty.start_worker("worker2")
+        for number in range(1, workers + 1):
+            faulty.start_worker(f"worker{number}")
         stack.callback(_stop, service.processes)
         _wait_ready(service.url, service.processes, [tmp_path / "api.log", tmp_path / "worker1.log"])
         synthetic_csv(tmp_path / "train.csv")
@@ -188,6 +196,93 @@ def test_killed_worker_and_restarted_api(tmp_path: Path) -> None:
         after = f.submit(3)
         wait_for(lambda: f.job(after)["status"] == "succeeded", BOUND, "a new job after the restart")
         assert_accounted(f.control, [long, running, after], killed=True)
+
+
+def test_a_killed_job_process_fails_its_job_at_once_and_it_does_not_run_again(tmp_path: Path) -> None:
+    """Issue 34.6, with Redis: the kernel kills the worker's job processes (the OOM killer's SIGKILL) under
+    a job; the worker's main process fails the job at once (not on its stale heartbeat, 60 s here) and
+    acknowledges its task: the broker no longer holds it and nothing runs it again."""
+    import redis
+
+    with production_service(tmp_path) as service:
+        service.synthetic_dataset(tmp_path)
+        custodian, analyst = service.key("custodian", "synth"), service.key("analyst")
+        service.vips("budget", "set", "synth", "--epsilon", "100", "--delta", str(DELTA), key=custodian)
+        control = create_db_engine(service.env["VIPS_CONTROL_DATABASE_URL"])
+        try:
+            with VipsClient(service.url, analyst) as api:
+                job = api.submit_job(
+                    dataset="synth", model="blr", iterations=100_000, batch_size=50, sigma=50.0
+                )
+                wait_for(lambda: api.job(job["id"])["iteration"] >= 3, 60, "three iterations")
+                worker = service.processes["worker"].pid
+                for pid in child_pids(worker):  # the job's process among them
+                    os.kill(pid, signal.SIGKILL)
+                killed_at = time.monotonic()
+                wait_for(lambda: api.job(job["id"])["status"] == "failed", 10, "the job failing")
+                assert_killed_job_failed(api.job(job["id"]), killed_at)
+                assert service.processes["worker"].poll() is None  # the worker lives on
+                charged = assert_accounted(control, [job["id"]], killed=True)
+                assert charged[job["id"]] >= 3  # what it released stays charged
+                time.sleep(1.0)
+                broker = redis.Redis.from_url(service.worker_env["VIPS_BROKER_URL"])
+                held = cast(list[bytes], broker.lrange("celery", 0, -1))
+                held += cast(list[bytes], broker.hvals("unacked"))
+                assert not any(job["id"].encode() in message for message in held)
+                assert assert_accounted(control, [job["id"]], killed=True) == charged
+                assert api.job(job["id"])["status"] == "failed"
+        finally:
+            control.dispose()
+
+
+#: Issue 34.9: a heartbeat timeout, and a control-database outage shorter than it by more than a beat.
+RESUMING_HEARTBEAT, DATABASE_OUTAGE = 15.0, 7.0
+
+
+def test_a_database_outage_shorter_than_the_heartbeat_timeout_resumes_the_running_job(tmp_path: Path) -> None:
+    """Issue 34.9: the databases unreachable from the worker for about half the heartbeat timeout while a
+    job runs: the worker waits for them, refreshes the job's heartbeat as soon as they are back and goes on
+    from the job's stored releases in the same task; the reaper (in the API, which still reaches the
+    database) never sees the heartbeat stale. The job succeeds, every charge has its stored release. (The
+    task used to retry only after back-off plus the heartbeat timeout: the reaper failed the job first.)"""
+    with faulty_service(tmp_path, heartbeat=RESUMING_HEARTBEAT, workers=1) as f:
+        job = f.submit(400)
+        wait_for(lambda: f.job(job)["iteration"] >= 3, BOUND, "three iterations")
+        f.proxy.cut()
+        time.sleep(DATABASE_OUTAGE)
+        assert f.job(job)["status"] == "running"
+        f.proxy.restore()
+        wait_for(lambda: f.job(job)["status"] != "running", BOUND * 2, "the job ending")
+        assert f.job(job)["status"] == "succeeded", f.job(job)
+        assert_accounted(f.control, [job], killed=True)
+        log = (f.logs / "worker1.log").read_text()
+        assert "resuming from its stored releases" in log
+
+
+#: Issue 34.9: how long the test below keeps Redis stopped (the worker used to exit within a second).
+REDIS_OUTAGE = 8.0
+
+
+def test_a_worker_survives_a_redis_outage_during_a_job_and_runs_the_next_job(tmp_path: Path) -> None:
+    """Issue 34.9: Redis stopped while the worker runs a job, then started again on its port: the same
+    worker process reconnects (service.redis_broker) and runs a job submitted afterwards. It used to exit
+    at once ("'NoneType' object has no attribute 'hostname'" in kombu, closing the lost connection of the
+    unacknowledged running job), and new jobs stayed queued."""
+    with faulty_service(tmp_path, workers=1) as f:
+        worker = f.service.processes["worker1"]
+        running = f.submit(150)
+        wait_for(lambda: f.job(running)["iteration"] >= 3, BOUND, "three iterations")
+        f.redis.stop()
+        time.sleep(REDIS_OUTAGE)
+        assert worker.poll() is None, (f.logs / "worker1.log").read_text()[-3000:]
+        f.redis.start()
+        after = f.submit(3)
+        wait_for(
+            lambda: f.job(after)["status"] == "succeeded", BOUND * 2, "the job submitted after the outage"
+        )
+        wait_for(lambda: f.job(running)["status"] == "succeeded", BOUND, "the job that ran through it")
+        assert f.service.processes["worker1"] is worker and worker.poll() is None
+        assert_accounted(f.control, [running, after])
 
 
 @pytest.fixture(autouse=True)

@@ -254,10 +254,13 @@ def idle_transaction_ended(control: Engine) -> DBAPIError:
 
 
 @pytest.mark.parametrize("loss", ["connection closed", "idle transaction ended"])
-def test_a_database_lost_mid_job_resumes_without_paying_twice(
+def test_a_database_lost_longer_than_the_wait_is_retried_and_resumes_without_paying_twice(
     engines: tuple[Engine, Engine], monkeypatch: pytest.MonkeyPatch, loss: str
 ) -> None:
+    """The database away for longer than the task waits for it (here: no wait at all): the task's retry
+    resumes the job once its heartbeat is stale."""
     control, sensitive = engines
+    monkeypatch.setattr(job_runner, "MAX_RESUMPTIONS", 0)
     if loss == "idle transaction ended" and control.dialect.name != "postgresql":
         pytest.skip("the idle-transaction timeout is PostgreSQL's")
     job_id = submit(control)
@@ -284,6 +287,72 @@ def test_a_database_lost_mid_job_resumes_without_paying_twice(
         )
     assert job_runner.execute_job(job_id, control, sensitive, heartbeat_timeout=60) == "succeeded"
     assert count(control, charges, job_id) == count(control, releases, job_id) == 6
+    assert open_reservations(control) == 0
+
+
+@pytest.mark.parametrize("loss", ["connection closed", "idle transaction ended"])
+def test_a_database_lost_mid_job_is_waited_for_and_the_job_resumes_in_the_same_task(
+    engines: tuple[Engine, Engine], monkeypatch: pytest.MonkeyPatch, loss: str
+) -> None:
+    """Issue 34.9: a lost database (back within the heartbeat timeout) does not end the task: it waits for
+    the database, refreshes the heartbeat and resumes the job from its stored releases, paying nothing
+    twice."""
+    control, sensitive = engines
+    if loss == "idle transaction ended" and control.dialect.name != "postgresql":
+        pytest.skip("the idle-transaction timeout is PostgreSQL's")
+    job_id = submit(control)
+
+    def lose_database() -> None:
+        if loss == "idle transaction ended":
+            raise idle_transaction_ended(control)
+        raise OperationalError("SELECT", {}, ConnectionError("server closed the connection"))
+
+    on_gate_call(monkeypatch, 4, lose_database)
+    assert job_runner.execute_job(job_id, control, sensitive, heartbeat_timeout=60) == "succeeded"
+    assert count(control, charges, job_id) == count(control, releases, job_id) == 6
+    assert open_reservations(control) == 0
+
+
+def test_a_release_whose_store_a_lost_database_cut_off_is_stored_on_resumption_not_paid_again(
+    engines: tuple[Engine, Engine], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 34.9: release 4 is charged and computed, then its store is cut off: the resumed job stores that
+    release (it was paid for) instead of charging the iteration again: charges = releases."""
+    control, sensitive = engines
+    job_id = submit(control)
+    real = job_runner.StoredReleases._store
+    cut = {"left": 1}
+
+    def store(self: job_runner.StoredReleases, release: Any) -> bool | None:
+        if release.iteration == 4 and cut["left"]:
+            cut["left"] -= 1
+            raise OperationalError("INSERT", {}, ConnectionError("server closed the connection"))
+        return real(self, release)
+
+    monkeypatch.setattr(job_runner.StoredReleases, "_store", store)
+    monkeypatch.setattr(job_runner, "OUTAGE_POLL_SECONDS", 0.01)
+    assert job_runner.execute_job(job_id, control, sensitive, heartbeat_timeout=60) == "succeeded"
+    assert cut["left"] == 0
+    assert count(control, charges, job_id) == count(control, releases, job_id) == 6
+    assert open_reservations(control) == 0
+
+
+def test_a_job_ended_while_its_worker_waited_for_the_database_is_left_as_it_ended(
+    engines: tuple[Engine, Engine], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An outage longer than the heartbeat timeout: the reaper failed the job meanwhile; the waiting task
+    sees that once the database is back and stops, charging nothing more."""
+    control, sensitive = engines
+    job_id = submit(control)
+
+    def lose_database_and_get_reaped() -> None:
+        with control.begin() as conn:
+            end_job(conn, job_id, "failed", only_if=jobs.c.status == "running", error="reaped")
+        raise OperationalError("SELECT", {}, ConnectionError("server closed the connection"))
+
+    on_gate_call(monkeypatch, 4, lose_database_and_get_reaped)
+    assert job_runner.execute_job(job_id, control, sensitive, heartbeat_timeout=60) == "failed"
+    assert count(control, charges, job_id) == count(control, releases, job_id) == 3
     assert open_reservations(control) == 0
 
 

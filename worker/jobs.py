@@ -5,7 +5,11 @@ then the release is stored in `releases` under (job, t) (its arrays as .npz, ser
 the job's progress is updated. A retried or resumed task replays stored releases through the M-step
 without paying again. A release that cannot be stored (too large, refused by the database, out of memory)
 is dropped and its charge withdrawn; if a crash loses a release after its charge, the retry charges a new
-attempt: the ledger can only over-count.
+attempt: the ledger can only over-count. (A lost database is waited out in the task, which keeps the
+computed release whose store it cut off and stores it on resumption, charged once: execute_job.) A
+charge beyond the job's reservation (such a retry once the reservation is used up, a charge after the
+reaper's refund) must fit the submitting key's quota as well as the dataset's budget; refused by either,
+the job fails and its reservation is closed.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from privacy_wall.sqlengine import (
 from service.job_end import end_job
 from service.job_status import TERMINAL
 from service.models import api_keys, jobs, posteriors, releases
+from service.quotas import QuotaExceeded, check_charge_quota
 from service.reaper import heartbeat_is_fresh
 from service.release_arrays import decode_arrays, encode_arrays, stored_bound
 from service.resources import human_bytes
@@ -122,6 +127,7 @@ _FAILURE_REASONS: tuple[tuple[type[BaseException] | tuple[type[BaseException], .
     (DataError, "the database refused a value (out of range, or larger than it accepts)"),
     (IntegrityError, "the database refused a write that conflicts with what it holds"),
     (DBAPIError, "the database reported an error"),
+    (QuotaExceeded, "the submitting key's privacy quota on the dataset has no room for the charge"),
     (BudgetExceeded, "the dataset's privacy budget has no room for the charge"),
     (PrivacyError, "the privacy wall refused the request"),
     (
@@ -196,8 +202,12 @@ class StoredReleases:
         stage: Stage,
         deadline: datetime | None = None,
         limits: StorageLimits | None = None,
+        carried: dict[int, Release] | None = None,
     ) -> None:
         self._gate = gate
+        # Releases charged and computed whose store was cut off by a lost database (execute_job resumes
+        # the job in the same task once it is back): stored on resumption instead of charged again.
+        self._carried = {} if carried is None else carried
         self._deadline = deadline  # no new release after it (JobOverTime)
         self._limits = limits
         self._stage = stage  # what the job is doing, for the message of a failure
@@ -256,10 +266,35 @@ class StoredReleases:
         if job_id != self._job_id:
             raise ValueError("this releaser serves one job")
         if iteration in self._stored:
+            self._carried.pop(iteration, None)  # its store committed after all (only its answer was lost)
             self._stage.doing = f"reading stored release {iteration}"
             stored = self._replay(iteration, sigma, batch_size)
             self._stage.doing = f"updating the model with release {iteration}"
             return stored
+        # Paid for before an outage cut its store off, computed from the same state: stored, not paid again.
+        release = self._carried.pop(iteration, None)
+        if release is None:
+            release = self._new_release(
+                query, params, iteration=iteration, sigma=sigma, batch_size=batch_size
+            )
+        self._stage.doing = f"storing release {iteration}"
+        try:
+            self._keep(release)
+        except (JobOverStorage, DBAPIError) as exc:
+            # Refused before its INSERT (above the release limit, judged from its shapes) or by it (the
+            # database rejected the statement): not stored, never shown, and the refusal does not depend on
+            # the values, so its charge goes too. A lost database may have committed the row all the same,
+            # and any other failure (out of memory) may come after the commit: those keep the charge.
+            if not database_lost(exc) and not self._is_stored(iteration):
+                self._gate.withdraw(release)
+            raise
+        self._stage.doing = f"updating the model with release {iteration}"
+        return release
+
+    def _new_release(
+        self, query: Query, params: dict[str, Array], *, iteration: int, sigma: float, batch_size: int
+    ) -> Release:
+        """Charge and compute release `iteration` through the gate, unless the job must stop first."""
         if self._cancel:
             raise JobCancelled
         if self._stopped:
@@ -278,31 +313,28 @@ class StoredReleases:
         release = self._gate.release(
             query,
             params,
-            job_id=job_id,
+            job_id=self._job_id,
             iteration=iteration,
             sigma=sigma,
             batch_size=batch_size,
             attempt=self._attempts.get(iteration, 0),
         )
         self._attempts[iteration] = self._attempts.get(iteration, 0) + 1
-        self._stage.doing = f"storing release {iteration}"
+        return release
+
+    def _keep(self, release: Release) -> None:
+        """Store the release; one whose store a lost database cut off is carried to the job's resumption."""
         try:
             running = self._store(release)
-        except (JobOverStorage, DBAPIError) as exc:
-            # Refused before its INSERT (above the release limit, judged from its shapes) or by it (the
-            # database rejected the statement): not stored, never shown, and the refusal does not depend on
-            # the values, so its charge goes too. A lost database may have committed the row all the same,
-            # and any other failure (out of memory) may come after the commit: those keep the charge.
-            if not database_lost(exc) and not self._is_stored(iteration):
-                self._gate.withdraw(release)
+        except DBAPIError as exc:
+            if database_lost(exc):
+                self._carried[release.iteration] = release
             raise
         if running is None:
             self._stopped = True
         else:
             self._cancel = bool(running)
-        self._stored.add(iteration)
-        self._stage.doing = f"updating the model with release {iteration}"
-        return release
+        self._stored.add(release.iteration)
 
     def _is_stored(self, iteration: int) -> bool:
         """Whether release `iteration` is in the database (True when that cannot be read)."""
@@ -351,24 +383,42 @@ class StoredReleases:
         return None if running is None else bool(running)
 
 
+#: How often a job's heartbeat, and a job waiting for its lost database, try the database again.
+OUTAGE_POLL_SECONDS = 0.5
+
+
+def _beat(control: Engine, job_id: str) -> bool:
+    """Refresh the job's heartbeat; returns whether it is still running."""
+    with control.begin() as conn:
+        return bool(
+            conn.execute(
+                update(jobs)
+                .where(jobs.c.id == job_id, jobs.c.status == "running")
+                .values(heartbeat_at=_now())
+            ).rowcount
+        )
+
+
 @contextmanager
 def heartbeat(control: Engine, job_id: str, every_seconds: float) -> Iterator[None]:
-    """Refresh the job's heartbeat in the background while it runs (long iterations included)."""
+    """Refresh the job's heartbeat in the background while it runs (long iterations included). After a
+    failed beat (the database unreachable) it tries every OUTAGE_POLL_SECONDS, so the heartbeat is fresh
+    again as soon as the database is back: an outage shorter than the heartbeat timeout (less one beat)
+    never lets the reaper fail the job."""
     stop = threading.Event()
 
     def beat() -> None:
-        while not stop.wait(every_seconds):
+        wait = every_seconds
+        while not stop.wait(wait):
             try:
-                with control.begin() as conn:
-                    conn.execute(
-                        update(jobs)
-                        .where(jobs.c.id == job_id, jobs.c.status == "running")
-                        .values(heartbeat_at=_now())
-                    )
-            except DBAPIError as exc:  # a blip: beat again next time (a long outage lets the reaper act)
+                _beat(control, job_id)
+                wait = every_seconds
+            except DBAPIError as exc:  # an outage: beat again soon (a long one lets the reaper act)
                 if not database_lost(exc):
                     raise
-                log.warning("job %s: heartbeat failed (database unavailable)", job_id)
+                if wait == every_seconds:
+                    log.warning("job %s: heartbeat failed (database unavailable)", job_id)
+                wait = min(every_seconds, OUTAGE_POLL_SECONDS)
 
     thread = threading.Thread(target=beat, name=f"heartbeat-{job_id}", daemon=True)
     thread.start()
@@ -391,6 +441,45 @@ class DatabaseUnavailable(Exception):
         where = "while it ran" if started else "before it started"
         super().__init__(f"job {job_id}: a database was unreachable {where}")
         self.started = started
+
+
+#: In-task resumptions of a job after its database came back, before the task gives up (DatabaseUnavailable).
+MAX_RESUMPTIONS = 10
+
+
+def _store_posterior(control: Engine, job_id: str, document: dict[str, Any]) -> None:
+    with control.begin() as conn:
+        conn.execute(insert(posteriors).values(job_id=job_id, document=document, created_at=_now()))
+
+
+def _has_posterior(control: Engine, job_id: str) -> bool:
+    """Whether the job's posterior is stored (its insert committed though the answer was lost)."""
+    with reading(control) as conn:
+        return (
+            conn.execute(select(posteriors.c.job_id).where(posteriors.c.job_id == job_id)).first() is not None
+        )
+
+
+def _wait_for_databases(control: Engine, sensitive: Engine, job_id: str, heartbeat_timeout: float) -> bool:
+    """Wait, up to the heartbeat timeout, for both databases to answer again: True once they do and the
+    job is still running (its heartbeat refreshed: the job resumes in this task, before the reaper could
+    see it stale); raises JobNoLongerRunning if someone ended it meanwhile (the reaper, for an outage
+    longer than the timeout); False when they stay away (the task's retry takes over)."""
+    give_up = time.monotonic() + heartbeat_timeout
+    while time.monotonic() < give_up:
+        time.sleep(OUTAGE_POLL_SECONDS)
+        try:
+            running = _beat(control, job_id)
+            with sensitive.connect() as conn:
+                conn.execute(select(1))
+        except DBAPIError as exc:
+            if not database_lost(exc):
+                raise
+            continue
+        if not running:
+            raise JobNoLongerRunning
+        return True
+    return False
 
 
 def _finish(control: Engine, job_id: str, status: str, error: str | None = None) -> None:
@@ -424,8 +513,11 @@ def execute_job(
     already runs `max_running_per_key` jobs; the caller queues it again).
 
     A job that is running with a fresh heartbeat belongs to another worker and is left alone; one whose
-    heartbeat went stale (its worker died, the broker redelivered the task) is resumed. An unreachable
-    database raises DatabaseUnavailable (the task retries it later) instead of failing the job. A job
+    heartbeat went stale (its worker died, the broker redelivered the task) is resumed. A database lost
+    while the job runs is waited for here (up to the heartbeat timeout, the heartbeat refreshed as soon
+    as it is back: _wait_for_databases) and the job resumes from its stored releases in this call; one
+    unreachable at the start, or for longer, raises DatabaseUnavailable (the task retries it later)
+    instead of failing the job. A job
     still running `max_job_seconds` after it first started stops before its next release: failed, what
     it released stays charged, the rest of its reservation is refunded. With `shards`, full passes are
     summed by shard workers (privacy_wall.shards).
@@ -447,10 +539,23 @@ def execute_job(
     deadline = started + timedelta(seconds=max_job_seconds) if max_job_seconds else None
     try:
         with heartbeat(control, job_id, heartbeat_timeout / 4):
-            document = _run(job, control, sensitive, stage, deadline, limits, cache, shards)
-        stage.doing = "storing the posterior"
-        with control.begin() as conn:
-            conn.execute(insert(posteriors).values(job_id=job_id, document=document, created_at=_now()))
+            carried: dict[int, Release] = {}  # releases whose store an outage cut off (StoredReleases)
+            for resumption in range(MAX_RESUMPTIONS + 1):
+                try:
+                    if resumption == 0 or not _has_posterior(control, job_id):
+                        document = _run(
+                            job, control, sensitive, stage, deadline, limits, cache, shards, carried
+                        )
+                        stage.doing = "storing the posterior"
+                        _store_posterior(control, job_id, document)
+                    break
+                except Exception as exc:  # a lost database: wait for it here, then resume (or give up)
+                    if not database_lost(exc) or resumption == MAX_RESUMPTIONS:
+                        raise
+                    log.warning("job %s: database unavailable while %s; waiting for it", job_id, stage.doing)
+                    if not _wait_for_databases(control, sensitive, job_id, heartbeat_timeout):
+                        raise
+                    log.warning("job %s: the database is back; resuming from its stored releases", job_id)
     except JobCancelled:
         _finish(control, job_id, "cancelled")
         return "cancelled"
@@ -544,6 +649,7 @@ def _run(
     limits: StorageLimits | None = None,
     cache: DatasetCache | None = None,
     shards: ShardedSums | None = None,
+    carried: dict[int, Release] | None = None,
 ) -> dict[str, Any]:
     stage.doing = "setting up the model"
     options = dict(job.options)
@@ -560,7 +666,7 @@ def _run(
         _check_population(autocommit_reads(reads), job.dataset, store.info.population)
         gate = Gate(
             store,
-            ledger_db.SqlLedger(writes),
+            ledger_db.SqlLedger(writes, check_charge_quota),
             shards=shards,
             shard_minibatches=shards is not None and not store.fits_cache(),
         )
@@ -568,7 +674,7 @@ def _run(
             job.iterations, job.batch_size, job.sigma, options.get("tau0", 0.0), options.get("kappa", 1.0)
         )
         result = run_vips(
-            StoredReleases(gate, autocommit_reads(reads), relaxed, job.id, stage, deadline, limits),
+            StoredReleases(gate, autocommit_reads(reads), relaxed, job.id, stage, deadline, limits, carried),
             setup.query,
             setup.model,
             settings,

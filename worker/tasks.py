@@ -4,19 +4,25 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import threading
 import time
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from celery.signals import worker_process_init, worker_ready
+from celery.exceptions import WorkerLostError
+from celery.signals import task_failure, worker_process_init, worker_ready
+from celery.worker import state as worker_state
 from sqlalchemy import select
+from sqlalchemy.pool import NullPool
 from threadpoolctl import threadpool_limits
 
 from privacy_wall.db_store import DatabaseStore
-from privacy_wall.shards import ShardedSums, ShardTask, answer, linger, pending
-from privacy_wall.sqlengine import reading
+from privacy_wall.settings import get_wall_settings
+from privacy_wall.shards import SWEEP_SECONDS, ShardedSums, ShardTask, answer, keep_swept, linger, pending
+from privacy_wall.sqlengine import create_db_engine, reading
+from service.job_end import end_job
 from service.models import jobs
 from service.queue import CeleryQueue, send_run_job
 from service.reaper import reap, start_reaper_thread
@@ -48,10 +54,16 @@ def retry_delay(retries: int, started: bool, heartbeat_timeout: float) -> float:
     return backoff + (heartbeat_timeout if started else 0.0)
 
 
-@app.task(name=RUN_JOB_TASK, bind=True, acks_late=True, reject_on_worker_lost=True)
+@app.task(name=RUN_JOB_TASK, bind=True, acks_late=True, reject_on_worker_lost=False)
 def run_job(self: Any, job_id: str) -> str:
-    """Run one job through the gate; idempotent under redelivery. A database outage is retried with
-    backoff (never acknowledged away); past the retries the reaper fails the job and refunds it."""
+    """Run one job through the gate; idempotent under redelivery. A database lost while the job runs is
+    waited for in the task and the job resumes (worker.jobs.execute_job); one unreachable at the start, or
+    for longer than the heartbeat timeout, is retried with backoff (never acknowledged away); past the
+    retries the reaper fails the job and refunds it. A job
+    process that dies under its job (the kernel's OOM killer, any SIGKILL) fails the job at once from the
+    worker's main process (_fail_killed_job), and its message is acknowledged, not requeued: the job does
+    not run again. (Its message stays unacknowledged only when the whole worker dies; then the reaper,
+    or `vips up`'s supervisor, fails the job.)"""
     settings = get_settings()
     try:
         status = execute_job(
@@ -130,6 +142,50 @@ def shard_sums(job_id: str, iteration: int, attempt: int, shard: int, shards: in
         )
 
 
+def killed_message(lost: BaseException) -> str:
+    """The `error` of a job whose process died under it, from the pool's WorkerLostError (whose text
+    names the signal or exit code, e.g. "Worker exited prematurely: signal 9 (SIGKILL) Job: 3.")."""
+    signal = re.search(r"signal (\d+)", str(lost))
+    exitcode = re.search(r"exitcode (-?\d+)", str(lost))
+    if signal is not None and signal.group(1) == "9":  # what the kernel's OOM killer sends
+        what = "was killed (signal 9: out of memory? a smaller batch size or model needs less)"
+    elif signal is not None:
+        what = f"was killed (signal {signal.group(1)})"
+    elif exitcode is not None:
+        what = f"ended abruptly (exit code {exitcode.group(1)})"
+    else:
+        what = "ended abruptly"
+    return (
+        f"the job's process {what}; the job was failed, what it released stays charged and the rest of its "
+        "budget was refunded"
+    )
+
+
+@task_failure.connect
+def _fail_killed_job(sender: Any = None, exception: BaseException | None = None, **info: Any) -> None:
+    """In the worker's main process: a run_job whose job process died (WorkerLostError: killed by the
+    kernel, or any signal) fails its job now, by the path every job end takes (service.job_end: charges
+    kept, the reservation closed), instead of leaving it `running` until its heartbeat goes stale. Only a
+    job still `running` is failed (one that ended meanwhile keeps its status). A cold shutdown of the
+    worker (which kills its job processes itself) fails nothing: the reaper does, on the stale heartbeat;
+    so does a database that cannot be reached now."""
+    if getattr(sender, "name", None) != RUN_JOB_TASK or not isinstance(exception, WorkerLostError):
+        return
+    if worker_state.should_terminate:
+        return
+    args = info.get("args") or ()
+    job_id = str(args[0]) if args else str(info.get("task_id"))
+    message = killed_message(exception)
+    try:
+        with control_engine().begin() as conn:
+            failed = end_job(conn, job_id, "failed", only_if=jobs.c.status == "running", error=message)
+    except Exception:
+        log.exception("job %s: its process died; failing it failed (the reaper will)", job_id)
+        return
+    if failed:
+        log.warning("job %s failed: %s", job_id, message)
+
+
 @lru_cache
 def broker_queue() -> CeleryQueue:
     """This process's reader of the broker's queue: the reaper asks it whether a queued job's task is lost."""
@@ -167,6 +223,20 @@ def _own_connections(**_: object) -> None:
         resource.cache_clear()
     dataset_cache.cache_clear()
     broker_queue.cache_clear()
+
+
+@worker_ready.connect
+def _start_shard_sweeper(**_: object) -> None:
+    """Every worker inside the wall, job worker and shard worker alike, removes abandoned shard requests and
+    their partial sums (a coordinator that died or stalled: privacy_wall.shards.keep_swept) at its start
+    and, with VIPS_SHARDS > 1, every SWEEP_SECONDS, from a daemon thread of its main process: a job process
+    killed mid-release is swept by its own worker, a whole worker lost by any other; with none running, by
+    the first to start. With VIPS_SHARDS = 1 once at start (what an earlier K > 1 left). Its engine has no
+    pool: the job processes this process forks inherit no connection of it (privacy_wall.shards._SWEEPING
+    keeps forks out of a sweep)."""
+    every = SWEEP_SECONDS if get_settings().shards > 1 else None
+    engine = create_db_engine(get_wall_settings().sensitive_url(), poolclass=NullPool)
+    threading.Thread(target=keep_swept, args=(engine, every), name="shard-sweeper", daemon=True).start()
 
 
 @worker_ready.connect
