@@ -21,7 +21,7 @@ from collections.abc import Set as AbstractSet
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Engine, or_, select
+from sqlalchemy import Engine, or_, select, update
 
 from privacy_wall import ledger_db
 from privacy_wall.control_schema import reservations
@@ -29,6 +29,7 @@ from service.job_end import end_job
 from service.job_status import TERMINAL
 from service.models import jobs
 from service.periodic import run_every
+from service.queue import JobQueue
 from service.timestamps import aware
 
 log = logging.getLogger(__name__)
@@ -126,6 +127,28 @@ def fail_running_jobs(control: Engine, message: str) -> list[str]:
             if end_job(conn, job_id, "failed", only_if=jobs.c.status == "running", error=message):
                 failed.append(job_id)
     return failed
+
+
+def requeue_interrupted_jobs(control: Engine, queue: JobQueue) -> list[str]:
+    """Embedded mode's restart, before its only worker starts: every job still `running` (the last `vips up`
+    stopped under it) goes back to `queued` (its start and releases kept) and is sent to the broker again,
+    as is every queued job the broker no longer holds (a deferred task the stopped worker kept in memory).
+    The worker resumes each from its stored releases, as after any lost task. Returns the job ids sent."""
+    now = datetime.now(UTC)
+    with control.begin() as conn:
+        running = list(conn.execute(select(jobs.c.id).where(jobs.c.status == "running")).scalars())
+        if running:
+            conn.execute(
+                update(jobs)
+                .where(jobs.c.id.in_(running), jobs.c.status == "running")
+                .values(status="queued", heartbeat_at=now)
+            )
+        queued = set(conn.execute(select(jobs.c.id).where(jobs.c.status == "queued")).scalars())
+    held = queue.holds(queued - set(running))
+    lost = sorted(queued - set(running) - (held if held is not None else queued))
+    for job_id in [*running, *lost]:
+        queue.send_run_job(job_id)
+    return [*running, *lost]
 
 
 def start_reaper_thread(

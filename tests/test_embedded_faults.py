@@ -13,9 +13,11 @@ import time
 from pathlib import Path
 
 import httpx
+from sqlalchemy import select
 
 from privacy_wall.sqlengine import create_db_engine
 from service.client import VipsClient
+from service.models import jobs
 from tests.e2e import embedded_service, synthetic_csv
 from tests.faults import assert_accounted, assert_killed_job_failed, child_pids, wait_for
 
@@ -107,3 +109,40 @@ def test_a_killed_job_process_fails_its_job_at_once_and_it_does_not_run_again(tm
                 assert api.job(job["id"])["status"] == "failed"
         finally:
             control.dispose()
+
+
+def test_a_restarted_vips_up_resumes_the_jobs_its_last_run_left_running(tmp_path: Path) -> None:
+    """Issue 34.13: `vips up` stopped under a running job (here killed outright, worker and all, as a power
+    cut would) left the job `running`; the next `vips up` failed it at ~65 s, its epsilon spent and no
+    posterior. Now the next `vips up` requeues it before its worker starts, and the worker resumes it from
+    its stored releases: it succeeds, with charges = releases (one more allowed for the release the kill
+    cut) and nothing reserved."""
+    home = tmp_path / "home"
+    synthetic_csv(tmp_path / "train.csv")
+    data = ["--kind", "tabular", "--input", str(tmp_path / "train.csv"), "--label", "label"]
+    with embedded_service(home) as service:
+        service.vips("data", "ingest", "synth", *data)
+        custodian, analyst = service.key("custodian", "synth"), service.key("analyst")
+        service.vips("budget", "set", "synth", "--epsilon", "100", "--delta", str(DELTA), key=custodian)
+        with VipsClient(service.url, analyst) as api:
+            job = api.submit_job(dataset="synth", model="blr", iterations=400, batch_size=50, sigma=50.0)
+            wait_for(lambda: api.job(job["id"])["iteration"] >= 3, 60, "three iterations")
+        up = service.processes["up"]
+        os.killpg(up.pid, signal.SIGKILL)
+        up.wait()
+    control = create_db_engine(f"sqlite:///{home / 'control.db'}")
+    try:
+        with control.connect() as conn:
+            left = conn.execute(select(jobs.c.status, jobs.c.iteration).where(jobs.c.id == job["id"])).one()
+        assert left.status == "running" and left.iteration < 400, left  # the kill cut it mid-job
+        with embedded_service(home) as service, VipsClient(service.url, analyst) as api:
+            started = time.monotonic()
+            finished = api.wait(job["id"], interval=0.5, timeout=180)
+            assert finished["status"] == "succeeded", finished
+            assert finished["iteration"] == 400
+            assert time.monotonic() - started < 180
+            assert api.posterior(job["id"])["model"] == "blr"
+            charged = assert_accounted(control, [job["id"]], killed=True)
+            assert 400 <= charged[job["id"]] <= 401
+    finally:
+        control.dispose()

@@ -324,6 +324,14 @@ def _run_embedded(args: argparse.Namespace, home: Path, url: str, listener: sock
     embedded = ServiceSettings(home=home)
     control = create_control_engine(embedded)
     embedded.worker_alive_path().unlink(missing_ok=True)  # a previous run's
+    from service.queue import CeleryQueue
+    from service.reaper import requeue_interrupted_jobs
+
+    queue = CeleryQueue(embedded)
+    try:
+        resumed = requeue_interrupted_jobs(control, queue)  # before the worker: none of them is held
+    finally:
+        queue.close()
     worker = WorkerSupervisor(env, home / "worker.log", control, embedded.worker_alive_path())
     shard_workers = [
         WorkerSupervisor(env, home / f"shard-{shard}.log", control, None, shard=shard)
@@ -335,6 +343,8 @@ def _run_embedded(args: argparse.Namespace, home: Path, url: str, listener: sock
 
     signal.signal(signal.SIGTERM, stop)
     print(_welcome(url, home, _first_admin_key(control)), file=sys.stderr)
+    if resumed:
+        print(f"vips: resuming {len(resumed)} job(s) the last run left unfinished", file=sys.stderr)
     try:
         _serve(embedded, args.host, args.port, listener=listener)
     except KeyboardInterrupt:
