@@ -30,11 +30,11 @@ from pathlib import Path
 
 import numpy as np
 
+from privacy_wall.delta_policy import suggested_delta
 from service.client import VipsClient
 from tests.e2e import embedded_service
 
 D = 20
-DELTA = 1e-5
 #: The child's peak RSS in kB, measured by a wrapper process that waits for it (RUSAGE_CHILDREN).
 _PEAK = (
     "import resource, subprocess, sys; subprocess.run(sys.argv[1:], check=True); "
@@ -112,9 +112,8 @@ def run(rows: int, folder: Path, shards: list[int]) -> list[dict[str, float]]:
                 ingested["ingest_rss_mb"] = int(done.stdout.strip().splitlines()[-1]) / 1024
                 result.update(ingested)
                 custodian = service.key("custodian", "scale")
-                service.vips(
-                    "budget", "set", "scale", "--epsilon", "1000", "--delta", str(DELTA), key=custodian
-                )
+                delta = f"{suggested_delta(rows):g}"  # below 1/N, as a private dataset's budget's must be
+                service.vips("budget", "set", "scale", "--epsilon", "1000", "--delta", delta, key=custodian)
             with VipsClient(service.url, service.key("analyst"), timeout=60) as api:
                 full = api.submit_job(dataset="scale", model="blr", iterations=10, batch_size=rows, sigma=5.0)
                 assert api.wait(full["id"], interval=0.5, timeout=3600)["status"] == "succeeded"

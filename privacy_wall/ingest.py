@@ -11,6 +11,11 @@ catalogue entry (or, for an append, the new population) last; any failure remove
 the leftover of a killed ingest (a stored dataset the catalogue does not list, rows at or above the
 population) is removed by the next ingest of that name. Appending rows is allowed only while the dataset
 has no charge and no open reservation: its population is part of every charged event.
+
+When the dataset has a budget (set before its first ingest, or before an append) and is private, its
+delta must stay below 1/N (privacy_wall.delta_policy): the rows stop at the most that delta allows (no
+chunk past it is written, the rest of the file is only counted, for the refusal's N) and the budget is
+read again at the commit point, in its transaction; a refusal leaves the dataset as it was.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from sqlalchemy import Connection, Engine, delete, func, insert, select, text, u
 
 from privacy_wall import blocks as block_layout
 from privacy_wall.control_schema import budgets, charges, datasets, reservations
+from privacy_wall.delta_policy import delta_problem, largest_population, suggested_delta, within_bound
 from privacy_wall.formats import (
     TABLE_BLOCK_BYTES,
     BagOfWords,
@@ -331,11 +337,64 @@ def write_blocks(conn: Connection, name: str, kind: str, first_row: int, chunk: 
     )
 
 
-def _write_chunks(sensitive: Engine, name: str, kind: str, first_row: int, chunks: Iterator[Batch]) -> int:
-    """Every chunk in its own transaction; the number of rows written."""
+@dataclass(frozen=True)
+class _DeltaBound:
+    """The delta of a private dataset's budget and the most rows it allows (delta < 1/N)."""
+
+    name: str
+    delta: float
+    rows: int
+
+    def refusal(self, population: int, exact: bool = True) -> IngestError:
+        problem = delta_problem(self.delta, population)
+        counted = "" if exact else f" (at least N = {population}: the rest of the file does not parse)"
+        return IngestError(
+            f"dataset {self.name!r}: its budget's {problem}{counted}; nothing was stored. Set a smaller "
+            f"delta first (vips budget set {self.name} --epsilon E --delta {suggested_delta(population):g}), "
+            "possible while nothing is charged against it"
+        )
+
+    def check(self, population: int) -> None:
+        if not within_bound(self.delta, population):
+            raise self.refusal(population)
+
+
+def _delta_bound(conn: Connection, name: str, public: bool) -> _DeltaBound | None:
+    """The bound a private dataset's budget puts on its population; None when public or without one."""
+    if public:
+        return None
+    delta = conn.execute(select(budgets.c.delta).where(budgets.c.dataset == name)).scalar_one_or_none()
+    return None if delta is None else _DeltaBound(name, float(delta), largest_population(float(delta)))
+
+
+def _rows_left(chunks: Iterator[Batch]) -> tuple[int, bool]:
+    """The rows of the remaining chunks, only counted; and whether the rest parsed (else a lower bound)."""
+    total = 0
+    try:
+        for chunk in chunks:
+            total += chunk.size
+    except (FormatError, IngestError):
+        return total, False
+    return total, True
+
+
+def _write_chunks(
+    sensitive: Engine,
+    name: str,
+    kind: str,
+    first_row: int,
+    chunks: Iterator[Batch],
+    bound: _DeltaBound | None = None,
+) -> int:
+    """Every chunk in its own transaction; the number of rows written. With a `bound`, a chunk that
+    would take the population (first_row + rows) above the rows its delta allows is not written: the rest
+    is counted and the bound's refusal raised."""
     written = 0
     for chunk in chunks:
         if chunk.size:
+            if bound is not None and first_row + written + chunk.size > bound.rows:
+                left, exact = _rows_left(chunks)
+                raise bound.refusal(first_row + written + chunk.size + left, exact)
             with sensitive.begin() as conn:
                 write_blocks(conn, name, kind, first_row + written, chunk)
             written += chunk.size
@@ -389,6 +448,8 @@ def store_encoded(
         raise IngestError(
             f"dataset {name!r} already exists (vips data ingest {name} --append adds rows to it)"
         )
+    with control.connect() as conn:
+        bound = _delta_bound(conn, name, public)  # a budget set before the dataset's first ingest
     _remove_stored(sensitive, name)  # a killed ingest's leftover, if any
     # Until the population is set, the stored row's population is a negative token of this ingest: a
     # second ingest of the same name meanwhile replaces it, and this one then fails instead of committing
@@ -406,7 +467,7 @@ def store_encoded(
             )
         )
     try:
-        population = _write_chunks(sensitive, name, kind, 0, encoded.chunks)
+        population = _write_chunks(sensitive, name, kind, 0, encoded.chunks, bound)
         if population == 0:
             raise IngestError(f"dataset {name!r}: no rows to store")
         with sensitive.begin() as conn:
@@ -430,6 +491,9 @@ def store_encoded(
                     created_at=now,
                 )
             )
+            now_bound = _delta_bound(conn, name, public)  # read after the catalogue row is written: a
+            if now_bound is not None:  # budget set meanwhile is seen here, or sees this dataset
+                now_bound.check(population)
     except BaseException:
         if not _catalogued(control, name):  # never remove a dataset that a concurrent ingest committed
             _remove_stored(sensitive, name)
@@ -477,6 +541,8 @@ def append_encoded(
         what = {"bow": "vocabulary", "binary": "columns"}.get(kind, "columns (and label)")
         raise IngestError(f"dataset {name!r}: the file's {what} differ from the dataset's: cannot append")
     before = int(entry.population)
+    with control.connect() as conn:
+        bound = _delta_bound(conn, name, bool(entry.public))
     with sensitive.begin() as conn:
         stored = conn.execute(
             select(stored_datasets).where(stored_datasets.c.name == name).with_for_update()
@@ -500,7 +566,7 @@ def append_encoded(
             )
 
     try:
-        added = _write_chunks(sensitive, name, kind, before, encoded.chunks)
+        added = _write_chunks(sensitive, name, kind, before, encoded.chunks, bound)
         if added == 0:
             raise IngestError(f"dataset {name!r}: no rows to append")
         population = before + added
@@ -516,6 +582,9 @@ def append_encoded(
             ).rowcount
             if changed != 1:
                 raise IngestError(f"dataset {name!r} changed during the append: nothing appended")
+            now_bound = _delta_bound(conn, name, bool(entry.public))  # read after the update: a budget
+            if now_bound is not None:  # set meanwhile is seen here, or sees the new population
+                now_bound.check(population)
             with sensitive.begin() as stored_conn:
                 if _stored_rows(stored_conn, name) != population:
                     raise IngestError(f"dataset {name!r} was appended to twice at once: nothing appended")

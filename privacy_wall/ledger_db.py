@@ -2,7 +2,9 @@
 
 Every admission-changing operation runs in one transaction that first locks the dataset's budget row
 (SELECT ... FOR UPDATE in PostgreSQL; BEGIN IMMEDIATE in SQLite, see sqlengine), so concurrent
-submissions and commits on one dataset are serialised and can never jointly overspend.
+submissions and commits on one dataset are serialised and can never jointly overspend. A charge beyond
+its job's reservation is admitted under that lock by the dataset's budget and by the caller's ChargeCheck
+(the service's worker passes the submitting key's quota), so neither is overspent by concurrent charges.
 
 Costs are stored as the configured accountant's additive vectors (privacy_wall.accounting): the budget
 row holds the committed sum, each reservation its per-iteration cost, and `budgets.accountant` the
@@ -16,6 +18,7 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -34,6 +37,7 @@ from privacy_wall.accounting import (
     event_to_dict,
 )
 from privacy_wall.control_schema import accountant_changes, budgets, charges, reservations
+from privacy_wall.delta_policy import check_budget_delta
 from privacy_wall.ledger import BudgetExceeded, Charge, DuplicateCharge
 from privacy_wall.refusals import budget_exceeded, headroom_epsilon
 from privacy_wall.sqlengine import Bind, reading, run_writes, transaction
@@ -41,6 +45,14 @@ from privacy_wall.sqlengine import Bind, reading, run_writes, transaction
 
 class UnknownDataset(LookupError):
     """No budget row exists for the dataset."""
+
+
+#: What a charge its job's reservation does not cover must fit besides the dataset's budget (the
+#: service's worker passes the submitting key's quota, service.quotas.check_charge_quota). commit_charge
+#: calls it in the charge's transaction, under the dataset's budget lock and once the budget has admitted
+#: the charge, with the charge, its cost and the dataset's delta; it raises BudgetExceeded to refuse the
+#: charge, and nothing is written.
+ChargeCheck = Callable[[Connection, Charge, PrivacyCost, float], None]
 
 
 @dataclass(frozen=True)
@@ -241,7 +253,8 @@ def _refuse(status: BudgetStatus, after: float) -> BudgetExceeded:
 
 
 def set_budget(engine: Engine, dataset: str, epsilon: float | None, delta: float) -> BudgetStatus:
-    """Create or change a dataset's cap. Delta cannot change once anything was charged."""
+    """Create or change a dataset's cap. Delta cannot change once anything was charged, and must be below
+    1/N of a catalogued private dataset (DeltaTooLarge otherwise)."""
     if epsilon is not None and not epsilon > 0:
         raise ValueError("epsilon budget must be > 0")
     if not 0 < delta < 1:
@@ -250,6 +263,7 @@ def set_budget(engine: Engine, dataset: str, epsilon: float | None, delta: float
         row = conn.execute(
             select(budgets).where(budgets.c.dataset == dataset).with_for_update()
         ).one_or_none()
+        check_budget_delta(conn, dataset, delta)  # below 1/N (privacy_wall.delta_policy)
         if row is None:
             conn.execute(
                 insert(budgets).values(
@@ -438,8 +452,10 @@ _ADD_TO_BUDGET = (
 )
 
 
-def commit_charge(bind: Bind, charge: Charge) -> None:
-    """Write one iteration's charge: from the job's reservation if it has one, else admitted on its own."""
+def commit_charge(bind: Bind, charge: Charge, check: ChargeCheck | None = None) -> None:
+    """Write one iteration's charge: from the job's reservation if it covers it, else admitted on its own
+    by the dataset's budget and `check` (a retried attempt once the reservation is used up, a charge after
+    the job's refund). Raises BudgetExceeded (or `check`'s refusal) or DuplicateCharge writing nothing."""
     accountant = configured_accountant()
     curve = accountant.cost(charge.event)
     try:
@@ -468,6 +484,8 @@ def commit_charge(bind: Bind, charge: Charge) -> None:
                 status, after = _check(row, conn, curve)
                 if status.epsilon_budget is not None and not after <= status.epsilon_budget:
                     raise _refuse(status, after)
+                if check is not None:
+                    check(conn, charge, curve, row.delta)
             now = _now()
             params = {
                 "p_dataset": charge.dataset,
@@ -597,12 +615,14 @@ def count_charges(engine: Engine, dataset: str) -> int:
 
 @dataclass(frozen=True)
 class SqlLedger:
-    """The gate's Ledger protocol over the control database (a job may hold one connection for it)."""
+    """The gate's Ledger protocol over the control database (a job may hold one connection for it); a
+    charge beyond its job's reservation must also pass `check` (commit_charge)."""
 
     bind: Bind
+    check: ChargeCheck | None = None
 
     def commit(self, charge: Charge) -> None:
-        commit_charge(self.bind, charge)
+        commit_charge(self.bind, charge, self.check)
 
     def withdraw(self, charge: Charge) -> None:
         withdraw_charge(self.bind, charge)

@@ -16,10 +16,11 @@ from privacy_wall.accounting import (
     calibrate_sigma,
 )
 from privacy_wall.accounting import epsilon as job_epsilon
+from privacy_wall.delta_policy import delta_problem, suggested_delta
 from privacy_wall.ledger import BudgetExceeded
 from privacy_wall.refusals import refusal_detail
 from service.budgets import ensure_budget, finite
-from service.errors import Loc, SpecError
+from service.errors import Conflict, Loc, SpecError
 from service.options import MODEL_KINDS, algorithm_problem, option_problem, schedule_problem
 from service.pricing import pricing_slot
 from service.quotas import QuotaExceeded, quota_quote, tighter
@@ -110,6 +111,7 @@ def plan_job(engine: Engine, spec: JobCreate, dataset: Row[Any], settings: Servi
     batch_size, resources = check_spec(spec, dataset, settings)
     budget = ensure_budget(engine, dataset)
     population = int(dataset.population)
+    check_delta(dataset, budget.delta)
     with pricing_slot(settings):  # the accountant's cost is cached for the reservation that follows
         if spec.epsilon is not None:
             try:
@@ -124,6 +126,20 @@ def plan_job(engine: Engine, spec: JobCreate, dataset: Row[Any], settings: Servi
             raise SpecError([(("options", conflict[0]), conflict[1])])
         eps = job_epsilon(sigma, batch_size, population, spec.iterations, budget.delta) if sigma > 0 else None
     return Plan(dataset.name, batch_size, population, sigma, budget.delta, finite(eps), resources)
+
+
+def check_delta(dataset: Row[Any], delta: float) -> None:
+    """409 for a private dataset whose budget's delta is not below 1/N: a budget set before the delta
+    policy (privacy_wall.delta_policy) stays in the ledger as it was, but admits no job."""
+    problem = None if dataset.public else delta_problem(delta, int(dataset.population))
+    if problem is None:
+        return
+    raise Conflict(
+        f"dataset {dataset.name}: its budget's {problem}; no job is admitted until the custodian sets a "
+        f"smaller delta (vips budget set {dataset.name} --epsilon E --delta "
+        f"{suggested_delta(int(dataset.population)):g}), which is possible while nothing is charged "
+        "against it (otherwise ingest the rows as a new dataset)"
+    )
 
 
 def quote_job(engine: Engine, spec: JobCreate, plan: Plan, key_id: str | None = None) -> JobQuote:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import math
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, StringConstraints, field_validator
 
 from privacy_wall.names import NAME_MAX_LENGTH, NAME_REGEX
 from service.job_status import JobStatus
@@ -22,6 +23,17 @@ AVAILABLE_ALGORITHMS: tuple[str, ...] = ("vips", "dpvi", "dpsep")
 
 #: Request numbers are strict: JSON numbers only (no "2", no true); a float field takes 1 as well as 1.0.
 FiniteFloat = Annotated[float, Field(strict=True, allow_inf_nan=False)]
+
+
+def _finite_or_null(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
+#: An epsilon that may be unbounded (infinite: a sigma-0 job's charges on a public dataset). The model
+#: keeps the float; JSON, which has no infinity, gets null, and the response schema says number or null.
+MaybeInfinite = Annotated[float, PlainSerializer(_finite_or_null, return_type=float | None, when_used="json")]
+#: Appended to the description of a MaybeInfinite field.
+NULL_UNBOUNDED = "; null when unbounded (infinite: the charges of a sigma-0 job on a public dataset)"
 #: The dataset name rule (privacy_wall.names) in bodies (service.params has it for paths and queries).
 DatasetName = Annotated[str, StringConstraints(min_length=1, max_length=NAME_MAX_LENGTH, pattern=NAME_REGEX)]
 
@@ -54,17 +66,23 @@ class BudgetUpdate(_Strict):
     epsilon: FiniteFloat | None = Field(
         gt=0, description="the epsilon cap; null (no cap) only for datasets marked public"
     )
-    delta: FiniteFloat = Field(gt=0, lt=1)
+    delta: FiniteFloat = Field(
+        gt=0,
+        lt=1,
+        description="below 1/N of a private dataset (N its record count); delta << 1/N is the usual choice",
+    )
 
 
 class BudgetPublic(BaseModel):
     epsilon: float | None = Field(description="the cap; null means no cap (public datasets)")
     delta: float
-    epsilon_spent: float = Field(description="committed releases, at the dataset's delta")
-    epsilon_reserved: float = Field(
+    epsilon_spent: MaybeInfinite = Field(
+        description="committed releases, at the dataset's delta" + NULL_UNBOUNDED
+    )
+    epsilon_reserved: MaybeInfinite = Field(
         description="spent plus in flight: the committed releases and what the open reservations of "
         "running and queued jobs may still spend, composed at the dataset's delta (never below "
-        "epsilon_spent; equal to it when no job is in flight)"
+        "epsilon_spent; equal to it when no job is in flight)" + NULL_UNBOUNDED
     )
     epsilon_remaining: float | None = Field(description="cap minus reserved, at least 0; null without a cap")
 
@@ -304,8 +322,10 @@ class JobQuote(BaseModel):
     sigma: float
     delta: float
     epsilon_job: float | None = Field(description="the job on its own; null when sigma = 0 (no guarantee)")
-    epsilon_spent: float = Field(description="the dataset's committed releases now")
-    epsilon_reserved: float = Field(description="committed releases plus open reservations now")
+    epsilon_spent: MaybeInfinite = Field(description="the dataset's committed releases now" + NULL_UNBOUNDED)
+    epsilon_reserved: MaybeInfinite = Field(
+        description="committed releases plus open reservations now" + NULL_UNBOUNDED
+    )
     epsilon_after: float | None = Field(
         description="reserved plus this job; null when it would be unbounded (sigma 0)"
     )
@@ -340,7 +360,7 @@ class BudgetRefusal(BaseModel):
     """409 body when the ledger cannot admit a job."""
 
     detail: str
-    epsilon_spent_or_reserved: float
+    epsilon_spent_or_reserved: MaybeInfinite = Field(description="what the limit holds now" + NULL_UNBOUNDED)
     epsilon_requested_total: float | None
     epsilon_budget: float
     epsilon_remaining: float

@@ -13,10 +13,13 @@ from typing import Any
 
 import numpy as np
 import pytest
+import schemathesis
 import scipy.sparse as sp
 from pydantic import TypeAdapter
 
 from privacy_wall import ledger_db
+from privacy_wall.accounting import SubsampledGaussianEvent
+from privacy_wall.ledger import Charge
 from service.schemas import Posterior
 from tests.dbservers import fresh_database
 from tests.test_api import Api, add_dataset, make_api
@@ -88,6 +91,38 @@ def test_every_request_example_is_accepted(api: Api) -> None:
         assert r.status_code < 300, (method, path, example, r.text)
         tried += 1
     assert tried >= 8  # keys 3, budget 1, jobs 4
+
+
+def test_an_unbounded_spend_is_null_and_the_answers_validate_against_the_openapi_schema(api: Api) -> None:
+    """A sigma-0 job on a public dataset spends an unbounded epsilon. JSON has no infinity, so the answers
+    say null, and the schema says so (number or null; issue 34.11): every answer that carries the spend
+    validates against the OpenAPI document the service serves."""
+    job = api.submit(dataset="pub", sigma=0, batch_size=20, iterations=2).json()["id"]
+    ledger_db.commit_charge(api.engine, Charge("pub", job, 1, SubsampledGaussianEvent(0.0, 20, 200)))
+    schema = schemathesis.openapi.from_dict(api.client.get("/openapi.json").json())
+    capped = {"epsilon": 5.0, "delta": 1e-5}
+    answers = {
+        ("GET", "/v1/datasets/{name}"): api.call("GET", "/v1/datasets/pub", "admin"),
+        ("GET", "/v1/datasets"): api.call("GET", "/v1/datasets", "admin"),
+        ("GET", "/v1/datasets/{name}/ledger"): api.call("GET", "/v1/datasets/pub/ledger", "admin"),
+        ("GET", "/v1/jobs/{job_id}"): api.call("GET", f"/v1/jobs/{job}", "analyst"),
+        ("POST", "/v1/jobs"): api.submit(dataset="pub", sigma=1.0, batch_size=20, dry_run=True),
+        ("PUT", "/v1/datasets/{name}/budget"): api.call(
+            "PUT", "/v1/datasets/pub/budget", "admin", json=capped
+        ),
+    }
+    refused = api.submit(dataset="pub", sigma=1.0, batch_size=20)  # the new cap is below the spend
+    for (method, path), answer in [*answers.items(), (("POST", "/v1/jobs"), refused)]:
+        assert answer.status_code in (200, 409), (method, path, answer.text)
+        schema[path][method].validate_response(answer)
+    budget = answers["GET", "/v1/datasets/{name}"].json()["budget"]
+    assert budget["epsilon_spent"] is None and budget["epsilon_reserved"] is None
+    quote = answers["POST", "/v1/jobs"].json()
+    assert quote["epsilon_spent"] is None and quote["epsilon_reserved"] is None
+    assert answers["PUT", "/v1/datasets/{name}/budget"].json()["epsilon_spent"] is None
+    assert refused.status_code == 409 and refused.json()["epsilon_spent_or_reserved"] is None
+    described = schema.raw_schema["components"]["schemas"]["BudgetPublic"]["properties"]["epsilon_spent"]
+    assert "null when unbounded" in described["description"]
 
 
 def _fits() -> Iterator[tuple[str, dict[str, Any]]]:

@@ -183,7 +183,11 @@ def test_databases_given_by_url_have_no_file_to_check(
     assert list(home.iterdir()) == []
 
 
-def test_client_side_verbs_keep_the_users_umask(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_vips_scale_writes_the_scaled_rows_private_under_umask_022(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The scaled rows are the custodian's sensitive data (issue 34.11): 0600, like `data prepare-text`'s
+    files, also over an existing 0644 file and a stale temporary file of a killed run."""
     (tmp_path / "raw.csv").write_text(GOOD)
     (tmp_path / "bounds.csv").write_text("column,lower,upper\na,0,1\nb,0,1\n")
     out = tmp_path / "scaled.csv"
@@ -191,6 +195,28 @@ def test_client_side_verbs_keep_the_users_umask(tmp_path: Path, capsys: pytest.C
     previous = os.umask(0o022)
     try:
         assert main([*argv, "-o", str(out)]) == 0
+        assert mode(out) == 0o600
+        out.chmod(0o644)
+        stale = tmp_path / "scaled.csv.tmp"
+        stale.write_text("left by a killed run\n")
+        assert mode(stale) == 0o644
+        assert main([*argv, "-o", str(out)]) == 0
+        assert os.umask(0o022) == 0o022  # the verb's umask 077 was restored after it
+    finally:
+        os.umask(previous)
+    capsys.readouterr()
+    assert mode(out) == 0o600 and not stale.exists()
+    assert out.read_text().splitlines()[0] == "intercept,a,b,label"
+
+
+def test_client_side_verbs_keep_the_users_umask(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """What they write for the user (here a local fit's posterior, from a file of public data)."""
+    (tmp_path / "public.csv").write_text(GOOD)
+    out = tmp_path / "posterior.json"
+    fit = ["fit", "--local", "--kind", "tabular", "--input", str(tmp_path / "public.csv"), "--model", "blr"]
+    previous = os.umask(0o022)
+    try:
+        assert main([*fit, "--iterations", "1", "--sigma", "0", "-o", str(out)]) == 0
     finally:
         os.umask(previous)
     capsys.readouterr()

@@ -626,9 +626,10 @@ def _handler(target: str, *, settle: bool = False) -> Handler:
 #: The modules of vips.commands whose verbs act on this machine's store (migrate, data ingest, admin, up,
 #: serve, worker, beat). They run under umask 077, so that whatever they create (VIPS_HOME, the SQLite files,
 #: logs, the file broker) is private to its owner; client-side verbs keep the user's umask for the files
-#: they write for the user (posteriors, predictions). prepare_text (`data prepare-text`) runs under it
-#: too: it writes the counts of sensitive texts.
-_SERVER_SIDE = ("server", "admin", "prepare_text")
+#: they write for the user (posteriors, predictions). The custodian's own verbs that write sensitive rows
+#: to a file run under it too, so the file comes out 0600: prepare_text (`data prepare-text`, the counts of
+#: sensitive texts) and scale (`vips scale -o`, the scaled rows).
+_SERVER_SIDE = ("server", "admin", "prepare_text", "scale")
 
 
 def _client_side(target: str) -> bool:

@@ -25,9 +25,11 @@ def print_json(payload: dict[str, Any]) -> None:
 
 
 def write_text_atomically(path: Path, text: str) -> None:
-    """Write to a temporary file next to `path`, then rename it over `path`."""
+    """Write to a temporary file next to `path`, then rename it over `path`. The file is created anew, so
+    its mode is the process's umask's (a stale temporary file's mode is not kept)."""
     tmp = path.with_name(path.name + ".tmp")
     try:
+        tmp.unlink(missing_ok=True)
         tmp.write_text(text)
         tmp.replace(path)
     except OSError as exc:

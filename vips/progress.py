@@ -14,6 +14,8 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+from privacy_wall.delta_policy import delta_problem
+
 #: update(iterations done, epsilon spent so far or None when unknown, status)
 Update = Callable[[int, float | None, str], None]
 
@@ -85,3 +87,15 @@ def _live_bar(label: str, total: int, status: str) -> Iterator[Update]:
 def note(message: str) -> None:
     """A line for people on stderr, prefixed like every other CLI message."""
     print(f"vips: {message}", file=sys.stderr, flush=True)
+
+
+def delta_warning(delta: float, population: int) -> str | None:
+    """The warning of a calculator that takes a population (`vips privacy`, `vips fit --local`) when delta
+    is not below 1/N, noted on stderr; None when it is. They price it all the same (the papers' settings
+    have such deltas); a private dataset's budget refuses it (privacy_wall.delta_policy)."""
+    problem = delta_problem(delta, population)
+    if problem is None:
+        return None
+    warning = f"{problem}; a private dataset's budget with this delta is refused"
+    note(f"warning: {warning}")
+    return warning

@@ -10,6 +10,7 @@ from fastapi.exceptions import RequestValidationError
 from sqlalchemy import select
 
 from privacy_wall import ledger_db
+from privacy_wall.delta_policy import DeltaTooLarge
 from privacy_wall.sqlengine import reading
 from service.auth import AUTH_RESPONSES, CustodianKey
 from service.budgets import budget_or_none, budget_warning, finite
@@ -40,13 +41,17 @@ _ERRORS: dict[int | str, dict[str, Any]] = {404: {"model": Message}, 409: {"mode
 def set_budget(
     name: DatasetNamePath, budget: BudgetUpdate, engine: EngineDep, principal: CustodianKey
 ) -> BudgetSet:
-    """Set the dataset's epsilon cap and delta (delta is fixed once anything was charged). A cap at or
-    below what is already spent is accepted, with a `warning` that no job can be admitted."""
+    """Set the dataset's epsilon cap and delta (delta is fixed once anything was charged). A private
+    dataset's delta must be below 1/N, N its record count (422 otherwise; delta << 1/N is the usual
+    choice). A cap at or below what is already spent is accepted, with a `warning` that no job can be
+    admitted."""
     row = visible_dataset(engine, principal, name, administer=True)
     if budget.epsilon is None and not row.public:
         raise SpecError([(("epsilon",), f"dataset {name} is private: it needs an epsilon cap (> 0)")])
     try:
         status = ledger_db.set_budget(engine, name, budget.epsilon, budget.delta)
+    except DeltaTooLarge as exc:  # not below 1/N of the dataset
+        raise SpecError([(("delta",), str(exc))]) from None
     except ValueError as exc:  # delta cannot change after releases were charged
         raise Conflict(f"dataset {name}: {exc}") from None
     warning = budget_warning(name, status.epsilon_budget, status.epsilon_spent)

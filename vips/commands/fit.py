@@ -44,7 +44,7 @@ from service.options import (
 from vips.choices import DEFAULT_LABEL, KINDS
 from vips.errors import NotAvailable, RuntimeFailure, UsageError
 from vips.output import check_writable, print_json
-from vips.progress import epsilon_text, fit_progress, note
+from vips.progress import delta_warning, epsilon_text, fit_progress, note
 from worker.fit_loop import Schedule, fit_store
 from worker.models.base import Array
 from worker.posterior import save_posterior
@@ -182,6 +182,7 @@ def _run_local(args: argparse.Namespace) -> int:
     if conflict is not None:
         raise UsageError(f"option {conflict[0]!r}: {conflict[1]}")
     dataset = args.dataset or path.stem
+    warning = delta_warning(args.delta, data.population)
     schedule = Schedule(
         epsilon=args.epsilon,
         delta=args.delta,
@@ -225,7 +226,7 @@ def _run_local(args: argparse.Namespace) -> int:
         f"epsilon spent {epsilon_text(_spent(document))} at delta {args.delta:g} on your own file "
         "(a local fit charges no server budget)"
     )
-    print_json(_summary(document, args, options, data.dimension))
+    print_json({**_summary(document, args, options, data.dimension), "warning": warning})
     return 0
 
 

@@ -1,4 +1,8 @@
-"""`vips privacy epsilon|sigma`: the accountant on its own, for quotes before anything runs."""
+"""`vips privacy epsilon|sigma`: the accountant on its own, for quotes before anything runs.
+
+A delta that is not below 1/N is priced all the same (the papers' settings have one), with a warning on
+stderr and in the JSON line's "warning" (null otherwise): a private dataset's budget with that delta is
+refused (privacy_wall.delta_policy)."""
 
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ from privacy_wall.accounting import (
 )
 from vips.errors import UsageError
 from vips.output import finite_or_none, print_json
+from vips.progress import delta_warning
 
 
 def check_schedule(batch_size: int, population: int, iterations: int, delta: float) -> None:
@@ -44,6 +49,7 @@ def _quote(sigma: float, eps: float, args: argparse.Namespace) -> dict[str, Any]
         "sampling": "without_replacement",
         "neighbouring": "replace_one",
         "accountant": _accountant(args).version,
+        "warning": delta_warning(args.delta, args.population),
     }
 
 

@@ -4,7 +4,9 @@ for `vips data ingest` or `vips fit --local`.
 --bounds is a CSV `column,lower,upper` naming every feature column (and the label column, for a
 regression target to map onto [-1, 1]; a 0/1 label passes through). The output has the label last and,
 unless --no-intercept, an `intercept` column first. The note on stderr counts clipped values per
-column (never the values): the custodian's own data, on the custodian's machine.
+column (never the values): the custodian's own data, on the custodian's machine. The output holds those
+rows, so it is private to its owner (mode 0600): the verb runs under umask 077, as `data prepare-text`
+does (vips.cli).
 """
 
 from __future__ import annotations
