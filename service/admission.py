@@ -19,8 +19,10 @@ from privacy_wall.accounting import epsilon as job_epsilon
 from privacy_wall.delta_policy import delta_problem, suggested_delta
 from privacy_wall.ledger import BudgetExceeded
 from privacy_wall.refusals import refusal_detail
+from privacy_wall.sqlengine import reading
 from service.budgets import ensure_budget, finite
 from service.errors import Conflict, Loc, SpecError
+from service.job_storage import MIB, key_stored_bytes, storage_problem
 from service.options import MODEL_KINDS, algorithm_problem, option_problem, schedule_problem
 from service.pricing import pricing_slot
 from service.quotas import QuotaExceeded, quota_quote, tighter
@@ -142,20 +144,37 @@ def check_delta(dataset: Row[Any], delta: float) -> None:
     )
 
 
-def quote_job(engine: Engine, spec: JobCreate, plan: Plan, key_id: str | None = None) -> JobQuote:
+def quote_job(
+    engine: Engine,
+    spec: JobCreate,
+    plan: Plan,
+    key_id: str | None = None,
+    max_key_stored_mb: float | None = None,
+) -> JobQuote:
     """The dry run: the job's cost, the dataset's budget after it and, when the submitting key has a quota
-    on the dataset, that quota after it; admissible and largest_epsilon within both. Reserves nothing."""
+    on the dataset, that quota after it; admissible and largest_epsilon within both; admissible also
+    within the key's storage cap when given. Reserves nothing."""
     quote = ledger_db.quote(engine, plan.dataset, plan.event, spec.iterations)
     mine = (
         None
         if key_id is None
         else quota_quote(engine, plan.dataset, key_id, plan.event, spec.iterations, quote.status.delta)
     )
-    limit: Literal["dataset", "quota"] | None = None
+    stored = None
+    if key_id is not None and max_key_stored_mb is not None:
+        with reading(engine) as conn:
+            stored = key_stored_bytes(conn, key_id)
+    limit: Literal["dataset", "quota", "storage"] | None = None
     if not quote.admissible:
         limit = "dataset"
     elif mine is not None and not mine.admissible:
         limit = "quota"
+    elif (
+        stored is not None
+        and max_key_stored_mb is not None
+        and storage_problem(stored, plan.resources.stored_bytes, max_key_stored_mb) is not None
+    ):
+        limit = "storage"
     capped = quote.status.epsilon_budget is not None
     return JobQuote(
         dataset=plan.dataset,
@@ -175,6 +194,8 @@ def quote_job(engine: Engine, spec: JobCreate, plan: Plan, key_id: str | None = 
             memory_bytes=plan.resources.memory_bytes,
             release_bytes=plan.resources.release_bytes,
             stored_bytes=plan.resources.stored_bytes,
+            key_stored_bytes=stored,
+            key_max_stored_bytes=None if max_key_stored_mb is None else int(max_key_stored_mb * MIB),
         ),
         limit=limit,
         quota_epsilon=None if mine is None else mine.quota,

@@ -21,7 +21,7 @@ from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.db import create_control_engine
-from service.errors import BudgetRefused, ServiceError, SpecError
+from service.errors import BudgetRefused, ServiceError, SpecError, StorageFull
 from service.limits import BodyLimit, ErrorBoundary, HeaderLimit, validation_errors
 from service.periodic import run_every
 from service.proxies import ForwardedHeaders
@@ -80,7 +80,7 @@ class DocsPolicy:
 
 async def _service_error(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, ServiceError)
-    if isinstance(exc, BudgetRefused):
+    if isinstance(exc, BudgetRefused | StorageFull):
         return JSONResponse(jsonable_encoder(exc.refusal), status_code=exc.status_code)
     return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)
 

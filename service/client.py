@@ -270,6 +270,11 @@ class VipsClient:
         result: dict[str, Any] = self._request("POST", f"/v1/jobs/{quote(job_id, safe='')}/cancel")
         return result
 
+    def delete_outputs(self, job_id: str) -> dict[str, Any]:
+        """Delete an ended job's releases and posterior (frees the key's storage); returns the job."""
+        result: dict[str, Any] = self._request("DELETE", f"/v1/jobs/{quote(job_id, safe='')}/outputs")
+        return result
+
     def posterior(self, job_id: str) -> dict[str, Any]:
         result: dict[str, Any] = self._request("GET", f"/v1/jobs/{quote(job_id, safe='')}/posterior")
         return result

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from service.schemas import BudgetRefusal
+from service.schemas import BudgetRefusal, StorageRefusal
 
 Loc = tuple[str | int, ...]
 
@@ -27,6 +27,12 @@ class NotFound(ServiceError):
 
 class Conflict(ServiceError):
     status_code = 409
+
+
+class Gone(ServiceError):
+    """410: what was asked for existed and was deleted (a job's outputs)."""
+
+    status_code = 410
 
 
 class RateLimited(ServiceError):
@@ -53,6 +59,14 @@ class BudgetRefused(Conflict):
     """The ledger cannot admit the job; carries the numbers of the 409 body."""
 
     def __init__(self, refusal: BudgetRefusal) -> None:
+        super().__init__(refusal.detail)
+        self.refusal = refusal
+
+
+class StorageFull(Conflict):
+    """A job whose estimated outputs would take its key past VIPS_MAX_KEY_STORED_MB; carries the 409 body."""
+
+    def __init__(self, refusal: StorageRefusal) -> None:
         super().__init__(refusal.detail)
         self.refusal = refusal
 

@@ -1,6 +1,7 @@
 """Ending a job. Its terminal status and the refund of its unspent reservation commit in one transaction,
 so no reader (the API, the dashboard, an auditor) ever sees an ended job whose reservation still holds
-budget. Lock order: the job's row, then the dataset's budget row (a charge locks only the latter)."""
+budget; its estimated stored bytes become what it stored (service.job_storage). Lock order: the job's row,
+then the dataset's budget row (a charge locks only the latter)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from sqlalchemy import ColumnElement, Connection, update
 
 from privacy_wall import ledger_db
 from service.job_status import TERMINAL
+from service.job_storage import record_measured
 from service.models import jobs
 
 
@@ -32,4 +34,5 @@ def end_job(
     ).rowcount
     if changed:
         ledger_db.close_reservation(conn, job_id)
+        record_measured(conn, job_id)  # its estimate gives way to what it stored (the key's storage)
     return bool(changed)

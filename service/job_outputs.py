@@ -13,7 +13,8 @@ from pydantic import TypeAdapter
 from sqlalchemy import Engine, LargeBinary, Row, Text, cast, func, select
 
 from privacy_wall.sqlengine import reading
-from service.errors import Conflict, NotFound
+from service.errors import Conflict, Gone, NotFound
+from service.job_storage import posterior_text_bytes
 from service.models import posteriors, releases
 from service.release_arrays import array_json, decode_arrays
 from service.timestamps import aware
@@ -81,15 +82,22 @@ def job_posterior(engine: Engine, job: Row[Any]) -> dict[str, Any]:
     return dict(json.loads(job_posterior_bytes(engine, job)))
 
 
+def outputs_gone(job: Row[Any]) -> None:
+    """410 for a job whose outputs its analyst, custodian or an admin deleted (service.job_storage)."""
+    if job.outputs_deleted_at is not None:
+        when = f"{aware(job.outputs_deleted_at):%Y-%m-%d %H:%M} UTC"
+        raise Gone(
+            f"job {job.id}'s releases and posterior were deleted at {when} (its record and charges stay)"
+        )
+
+
 def posterior_size(engine: Engine, job_id: str) -> int | None:
     """Bytes of the job's stored posterior document (its JSON text), None without one: measured by the
     database, so a page can decline to load a large one."""
-    if engine.dialect.name == "postgresql":
-        size: Any = func.octet_length(cast(posteriors.c.document, Text))
-    else:
-        size = func.length(cast(posteriors.c.document, LargeBinary))
     with reading(engine) as conn:
-        found = conn.execute(select(size).where(posteriors.c.job_id == job_id)).scalar()
+        found = conn.execute(
+            select(posterior_text_bytes(conn.dialect)).where(posteriors.c.job_id == job_id)
+        ).scalar()
     return None if found is None else int(found)
 
 
@@ -98,6 +106,7 @@ def job_posterior_bytes(engine: Engine, job: Row[Any]) -> bytes:
     once, not the ~8x of parsing it and writing it again)."""
     if job.status != "succeeded":
         raise Conflict(f"job {job.id} is {job.status}: a posterior exists once the job has succeeded")
+    outputs_gone(job)
     if engine.dialect.name == "postgresql":  # json is kept as its text: sent as bytes, no str in between
         stored: Any = func.convert_to(cast(posteriors.c.document, Text), "UTF8")
     else:

@@ -131,6 +131,8 @@ def to_public(engine: Engine, rows: Sequence[Row[Any]]) -> list[JobPublic]:
             created_at=aware(row.created_at),
             started_at=aware(row.started_at),
             finished_at=aware(row.finished_at),
+            stored_bytes=row.stored_bytes,
+            outputs_deleted_at=aware(row.outputs_deleted_at),
         )
         for row in rows
     ]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     Boolean,
     Column,
     DateTime,
@@ -21,6 +22,7 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    text,
 )
 
 from privacy_wall.control_schema import metadata
@@ -66,6 +68,11 @@ jobs = Table(
     Column("heartbeat_at", DateTime(timezone=True), nullable=True),
     # The submitter's Idempotency-Key: the same key (per submitting key) returns the same job.
     Column("idempotency_key", String(128), nullable=True),
+    # Bytes the job's outputs (releases and posterior) take, counted against its key's storage cap
+    # (service.job_storage): its admission estimate while queued or running, then what it stored; 0 once
+    # they are deleted (outputs_deleted_at).
+    Column("stored_bytes", BigInteger, nullable=False, server_default=text("0")),
+    Column("outputs_deleted_at", DateTime(timezone=True), nullable=True),
     UniqueConstraint("owner", "idempotency_key", name="uq_jobs_owner_idempotency_key"),
 )
 

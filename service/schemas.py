@@ -294,6 +294,13 @@ class JobPublic(BaseModel):
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+    stored_bytes: int = Field(
+        description="what the job's releases and posterior take (its estimate while queued or running), "
+        "counted against its key's storage cap; 0 once deleted"
+    )
+    outputs_deleted_at: datetime | None = Field(
+        description="when its releases and posterior were deleted (DELETE /v1/jobs/{id}/outputs)"
+    )
 
 
 LARGEST_EPSILON = (
@@ -311,6 +318,12 @@ class ResourceEstimate(BaseModel):
     memory_bytes: int = Field(description="peak memory of the worker running the job")
     release_bytes: int = Field(description="stored size of one release")
     stored_bytes: int = Field(description="stored size of all releases and the posterior")
+    key_stored_bytes: int | None = Field(
+        default=None,
+        description="what the submitting key's jobs store now (queued and running ones at their estimates); "
+        "with this job it must stay within key_max_stored_bytes (VIPS_MAX_KEY_STORED_MB)",
+    )
+    key_max_stored_bytes: int | None = Field(default=None, description="what one key's jobs may store")
 
 
 class JobQuote(BaseModel):
@@ -334,11 +347,11 @@ class JobQuote(BaseModel):
     admissible: bool
     largest_epsilon: float | None = Field(default=None, description=LARGEST_EPSILON)
     resources: ResourceEstimate | None = Field(default=None, description="the job's estimated resources")
-    limit: Literal["dataset", "quota"] | None = Field(
+    limit: Literal["dataset", "quota", "storage"] | None = Field(
         default=None,
-        description="the limit that would refuse the job: `dataset` (its budget; checked first) or `quota` "
-        "(the submitting key's quota on the dataset); null when admissible. `admissible` and "
-        "`largest_epsilon` take both into account",
+        description="the limit that would refuse the job: `dataset` (its budget; checked first), `quota` "
+        "(the submitting key's quota on the dataset) or `storage` (the key's stored outputs: resources); "
+        "null when admissible. `admissible` takes all three into account, `largest_epsilon` the first two",
     )
     quota_epsilon: float | None = Field(
         default=None, description="the submitting key's quota on the dataset; null when it has none"
@@ -373,6 +386,16 @@ class BudgetRefusal(BaseModel):
         description="which limit refused the job: `dataset` (the dataset's budget) or `quota` (the "
         "submitting key's quota on the dataset); the epsilon_* fields above are that limit's",
     )
+
+
+class StorageRefusal(BaseModel):
+    """409 body when the submitting key's stored outputs leave no room for the job (service.job_storage)."""
+
+    detail: str
+    limit: Literal["storage"] = "storage"
+    key_stored_bytes: int = Field(description="what the key's jobs store now (queued and running: estimates)")
+    key_max_stored_bytes: int = Field(description="what one key's jobs may store (VIPS_MAX_KEY_STORED_MB)")
+    stored_bytes: int = Field(description="what this job would store (its estimate)")
 
 
 class ReleasePublic(BaseModel):

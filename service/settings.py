@@ -90,6 +90,10 @@ class ServiceSettings(BaseSettings):
     max_job_memory_mb: float = Field(default=0.0, ge=0)  # 0: that default, filled in below
     max_release_mb: float = Field(default=64.0, gt=0)
     max_job_stored_mb: float = Field(default=1024.0, gt=0)
+    #: What one key's jobs may store in the control database together (service.job_storage): queued and
+    #: running jobs at their estimates, ended ones at what they stored; a job that would pass it is refused
+    #: (409) until the key deletes finished jobs' outputs.
+    max_key_stored_mb: float = Field(default=2048.0, gt=0)
     #: The dashboard summarises and plots posteriors of at most this many MiB (a page never parses a larger
     #: one: LDA with 1,000 topics stores ~280 MB, ~8 s to parse); larger ones are offered as downloads.
     ui_posterior_max_mb: float = Field(default=16.0, gt=0)

@@ -21,9 +21,10 @@ from privacy_wall.accounting import configured_accountant
 from privacy_wall.ledger import BudgetExceeded
 from privacy_wall.sqlengine import reading
 from service.admission import Plan, refusal
-from service.errors import BudgetRefused, Conflict, QueueUnavailable, RateLimited
+from service.errors import BudgetRefused, Conflict, QueueUnavailable, RateLimited, StorageFull
 from service.job_end import end_job
 from service.job_reads import get_job
+from service.job_storage import check_storage_room
 from service.keys import Principal
 from service.models import api_keys, jobs
 from service.queue import JobQueue
@@ -110,6 +111,7 @@ def submit_job(
     plan: Plan,
     idempotency_key: str | None = None,
     max_queued: int | None = None,
+    max_key_stored_mb: float | None = None,
 ) -> Submitted:
     """Reserve and insert (one transaction), queue; returns the job row. Raises BudgetRefused (the
     dataset's budget or the key's quota on it, both checked under the dataset's lock), QueueUnavailable.
@@ -117,8 +119,10 @@ def submit_job(
     With an idempotency key, a concurrent submission with the same key that committed first wins: this
     one's reservation is rolled back with its row and the winner's job returned, also when the winner's
     reservation left no room for this one, so one key is never two charged jobs nor a refusal.
-    A key with `max_queued` jobs queued already is refused (RateLimited, 429) before anything is reserved;
-    the count is taken under a lock of the key's row, so concurrent submissions never exceed it.
+    A key with `max_queued` jobs queued already is refused (RateLimited, 429) before anything is reserved,
+    as is a job whose estimated outputs would take the key's stored bytes past `max_key_stored_mb`
+    (StorageFull, 409; service.job_storage); both are counted under a lock of the key's row, so concurrent
+    submissions never exceed them.
     """
     if idempotency_key is not None:  # the route looked before pricing; a racer may have won meanwhile
         previous = previous_submission(engine, owner, idempotency_key, spec)
@@ -127,8 +131,11 @@ def submit_job(
     job_id = uuid.uuid4().hex
     try:
         with engine.begin() as conn:
+            conn.execute(select(api_keys.c.id).where(api_keys.c.id == owner.key_id).with_for_update())
             if max_queued is not None:
                 _check_queue_room(conn, owner, max_queued)
+            if max_key_stored_mb is not None:
+                check_storage_room(conn, owner.key_id, plan.resources.stored_bytes, max_key_stored_mb)
             # The reservation and the row commit together: a racer refused by this reservation, or whose
             # row conflicts with this one, finds this job when it looks again.
             budget = ledger_db.reserve_within(conn, plan.dataset, job_id, plan.event, spec.iterations)
@@ -154,6 +161,7 @@ def submit_job(
                     cancel_requested=False,
                     created_at=_now(),
                     idempotency_key=idempotency_key,
+                    stored_bytes=plan.resources.stored_bytes,
                 )
             )
     except BudgetExceeded as exc:
@@ -163,6 +171,11 @@ def submit_job(
         raise BudgetRefused(refusal(engine, exc, plan, spec.iterations, owner.key_id)) from None
     except ledger_db.UnknownDataset:
         raise Conflict(f"the custodian has not set a budget for dataset {plan.dataset}") from None
+    except (RateLimited, StorageFull):  # counted with a racing winner's job: replay it if there is one
+        winner = _winner(engine, owner, idempotency_key, spec)
+        if winner is None:
+            raise
+        return Submitted(winner, True)
     except IntegrityError:
         winner = _winner(engine, owner, idempotency_key, spec)
         if winner is None:
@@ -187,8 +200,8 @@ QUEUE_FULL_RETRY_SECONDS = 30
 
 
 def _check_queue_room(conn: Connection, owner: Principal, max_queued: int) -> None:
-    """Raise RateLimited when this key already has `max_queued` queued jobs (its row locked first)."""
-    conn.execute(select(api_keys.c.id).where(api_keys.c.id == owner.key_id).with_for_update())
+    """Raise RateLimited when this key already has `max_queued` queued jobs (the caller holds its row's
+    lock)."""
     queued = conn.execute(
         select(func.count()).where(jobs.c.owner == owner.key_id, jobs.c.status == "queued")
     ).scalar_one()

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import LargeBinary, cast, func, select
 
 from privacy_wall import ledger_db
 from privacy_wall.accounting import epsilon
@@ -15,6 +16,7 @@ from privacy_wall.ingest import ingest
 from privacy_wall.sqlengine import create_db_engine
 from service.app import create_app
 from service.keys import create_key
+from service.models import posteriors, releases
 from service.queue import RecordingQueue
 from service.settings import ServiceSettings
 from tests.dbservers import fresh_database
@@ -66,6 +68,7 @@ def test_an_api_job_runs_in_the_worker_and_its_results_are_served(tmp_path: Path
                 assert r.status_code == 202, r.text
                 job_id = r.json()["id"]
                 assert queue.sent == [job_id]
+                estimated = r.json()["stored_bytes"]  # counted against the key's storage cap while it runs
 
                 assert execute_job(job_id, control, sensitive) == "succeeded"
 
@@ -83,6 +86,11 @@ def test_an_api_job_runs_in_the_worker_and_its_results_are_served(tmp_path: Path
                 assert posterior["privacy"]["epsilon"] == pytest.approx(job["epsilon_spent"])
                 # the dataset's public column names, by which `vips predict` matches an input's columns
                 assert (posterior["columns"], posterior["label"]) == (["x0", "x1", "x2"], "label")
+                # Ended, it counts what it stored: its releases and its posterior's text, within the estimate.
+                with control.connect() as conn:
+                    released_bytes = conn.execute(select(func.sum(releases.c.stored_bytes))).scalar_one()
+                    text = conn.execute(select(cast(posteriors.c.document, LargeBinary))).scalar_one()
+                assert job["stored_bytes"] == released_bytes + len(text) <= estimated
                 ledger = http.get("/v1/datasets/t/ledger", headers=as_custodian).json()
                 assert len(ledger["entries"]) == 4
                 status = ledger_db.budget_status(control, "t")

@@ -158,7 +158,7 @@ def race(api: Api, senders: list[str]) -> list[int]:
     for answer in answers:  # asserted here: an assertion in a sender thread would only be printed
         assert answer.status_code in (202, 409), answer.text
         if answer.status_code == 409:
-            assert answer.json()["limit"] in ("dataset", "quota"), answer.text
+            assert answer.json()["limit"] in ("dataset", "quota", "storage"), answer.text
     return [answer.status_code for answer in answers]
 
 

@@ -142,7 +142,13 @@ def test_stored_bytes_bound_the_iterations(api: Api) -> None:
     assert quote.status_code == 200, quote.text
     estimated = quote.json()["resources"]
     assert 5 * 666_162 * 8 + 65e6 <= estimated["stored_bytes"] <= 127e6
-    assert set(estimated) == {"memory_bytes", "release_bytes", "stored_bytes"}
+    assert set(estimated) == {
+        "memory_bytes",
+        "release_bytes",
+        "stored_bytes",
+        "key_stored_bytes",  # test_storage_caps
+        "key_max_stored_bytes",
+    }
     assert api.submit(**spec, iterations=5, options={"hidden": 50}).status_code == 202
     locs, message = _refusal(api.submit(**spec, iterations=250, options={"hidden": 50}))
     assert locs == [["body", "iterations"]]

@@ -515,6 +515,13 @@ def _add_client(commands: argparse._SubParsersAction[_Parser]) -> None:
     parser = commands.add_parser("cancel", help="cancel a job; its unspent budget is refunded")
     parser.add_argument("job", metavar="JOB")
     parser.set_defaults(handler="remote:run_cancel")
+    helptext = (
+        "delete an ended job's releases and posterior to free your key's storage (VIPS_MAX_KEY_STORED_MB); "
+        "its record and the epsilon it spent stay"
+    )
+    parser = commands.add_parser("delete", help=helptext, description=helptext)
+    parser.add_argument("job", metavar="JOB", help="the job's id (or a unique prefix of 8+ characters)")
+    parser.set_defaults(handler="remote:run_delete")
 
     parser = commands.add_parser(
         "ledger",

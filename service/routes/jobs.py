@@ -1,4 +1,4 @@
-"""Jobs: submit (analysts), read, cancel, and the per-iteration releases."""
+"""Jobs: submit (analysts), read, cancel, the per-iteration releases, and deleting an ended job's outputs."""
 
 from __future__ import annotations
 
@@ -22,16 +22,25 @@ from service.budgets import load_dataset
 from service.deps import EngineDep, QueueDep, SettingsDep
 from service.errors import NotFound
 from service.job_control import cancel_job
-from service.job_outputs import release_page, releases_json
+from service.job_outputs import outputs_gone, release_page, releases_json
 from service.job_reads import list_jobs, to_public, visible_job
 from service.job_status import JobStatus
+from service.job_storage import delete_outputs
 from service.keys import Principal
 from service.params import INT_MAX, DatasetNameQuery, JobIdPath, Offset
 from service.pricing import pricing_slot, take_pricing_request
 from service.queue import JobQueue
 from service.release_arrays import coalesced
 from service.routes.datasets import visible_dataset
-from service.schemas import BudgetRefusal, JobCreate, JobPublic, JobQuote, Message, ReleasePublic
+from service.schemas import (
+    BudgetRefusal,
+    JobCreate,
+    JobPublic,
+    JobQuote,
+    Message,
+    ReleasePublic,
+    StorageRefusal,
+)
 from service.settings import ServiceSettings
 from service.submission import idempotency_turn, previous_submission, submit_job
 
@@ -45,7 +54,11 @@ router = APIRouter(prefix="/jobs", tags=["jobs"], responses=AUTH_RESPONSES)
     responses={
         200: {"model": JobQuote, "description": "dry run: the quote; nothing is reserved or queued"},
         404: {"model": Message},
-        409: {"model": BudgetRefusal, "description": "the budget cannot admit the job (or none is set)"},
+        409: {
+            "model": BudgetRefusal | StorageRefusal,
+            "description": "the budget or the key's quota cannot admit the job (or none is set), or the "
+            "key's stored outputs have no room for it (VIPS_MAX_KEY_STORED_MB)",
+        },
         429: {
             "model": Message,
             "description": "this key has its most queued jobs, or prices too often (Retry-After says when)",
@@ -109,9 +122,16 @@ def _price_or_submit(
     if spec.dry_run:
         response.status_code = status.HTTP_200_OK
         with pricing_slot(settings):  # the headroom is priced by calibration (tens of milliseconds)
-            return quote_job(engine, spec, plan, principal.key_id)
+            return quote_job(engine, spec, plan, principal.key_id, settings.max_key_stored_mb)
     job, replayed = submit_job(
-        engine, queue, principal, spec, plan, idempotency_key, max_queued=settings.max_queued_per_key
+        engine,
+        queue,
+        principal,
+        spec,
+        plan,
+        idempotency_key,
+        max_queued=settings.max_queued_per_key,
+        max_key_stored_mb=settings.max_key_stored_mb,
     )
     if replayed:  # a concurrent submission with this key won: its job, as for any replay
         response.headers["Idempotent-Replayed"] = "true"
@@ -163,6 +183,23 @@ def cancel(job_id: JobIdPath, engine: EngineDep, principal: JobCancellerKey) -> 
     return to_public(engine, [visible_job(engine, principal, row.id)])[0]
 
 
+@router.delete(
+    "/{job_id}/outputs",
+    response_model=JobPublic,
+    responses={404: {"model": Message}, 409: {"model": Message, "description": "the job has not ended"}},
+)
+def delete_job_outputs(job_id: JobIdPath, engine: EngineDep, principal: JobCancellerKey) -> JobPublic:
+    """Delete an ended job's releases and posterior to free its key's storage (VIPS_MAX_KEY_STORED_MB):
+    its record, epsilon spent and the ledger's charges stay; reading them afterwards is a 410. The job's
+    analyst, the custodian of its dataset and admins may; deleting again changes nothing."""
+    row = visible_job(engine, principal, job_id)
+    dataset = load_dataset(engine, row.dataset) if principal.role == "custodian" else None
+    if not cancels_job(principal, row, dataset):
+        raise NotFound(f"job {job_id} not found")
+    delete_outputs(engine, row)
+    return to_public(engine, [visible_job(engine, principal, row.id)])[0]
+
+
 @router.get(
     "/{job_id}/releases",
     response_model=list[ReleasePublic],
@@ -172,6 +209,7 @@ def cancel(job_id: JobIdPath, engine: EngineDep, principal: JobCancellerKey) -> 
             'URL (rel="next")'
         },
         404: {"model": Message},
+        410: {"model": Message, "description": "the job's outputs were deleted"},
     },
 )
 def releases(
@@ -190,6 +228,7 @@ def releases(
     dataset = load_dataset(engine, row.dataset) if principal.role == "custodian" else None
     if not reads_releases(principal, row, dataset):
         raise NotFound(f"job {job_id} not found")
+    outputs_gone(row)
     max_bytes = int(settings.releases_page_mb * (1 << 20))
     page = release_page(engine, row.id, after=after, limit=limit, max_bytes=max_bytes)
     headers = {}

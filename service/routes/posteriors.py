@@ -19,7 +19,11 @@ router = APIRouter(prefix="/jobs", tags=["posteriors"], responses=AUTH_RESPONSES
 @router.get(
     "/{job_id}/posterior",
     response_model=Posterior,
-    responses={404: {"model": Message}, 409: {"model": Message, "description": "the job has not succeeded"}},
+    responses={
+        404: {"model": Message},
+        409: {"model": Message, "description": "the job has not succeeded"},
+        410: {"model": Message, "description": "the job's outputs were deleted"},
+    },
 )
 def posterior(job_id: JobIdPath, engine: EngineDep, principal: JobReaderKey) -> Response:
     """The released posterior document, once the job has succeeded: one schema per model family

@@ -399,7 +399,8 @@ def job_page(request: Request, engine: EngineDep, settings: SettingsDep, job_id:
         job, dataset = _job(engine, session.principal, job_id)
         (public,) = to_public(engine, [job])
         summary, large = None, None
-        if job.status == "succeeded":
+        deleted = job.outputs_deleted_at is not None  # its record stays; nothing to plot or summarise
+        if job.status == "succeeded" and not deleted:
             if _small_posterior(engine, settings, job) is not None:
                 schema = dict(dataset.schema) if dataset is not None else {}
                 summary = views.summarize(job_posterior(engine, job), schema)
@@ -410,7 +411,7 @@ def job_page(request: Request, engine: EngineDep, settings: SettingsDep, job_id:
             "summary_limit": human_bytes(settings.ui_posterior_max_mb * (1 << 20)),
             "job": public,
             "owner": job.owner,
-            "releases": reads_releases(session.principal, job, dataset),
+            "releases": reads_releases(session.principal, job, dataset) and not deleted,
             "summary": summary,
             "running": job.status in ("queued", "running"),
             "refresh": RUNNING_REFRESH_SECONDS,

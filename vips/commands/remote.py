@@ -306,6 +306,12 @@ def run_cancel(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_delete(args: argparse.Namespace) -> int:
+    with client() as api:
+        print_json(api.delete_outputs(args.job))
+    return 0
+
+
 def _wait_with_progress(api: VipsClient, job: dict[str, Any], timeout: float | None) -> dict[str, Any]:
     """Poll the job to its end under a bar: iterations, epsilon spent so far, elapsed and ETA."""
     with fit_progress(f"job {job['id'][:8]}", job["iterations"], job["status"]) as update:

@@ -1,0 +1,102 @@
+"""What each key's jobs store in the control database, and the per-key cap on it (docs/design.md section 3).
+
+A job's `stored_bytes` is its admission estimate (service.resources: T releases and the posterior) while
+it is queued or running, and what it stored (its releases' bytes and its posterior's JSON text) once it
+has ended; deleting its outputs sets it to 0. A key stores the sum over its jobs. Submission checks
+  stored(key) + estimate(job) <= VIPS_MAX_KEY_STORED_MB
+under a lock of the key's row, in the transaction that inserts the job, so concurrent submissions of one
+key never pass the cap together. The worker bounds each job by VIPS_MAX_JOB_STORED_MB as it stores.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import Connection, Dialect, Engine, LargeBinary, Row, Text, cast, delete, func, select, update
+from sqlalchemy.sql.elements import ColumnElement
+
+from service.errors import Conflict, StorageFull
+from service.job_status import TERMINAL
+from service.models import jobs, posteriors, releases
+from service.resources import human_bytes
+from service.schemas import StorageRefusal
+
+MIB = 1 << 20
+
+
+def posterior_text_bytes(dialect: Dialect) -> ColumnElement[Any]:
+    """Bytes of a stored posterior document's JSON text, measured by the database (never loaded)."""
+    if dialect.name == "postgresql":
+        return func.octet_length(cast(posteriors.c.document, Text))
+    return func.length(cast(posteriors.c.document, LargeBinary))
+
+
+def measured_bytes(conn: Connection, job_id: str) -> int:
+    """What the job stores now: its releases' bytes and its posterior's JSON text."""
+    released = conn.execute(
+        select(func.coalesce(func.sum(releases.c.stored_bytes), 0)).where(releases.c.job_id == job_id)
+    ).scalar_one()
+    posterior = conn.execute(
+        select(posterior_text_bytes(conn.dialect)).where(posteriors.c.job_id == job_id)
+    ).scalar()
+    return int(released) + int(posterior or 0)
+
+
+def record_measured(conn: Connection, job_id: str) -> None:
+    """Replace an ended job's estimate by what it stored (called as it ends, in its transaction)."""
+    conn.execute(update(jobs).where(jobs.c.id == job_id).values(stored_bytes=measured_bytes(conn, job_id)))
+
+
+def key_stored_bytes(conn: Connection, key_id: str) -> int:
+    """The bytes `key_id`'s jobs store or, while they run, may store."""
+    total = conn.execute(
+        select(func.coalesce(func.sum(jobs.c.stored_bytes), 0)).where(jobs.c.owner == key_id)
+    ).scalar_one()
+    return int(total)
+
+
+def storage_problem(stored: int, estimate: int, max_key_stored_mb: float) -> str | None:
+    """Why a job estimated at `estimate` bytes does not fit beside the key's `stored` bytes, or None."""
+    cap = int(max_key_stored_mb * MIB)
+    if stored + estimate <= cap:
+        return None
+    return (
+        f"this key's jobs store {human_bytes(stored)} (queued and running jobs at their estimates) and this "
+        f"job would store about {human_bytes(estimate)}: together more than the {human_bytes(cap)} a key "
+        "may store (VIPS_MAX_KEY_STORED_MB); nothing was reserved. Delete finished jobs' outputs you no "
+        "longer need (vips delete JOB, or DELETE /v1/jobs/{id}/outputs) or run fewer iterations"
+    )
+
+
+def check_storage_room(conn: Connection, key_id: str, estimate: int, max_key_stored_mb: float) -> None:
+    """Raise StorageFull unless the key's storage has room for `estimate` more bytes. The caller holds
+    the key's row lock (service.submission) and inserts the job in the same transaction."""
+    stored = key_stored_bytes(conn, key_id)
+    problem = storage_problem(stored, estimate, max_key_stored_mb)
+    if problem is not None:
+        cap = int(max_key_stored_mb * MIB)
+        raise StorageFull(
+            StorageRefusal(
+                detail=problem, key_stored_bytes=stored, key_max_stored_bytes=cap, stored_bytes=estimate
+            )
+        )
+
+
+def delete_outputs(engine: Engine, job: Row[Any]) -> bool:
+    """Delete an ended job's releases and posterior (its record, charges and ledger entries stay) and
+    free its storage. Returns False when they were deleted already; 409 for a job still queued or running."""
+    if job.status not in TERMINAL:
+        raise Conflict(
+            f"job {job.id} is {job.status}: its outputs can be deleted once it has ended (cancel it first)"
+        )
+    with engine.begin() as conn:
+        deleted = conn.execute(
+            update(jobs)
+            .where(jobs.c.id == job.id, jobs.c.outputs_deleted_at.is_(None))
+            .values(stored_bytes=0, outputs_deleted_at=datetime.now(UTC))
+        ).rowcount
+        if deleted:
+            conn.execute(delete(releases).where(releases.c.job_id == job.id))
+            conn.execute(delete(posteriors).where(posteriors.c.job_id == job.id))
+    return bool(deleted)
