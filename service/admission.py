@@ -27,7 +27,8 @@ from service.options import MODEL_KINDS, algorithm_problem, option_problem, sche
 from service.pricing import pricing_slot
 from service.quotas import QuotaExceeded, quota_quote, tighter
 from service.resources import Resources, estimate, resource_errors
-from service.schemas import BudgetRefusal, JobCreate, JobQuote, ResourceEstimate
+from service.schedules import Schedule, choose_schedule
+from service.schemas import BudgetRefusal, JobCreate, JobQuote, ResourceEstimate, ScheduleChoice
 from service.settings import ServiceSettings
 
 
@@ -46,6 +47,8 @@ class Plan:
 
     dataset: str
     batch_size: int
+    iterations: int
+    schedule: Schedule
     population: int
     sigma: float
     delta: float
@@ -57,19 +60,19 @@ class Plan:
         return SubsampledGaussianEvent(self.sigma, self.batch_size, self.population)
 
 
-def check_spec(spec: JobCreate, dataset: Row[Any], settings: ServiceSettings) -> tuple[int, Resources]:
-    """Raise SpecError naming every bad field, or the resource limits the job exceeds; return the batch
-    size (default N) and the job's resource estimate (computed once, for the limits and the plan)."""
+def check_spec(spec: JobCreate, dataset: Row[Any], settings: ServiceSettings) -> tuple[Schedule, Resources]:
+    """Raise SpecError naming every bad field, or the resource limits the job exceeds; return the job's
+    schedule (what it gives, the rest chosen by service.schedules) and its resource estimate (computed
+    once, for the limits and the plan)."""
     errors: list[tuple[Loc, str]] = []
-    if spec.iterations > settings.max_iterations:
+    if spec.iterations is not None and spec.iterations > settings.max_iterations:
         errors.append((("iterations",), f"must be <= {settings.max_iterations} (the server's maximum)"))
     kind = MODEL_KINDS[spec.model]
     if dataset.kind != kind:
         errors.append(
             (("model",), f"model {spec.model} needs a {kind} dataset; {dataset.name} is {dataset.kind}")
         )
-    batch_size = spec.batch_size if spec.batch_size is not None else int(dataset.population)
-    if batch_size > dataset.population:
+    if spec.batch_size is not None and spec.batch_size > dataset.population:
         errors.append(
             (("batch_size",), f"must be <= the population of {dataset.name} (N = {dataset.population})")
         )
@@ -88,36 +91,51 @@ def check_spec(spec: JobCreate, dataset: Row[Any], settings: ServiceSettings) ->
         errors.extend(option_errors(spec.model, spec.algorithm, spec.options))
     if errors:
         raise SpecError(errors)
-    resources = job_resources(spec, dataset, batch_size)  # the estimate needs a valid spec
+    schedule = choose_schedule(  # from public facts only: the model, N and the job's own epsilon
+        spec.model,
+        spec.algorithm,
+        int(dataset.population),
+        spec.epsilon,
+        iterations=spec.iterations,
+        batch_size=spec.batch_size,
+        max_iterations=settings.max_iterations,
+    )
+    resources = job_resources(spec, dataset, schedule)  # the estimate needs a valid spec
     errors = resource_errors(
         resources,
-        spec.iterations,
+        schedule.iterations,
         max_memory_mb=settings.max_job_memory_mb,
         max_release_mb=settings.max_release_mb,
         max_stored_mb=settings.max_job_stored_mb,
     )
     if errors:
         raise SpecError(errors)
-    return batch_size, resources
+    return schedule, resources
 
 
-def job_resources(spec: JobCreate, dataset: Row[Any], batch_size: int) -> Resources:
+def job_resources(spec: JobCreate, dataset: Row[Any], schedule: Schedule) -> Resources:
     """The job's worker memory, release and stored bytes from the dataset's public shape."""
     return estimate(
-        spec.model, spec.algorithm, spec.options, int(dataset.dimension), batch_size, spec.iterations
+        spec.model,
+        spec.algorithm,
+        spec.options,
+        int(dataset.dimension),
+        schedule.batch_size,
+        schedule.iterations,
     )
 
 
 def plan_job(engine: Engine, spec: JobCreate, dataset: Row[Any], settings: ServiceSettings) -> Plan:
     """Check the spec, find the budget (409 without one) and choose sigma."""
-    batch_size, resources = check_spec(spec, dataset, settings)
+    schedule, resources = check_spec(spec, dataset, settings)
+    batch_size, iterations = schedule.batch_size, schedule.iterations
     budget = ensure_budget(engine, dataset)
     population = int(dataset.population)
     check_delta(dataset, budget.delta)
     with pricing_slot(settings):  # the accountant's cost is cached for the reservation that follows
         if spec.epsilon is not None:
             try:
-                sigma = calibrate_sigma(spec.epsilon, batch_size, population, spec.iterations, budget.delta)
+                sigma = calibrate_sigma(spec.epsilon, batch_size, population, iterations, budget.delta)
             except CalibrationError as exc:
                 raise SpecError([(("epsilon",), str(exc))]) from None
         else:
@@ -126,8 +144,18 @@ def plan_job(engine: Engine, spec: JobCreate, dataset: Row[Any], settings: Servi
         conflict = schedule_problem(spec.model, spec.options, sigma)
         if conflict is not None:
             raise SpecError([(("options", conflict[0]), conflict[1])])
-        eps = job_epsilon(sigma, batch_size, population, spec.iterations, budget.delta) if sigma > 0 else None
-    return Plan(dataset.name, batch_size, population, sigma, budget.delta, finite(eps), resources)
+        eps = job_epsilon(sigma, batch_size, population, iterations, budget.delta) if sigma > 0 else None
+    return Plan(
+        dataset.name,
+        batch_size,
+        iterations,
+        schedule,
+        population,
+        sigma,
+        budget.delta,
+        finite(eps),
+        resources,
+    )
 
 
 def check_delta(dataset: Row[Any], delta: float) -> None:
@@ -154,11 +182,11 @@ def quote_job(
     """The dry run: the job's cost, the dataset's budget after it and, when the submitting key has a quota
     on the dataset, that quota after it; admissible and largest_epsilon within both; admissible also
     within the key's storage cap when given. Reserves nothing."""
-    quote = ledger_db.quote(engine, plan.dataset, plan.event, spec.iterations)
+    quote = ledger_db.quote(engine, plan.dataset, plan.event, plan.iterations)
     mine = (
         None
         if key_id is None
-        else quota_quote(engine, plan.dataset, key_id, plan.event, spec.iterations, quote.status.delta)
+        else quota_quote(engine, plan.dataset, key_id, plan.event, plan.iterations, quote.status.delta)
     )
     stored = None
     if key_id is not None and max_key_stored_mb is not None:
@@ -178,8 +206,14 @@ def quote_job(
     capped = quote.status.epsilon_budget is not None
     return JobQuote(
         dataset=plan.dataset,
-        iterations=spec.iterations,
+        iterations=plan.iterations,
         batch_size=plan.batch_size,
+        schedule=ScheduleChoice(
+            iterations=plan.iterations,
+            batch_size=plan.batch_size,
+            auto=list(plan.schedule.auto),
+            why=plan.schedule.why,
+        ),
         sigma=plan.sigma,
         delta=plan.delta,
         epsilon_job=plan.epsilon_job,

@@ -224,7 +224,7 @@ class VipsClient:
         *,
         dataset: str,
         model: str,
-        iterations: int,
+        iterations: int | None = None,
         algorithm: str = "vips",
         batch_size: int | None = None,
         sigma: float | None = None,
@@ -234,16 +234,22 @@ class VipsClient:
         idempotency_key: str | None = None,
     ) -> dict[str, Any]:
         """The queued job (202), or with dry_run the quote (nothing reserved). Resending with the same
-        `idempotency_key` returns the job it first created instead of submitting another."""
+        `idempotency_key` returns the job it first created instead of submitting another. iterations and
+        batch_size left None are chosen by the server for the job's epsilon (the quote's `schedule`)."""
         spec: dict[str, Any] = {
             "dataset": dataset,
             "model": model,
             "algorithm": algorithm,
-            "iterations": iterations,
             "options": dict(options or {}),
             "dry_run": dry_run,
         }
-        for name, value in (("batch_size", batch_size), ("sigma", sigma), ("epsilon", epsilon)):
+        given = (
+            ("iterations", iterations),
+            ("batch_size", batch_size),
+            ("sigma", sigma),
+            ("epsilon", epsilon),
+        )
+        for name, value in given:
             if value is not None:
                 spec[name] = value
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None

@@ -221,6 +221,7 @@ class JobCreate(_Strict):
         extra="forbid",
         json_schema_extra={
             "examples": [
+                {"dataset": "adult", "model": "blr", "epsilon": 0.8},
                 {"dataset": "adult", "model": "blr", "iterations": 10, "epsilon": 0.8},
                 {"dataset": "adult", "model": "blr", "algorithm": "dpvi", "iterations": 500,
                  "batch_size": 650, "epsilon": 1.0},
@@ -234,11 +235,20 @@ class JobCreate(_Strict):
     dataset: DatasetName
     model: Model
     algorithm: Algorithm = "vips"
-    iterations: int = Field(
-        strict=True, ge=1, le=INT_MAX, description="T, at most the server's max_iterations"
+    iterations: int | None = Field(
+        default=None,
+        strict=True,
+        ge=1,
+        le=INT_MAX,
+        description="T, at most the server's max_iterations; omitted: chosen for the job's epsilon (the "
+        "quote's `schedule` says how; docs/schedules.md), or 10 when sigma is given",
     )
     batch_size: int | None = Field(
-        default=None, strict=True, ge=1, le=INT_MAX, description="S, 1..N; default N (batch mode)"
+        default=None,
+        strict=True,
+        ge=1,
+        le=INT_MAX,
+        description="S, 1..N; omitted: chosen for the job's epsilon as iterations are (N with sigma)",
     )
     sigma: FiniteFloat | None = Field(
         default=None, ge=0, description="noise multiplier; give sigma or epsilon"
@@ -326,12 +336,24 @@ class ResourceEstimate(BaseModel):
     key_max_stored_bytes: int | None = Field(default=None, description="what one key's jobs may store")
 
 
+class ScheduleChoice(BaseModel):
+    """A job's schedule and where it came from (service.schedules)."""
+
+    iterations: int
+    batch_size: int
+    auto: list[str] = Field(
+        description="the fields the server chose (iterations, batch_size); empty: all given"
+    )
+    why: str = Field(description="the rule and the public facts it used, or 'given'")
+
+
 class JobQuote(BaseModel):
     """A dry run: what the job would cost and what would remain; nothing is reserved."""
 
     dataset: str
     iterations: int
     batch_size: int
+    schedule: ScheduleChoice | None = Field(default=None, description="how T and S were chosen")
     sigma: float
     delta: float
     epsilon_job: float | None = Field(description="the job on its own; null when sigma = 0 (no guarantee)")

@@ -50,10 +50,11 @@ def previous_submission(engine: Engine, owner: Principal, key: str, spec: JobCre
         "dataset": spec.dataset,
         "model": spec.model,
         "algorithm": spec.algorithm,
-        "iterations": spec.iterations,
         "epsilon_target": spec.epsilon,
         "options": dict(spec.options),
     }
+    if spec.iterations is not None:  # omitted: the automatic schedule chose it
+        asked["iterations"] = spec.iterations
     if spec.batch_size is not None:
         asked["batch_size"] = spec.batch_size
     if spec.sigma is not None:
@@ -138,9 +139,9 @@ def submit_job(
                 check_storage_room(conn, owner.key_id, plan.resources.stored_bytes, max_key_stored_mb)
             # The reservation and the row commit together: a racer refused by this reservation, or whose
             # row conflicts with this one, finds this job when it looks again.
-            budget = ledger_db.reserve_within(conn, plan.dataset, job_id, plan.event, spec.iterations)
+            budget = ledger_db.reserve_within(conn, plan.dataset, job_id, plan.event, plan.iterations)
             # Still under the budget row's lock, and before this job's row exists: the key's quota.
-            job_cost = configured_accountant().cost(plan.event).scaled(spec.iterations)
+            job_cost = configured_accountant().cost(plan.event).scaled(plan.iterations)
             check_quota(conn, plan.dataset, owner.key_id, job_cost, budget.delta)
             conn.execute(
                 insert(jobs).values(
@@ -150,7 +151,7 @@ def submit_job(
                     model=spec.model,
                     algorithm=spec.algorithm,
                     options=dict(spec.options),
-                    iterations=spec.iterations,
+                    iterations=plan.iterations,
                     batch_size=plan.batch_size,
                     sigma=plan.sigma,
                     epsilon_target=spec.epsilon,
@@ -168,7 +169,7 @@ def submit_job(
         winner = _winner(engine, owner, idempotency_key, spec)
         if winner is not None:
             return Submitted(winner, True)
-        raise BudgetRefused(refusal(engine, exc, plan, spec.iterations, owner.key_id)) from None
+        raise BudgetRefused(refusal(engine, exc, plan, plan.iterations, owner.key_id)) from None
     except ledger_db.UnknownDataset:
         raise Conflict(f"the custodian has not set a budget for dataset {plan.dataset}") from None
     except (RateLimited, StorageFull):  # counted with a racing winner's job: replay it if there is one

@@ -7,4 +7,3 @@ MODELS = ("blr", "linreg", "lda", "sbn")
 ALGORITHMS = ("vips", "dpvi", "dpsep")
 DEFAULT_LABEL = "label"
 DEFAULT_DELTA = 1e-5
-DEFAULT_ITERATIONS = 10

@@ -175,8 +175,16 @@ def _add_fit(commands: argparse._SubParsersAction[_Parser]) -> None:
     parser.add_argument("--vocab", metavar="FILE", help="vocabulary, one word per line (--kind bow)")
     parser.add_argument("--model", choices=choices.MODELS, required=True)
     parser.add_argument("--algorithm", choices=choices.ALGORITHMS, default="vips")
-    parser.add_argument("--iterations", type=_positive_int, default=choices.DEFAULT_ITERATIONS, metavar="T")
-    parser.add_argument("--batch-size", type=_positive_int, metavar="S", help="default: the whole dataset")
+    parser.add_argument(
+        "--iterations",
+        type=_positive_int,
+        metavar="T",
+        help="T iterations (default: chosen for --epsilon from the model and N, see the quote's schedule "
+        "and docs/schedules.md; with --sigma, the model's usual T, 10 for VIPS)",
+    )
+    parser.add_argument(
+        "--batch-size", type=_positive_int, metavar="S", help="S rows per iteration (default: chosen as T is)"
+    )
     noise = parser.add_mutually_exclusive_group()
     noise.add_argument("--sigma", type=_sigma, help="noise multiplier (0 = non-private, --local only)")
     noise.add_argument("--epsilon", type=_epsilon, help="target epsilon; sigma is calibrated for it")

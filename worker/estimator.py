@@ -72,7 +72,9 @@ Sampling = Literal["uniform", "passes"]
 class VipsEstimator(BaseEstimator):  # type: ignore[misc]
     """What every estimator shares: the privacy schedule, the loop over the gate, the posterior.
 
-    Give either epsilon (sigma is calibrated for it at delta) or sigma. batch_size None means S = N.
+    Give either epsilon (sigma is calibrated for it at delta) or sigma. iterations and batch_size left None
+    are chosen as the service chooses them (service.schedules: from the model, the algorithm, N and
+    epsilon alone; with sigma, T 10 and S = N for VIPS); given values win.
     sampling "uniform" (always with noise: S distinct rows drawn uniformly per iteration, what the
     accountant analyses) or "passes" (sigma = 0 only: shuffled passes over the data, as scikit-learn and
     gensim do; T iterations of S rows are T S / N passes). tau0, kappa: step sizes rho_t = (tau0 + t)^-kappa.
@@ -91,7 +93,7 @@ class VipsEstimator(BaseEstimator):  # type: ignore[misc]
     delta: float = 1e-5
     sigma: float | None = None
     batch_size: int | None = None
-    iterations: int = 10
+    iterations: int | None = None
     tau0: float = 0.0
     kappa: float = 1.0
     random_state: int | None = None
@@ -326,7 +328,6 @@ class DPVILogisticRegression(_LogisticRegressionFit):
     algorithm = "dpvi"
     option_names = ("clip", "learning_rate", "draws", "prior_variance")
 
-    iterations: int = 1000
     clip: float | None = None
     learning_rate: float | None = None
     draws: int | None = None

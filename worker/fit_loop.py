@@ -7,13 +7,14 @@ from __future__ import annotations
 import math
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from privacy_wall.accounting import SubsampledGaussianEvent, calibrate_sigma, get_accountant
 from privacy_wall.gate import Gate, PrivacyError
 from privacy_wall.ledger import InMemoryLedger
 from privacy_wall.store import RowStore
+from service.schedules import choose_schedule
 from worker.models.registry import model_setup
 from worker.posterior import Privacy, build_posterior
 from worker.runner import LoopSettings, run_vips
@@ -35,7 +36,7 @@ class Schedule:
     delta: float
     sigma: float | None
     batch_size: int | None
-    iterations: int
+    iterations: int | None
     tau0: float = 0.0
     kappa: float = 1.0
     random_state: int | None = None
@@ -51,6 +52,22 @@ class Fitted:
     state: Any
 
 
+def with_chosen(schedule: Schedule, model: str, algorithm: str, population: int) -> Schedule:
+    """The schedule with iterations and batch size filled in where it left them None, as the service
+    chooses them (service.schedules: from the model, N and epsilon alone)."""
+    if schedule.iterations is not None and schedule.batch_size is not None:
+        return schedule
+    chosen = choose_schedule(
+        model,
+        algorithm,
+        max(population, 1),
+        schedule.epsilon,
+        iterations=schedule.iterations,
+        batch_size=schedule.batch_size,
+    )
+    return replace(schedule, iterations=chosen.iterations, batch_size=chosen.batch_size)
+
+
 def resolve_sigma(schedule: Schedule, batch_size: int, population: int) -> float:
     """The given sigma, or the smallest calibrated to the schedule's epsilon at its delta on its own."""
     if (schedule.epsilon is None) == (schedule.sigma is None):
@@ -59,7 +76,7 @@ def resolve_sigma(schedule: Schedule, batch_size: int, population: int) -> float
         if not schedule.sigma >= 0:
             raise ValueError("sigma must be >= 0")
         return float(schedule.sigma)
-    assert schedule.epsilon is not None
+    assert schedule.epsilon is not None and schedule.iterations is not None  # with_chosen filled it
     return calibrate_sigma(
         schedule.epsilon,
         batch_size,
@@ -86,9 +103,11 @@ def fit_store(
     """Run the loop on the store `make_store(public)` builds, calling `progress` after each iteration and
     charging `budget` (refused with BudgetExceeded before anything is computed when it would not fit);
     `extra` goes into the posterior document."""
-    batch_size = population if schedule.batch_size is None else int(schedule.batch_size)
+    schedule = with_chosen(schedule, model, algorithm, population)
+    assert schedule.iterations is not None and schedule.batch_size is not None
+    iterations, batch_size = schedule.iterations, int(schedule.batch_size)
     sigma = resolve_sigma(schedule, batch_size, max(population, 1))
-    settings = LoopSettings(schedule.iterations, batch_size, sigma, schedule.tau0, schedule.kappa)
+    settings = LoopSettings(iterations, batch_size, sigma, schedule.tau0, schedule.kappa)
     public = sigma == 0
     if schedule.random_state is not None and not public:
         raise PrivacyError("random_state is only accepted with sigma = 0: private releases cannot be seeded")
@@ -112,12 +131,12 @@ def fit_store(
 
     def report(t: int, _release: object, _state: object) -> None:
         if progress is not None:
-            progress(t, schedule.iterations, ledger.epsilon_spent() if sigma > 0 else math.inf)
+            progress(t, iterations, ledger.epsilon_spent() if sigma > 0 else math.inf)
 
     if budget is not None:
-        budget.reserve(job_id, dataset, event, schedule.iterations)
+        budget.reserve(job_id, dataset, event, iterations)
     try:
-        ledger.reserve(job_id, event, schedule.iterations)
+        ledger.reserve(job_id, event, iterations)
         try:
             result = run_vips(
                 gate,
@@ -143,7 +162,7 @@ def fit_store(
             epsilon=ledger.epsilon_spent() if sigma > 0 else math.inf,
             delta=schedule.delta,
             sigma=sigma,
-            iterations=schedule.iterations,
+            iterations=iterations,
             batch_size=batch_size,
             population=population,
             accountant=accountant.version,

@@ -45,7 +45,7 @@ from vips.choices import DEFAULT_LABEL, KINDS
 from vips.errors import NotAvailable, RuntimeFailure, UsageError
 from vips.output import check_writable, print_json
 from vips.progress import delta_warning, epsilon_text, fit_progress, note
-from worker.fit_loop import Schedule, fit_store
+from worker.fit_loop import Schedule, fit_store, with_chosen
 from worker.models.base import Array
 from worker.posterior import save_posterior
 
@@ -174,26 +174,29 @@ def _run_local(args: argparse.Namespace) -> int:
     path = Path(args.input)
     if data.population == 0:
         raise UsageError(f"{path} has no rows")
-    batch_size = data.population if args.batch_size is None else args.batch_size
-    if batch_size > data.population:
-        raise UsageError(f"--batch-size {batch_size} is larger than the {data.population} rows of {path}")
+    if args.batch_size is not None and args.batch_size > data.population:
+        raise UsageError(
+            f"--batch-size {args.batch_size} is larger than the {data.population} rows of {path}"
+        )
     # A target epsilon always means noise (sigma > 0).
     conflict = schedule_problem(args.model, options, math.inf if args.sigma is None else args.sigma)
     if conflict is not None:
         raise UsageError(f"option {conflict[0]!r}: {conflict[1]}")
     dataset = args.dataset or path.stem
     warning = delta_warning(args.delta, data.population)
-    schedule = Schedule(
+    given = Schedule(
         epsilon=args.epsilon,
         delta=args.delta,
         sigma=args.sigma,
-        batch_size=batch_size,
+        batch_size=args.batch_size,
         iterations=args.iterations,
         tau0=options.get("tau0", 0.0),
         kappa=options.get("kappa", 1.0),
     )
+    schedule = with_chosen(given, args.model, args.algorithm, data.population)  # as the server would
+    assert schedule.iterations is not None
     try:
-        with fit_progress(f"{args.model} {args.algorithm}", args.iterations) as update:
+        with fit_progress(f"{args.model} {args.algorithm}", schedule.iterations) as update:
 
             def progress(done: int, total: int, epsilon_spent: float) -> None:
                 update(done, epsilon_spent, "running" if done < total else "done")

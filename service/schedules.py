@@ -1,0 +1,122 @@
+"""Automatic schedules: the iterations T and batch size S of a job that gives only its epsilon, chosen
+from public facts alone (the model, the algorithm, the population N, epsilon) and deterministically, so a
+quote and the job it admits agree and the choice reveals nothing about the data (docs/schedules.md).
+
+What a private fit can learn is set by how large the noise is against the signal, which scales as
+1 / (epsilon N): a dataset of N rows at epsilon e behaves like one of 10 N rows at e / 10. The rules are
+therefore keyed on epsilon x N ("the privacy scale"), and their rows come from the grids of
+bench/schedules.py on public data (Adult, synthetic), never from data treated as private. Explicit
+values win: a job that gives T or S keeps it and the rule fills only what is missing. A job that gives
+sigma instead of epsilon has no epsilon to choose by: it gets the rule's row for the largest scale (for
+VIPS-BLR the long-standing T 10, S N).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One model/algorithm's schedule: T by privacy scale (the first row whose bound epsilon x N is below
+    or equal holds), S as a fraction of N with a floor and a cap in rows."""
+
+    #: (largest epsilon x N of the row, iterations T), increasing; the last row's bound is infinite.
+    iterations: tuple[tuple[float, int], ...]
+    batch_fraction: float = 1.0
+    min_batch: int = 1
+    max_batch: int | None = None
+    source: str = ""
+
+
+#: The rules, one per (model, algorithm): docs/schedules.md has the table each was read off.
+RULES: dict[tuple[str, str], Rule] = {
+    ("blr", "vips"): Rule(
+        iterations=((50_000.0, 3), (math.inf, 10)),
+        source="VIPS-BLR's grid on Adult (bench/schedules.py blr)",
+    ),
+    ("blr", "dpvi"): Rule(
+        iterations=((math.inf, 1000),),
+        batch_fraction=1 / 50,
+        min_batch=100,
+        source="DPVI's usual schedule (Jalko et al.; bench/compare_algorithms.py)",
+    ),
+    ("blr", "dpsep"): Rule(
+        iterations=((math.inf, 5),), source="DP-SEP's grid on Adult (bench/compare_algorithms.py)"
+    ),
+    ("linreg", "vips"): Rule(
+        iterations=((math.inf, 5),), source="the regression section of bench/compare_algorithms.py"
+    ),
+    ("linreg", "dpsep"): Rule(
+        iterations=((math.inf, 5),), source="the regression section of bench/compare_algorithms.py"
+    ),
+    # The long-standing defaults until issue 36 (LDA) and issue 35's SBN work derive their rules.
+    ("lda", "vips"): Rule(iterations=((math.inf, 10),), source="the default schedule (no LDA rule yet)"),
+    ("sbn", "vips"): Rule(iterations=((math.inf, 10),), source="the default schedule (no SBN rule yet)"),
+}
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """T and S of a job, which of them the rule chose (`auto`) and why, in words for the quote."""
+
+    iterations: int
+    batch_size: int
+    auto: tuple[str, ...]
+    why: str
+
+
+def rule_for(model: str, algorithm: str) -> Rule:
+    try:
+        return RULES[(model, algorithm)]
+    except KeyError:
+        raise ValueError(f"no schedule rule for model {model} by {algorithm}") from None
+
+
+def rule_iterations(rule: Rule, scale: float) -> int:
+    """T of the first row whose bound on epsilon x N is at least `scale`."""
+    return next(iterations for bound, iterations in rule.iterations if scale <= bound)
+
+
+def rule_batch(rule: Rule, population: int) -> int:
+    """S = batch_fraction N, at least min_batch and at most max_batch rows, and 1..N."""
+    size = max(round(rule.batch_fraction * population), rule.min_batch)
+    if rule.max_batch is not None:
+        size = min(size, rule.max_batch)
+    return max(1, min(size, population))
+
+
+def choose_schedule(
+    model: str,
+    algorithm: str,
+    population: int,
+    epsilon: float | None,
+    *,
+    iterations: int | None = None,
+    batch_size: int | None = None,
+    max_iterations: int | None = None,
+) -> Schedule:
+    """The job's (T, S): given values kept, missing ones from the rule at epsilon x N (module docstring);
+    with no epsilon (sigma given), the rule's row for the largest scale."""
+    auto = tuple(
+        name for name, value in (("iterations", iterations), ("batch_size", batch_size)) if value is None
+    )
+    rule = rule_for(model, algorithm)
+    scale = math.inf if epsilon is None else epsilon * population
+    chosen_t = rule_iterations(rule, scale) if iterations is None else iterations
+    if max_iterations is not None and iterations is None:
+        chosen_t = min(chosen_t, max_iterations)
+    chosen_s = rule_batch(rule, population) if batch_size is None else batch_size
+    if not auto:
+        return Schedule(chosen_t, chosen_s, auto, "given")
+    at = (
+        "sigma given (no epsilon to choose by): its row for little noise"
+        if epsilon is None
+        else (f"at epsilon x N = {scale:.3g}")
+    )
+    why = (
+        f"auto ({', '.join(auto)}): {model} by {algorithm} {at} takes T = {chosen_t}, S = {chosen_s} of "
+        f"N = {population}, from {rule.source} (docs/schedules.md)"
+    )
+    return Schedule(chosen_t, chosen_s, auto, why)

@@ -1,0 +1,138 @@
+"""Schedules the service chooses (issue 35, item 4): a job that gives only its epsilon gets T and S from
+service.schedules, from public facts alone (model, algorithm, N, epsilon) and deterministically; the
+quote shows the schedule and why; explicit values win; the estimators and `vips fit --local` choose the
+same way."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from service.schedules import RULES, choose_schedule, rule_batch, rule_for, rule_iterations
+from tests.dbservers import fresh_database
+from tests.test_api import Api, N, make_api
+from vips.cli import main
+from worker.estimator import DPVILogisticRegression, VIPSLogisticRegression
+
+
+@pytest.fixture
+def api(tmp_path: Path) -> Iterator[Api]:
+    with fresh_database("sqlite", tmp_path, "control") as url:
+        yield from make_api(url, tmp_path)
+
+
+# ---- the rule ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("model", "algorithm"), sorted(RULES))
+def test_every_rule_gives_a_valid_schedule_at_every_scale(model: str, algorithm: str) -> None:
+    rule = rule_for(model, algorithm)
+    bounds = [bound for bound, _ in rule.iterations]
+    assert bounds == sorted(bounds) and math.isinf(bounds[-1]) and rule.source
+    for population in (1, 7, 100, 3_000, 32_561, 400_000):
+        for epsilon in (0.01, 0.1, 0.3, 1.0, 3.0, 10.0, None):
+            chosen = choose_schedule(model, algorithm, population, epsilon)
+            again = choose_schedule(model, algorithm, population, epsilon)
+            assert chosen == again  # deterministic: a quote and its job agree
+            assert chosen.iterations >= 1 and 1 <= chosen.batch_size <= population
+            assert chosen.auto == ("iterations", "batch_size") and chosen.why.startswith("auto")
+
+
+def test_vips_blr_takes_more_iterations_as_the_noise_shrinks_and_keeps_the_whole_batch() -> None:
+    """T by epsilon x N: the scale, not epsilon alone (N rows at e behave like 10 N rows at e / 10)."""
+    rule = rule_for("blr", "vips")
+    steps = [rule_iterations(rule, scale) for scale in (10.0, 1e3, 1e4, 1e5, 1e7, math.inf)]
+    assert steps == sorted(steps) and steps[0] < steps[-1] == 10  # with sigma: the long-standing T 10
+    small, large = choose_schedule("blr", "vips", 3_000, 1.0), choose_schedule("blr", "vips", 30_000, 0.1)
+    assert small.iterations == large.iterations  # the same scale, 3,000
+    assert (small.batch_size, large.batch_size) == (3_000, 30_000)
+
+
+def test_dpvi_takes_its_usual_schedule_with_a_floor_on_the_batch() -> None:
+    chosen = choose_schedule("blr", "dpvi", 32_561, 0.3)
+    assert (chosen.iterations, chosen.batch_size) == (1000, round(32_561 / 50))
+    assert rule_batch(rule_for("blr", "dpvi"), 2_000) == 100  # N / 50 = 40 rows: too few per step
+    assert rule_batch(rule_for("blr", "dpvi"), 60) == 60
+
+
+def test_given_values_win_and_the_rule_fills_the_rest() -> None:
+    both = choose_schedule("blr", "dpvi", 32_561, 0.3, iterations=300, batch_size=1_000)
+    assert (both.iterations, both.batch_size, both.auto, both.why) == (300, 1_000, (), "given")
+    only_t = choose_schedule("blr", "dpvi", 32_561, 0.3, iterations=300)
+    assert (only_t.iterations, only_t.batch_size, only_t.auto) == (300, 651, ("batch_size",))
+    capped = choose_schedule("blr", "dpvi", 32_561, 0.3, max_iterations=500)
+    assert capped.iterations == 500
+
+
+# ---- through the service --------------------------------------------------------------------------------
+
+
+def test_a_job_with_only_epsilon_gets_the_rules_schedule_and_the_quote_says_why(api: Api) -> None:
+    expected = choose_schedule("blr", "vips", N, 1.0)
+    quote = api.submit(iterations=None, batch_size=None, sigma=None, epsilon=1.0, dry_run=True)
+    assert quote.status_code == 200, quote.text
+    body = quote.json()
+    assert (body["iterations"], body["batch_size"]) == (expected.iterations, expected.batch_size)
+    schedule = body["schedule"]
+    assert schedule["auto"] == ["iterations", "batch_size"] and schedule["why"] == expected.why
+    assert "epsilon x N = 1e+03" in schedule["why"] and "docs/schedules.md" in schedule["why"]
+    assert body["epsilon_job"] == pytest.approx(1.0, rel=1e-3)  # sigma calibrated for the chosen T and S
+    job = api.submit(iterations=None, batch_size=None, sigma=None, epsilon=1.0).json()
+    assert (job["iterations"], job["batch_size"]) == (expected.iterations, expected.batch_size)
+
+
+def test_explicit_iterations_win_over_the_rule_and_sigma_keeps_the_old_default(api: Api) -> None:
+    quote = api.submit(iterations=7, batch_size=None, sigma=None, epsilon=1.0, dry_run=True).json()
+    assert (quote["iterations"], quote["schedule"]["auto"]) == (7, ["batch_size"])
+    given = api.submit(dry_run=True).json()["schedule"]
+    assert (given["auto"], given["why"]) == ([], "given")
+    with_sigma = api.submit(iterations=None, batch_size=None, sigma=2.0, dry_run=True).json()
+    assert (with_sigma["iterations"], with_sigma["batch_size"]) == (10, N)
+    assert "sigma given" in with_sigma["schedule"]["why"]
+
+
+def test_a_resubmission_of_an_automatic_schedule_replays_its_job(api: Api) -> None:
+    headers = {"Authorization": f"Bearer {api.keys['analyst']}", "Idempotency-Key": "auto-1"}
+    body = {"dataset": "priv", "model": "blr", "epsilon": 1.0}
+    first = api.client.post("/v1/jobs", json=body, headers=headers)
+    again = api.client.post("/v1/jobs", json=body, headers=headers)
+    assert first.status_code == again.status_code == 202, again.text
+    assert again.json()["id"] == first.json()["id"] and again.headers["Idempotent-Replayed"] == "true"
+
+
+# ---- the estimators and vips fit --local ----------------------------------------------------------------
+
+
+def _separable(rows: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(rows, 3))
+    x *= 0.99 / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1.0)  # rows within the unit ball
+    return x, (x @ np.array([2.0, -1.0, 0.5]) > 0).astype(int)
+
+
+def test_the_estimators_choose_as_the_service_does() -> None:
+    x, y = _separable(2_000)
+    for estimator in (VIPSLogisticRegression(epsilon=1.0), DPVILogisticRegression(epsilon=1.0)):
+        privacy = estimator.fit(x, y).posterior_["privacy"]
+        expected = choose_schedule("blr", estimator.algorithm, 2_000, 1.0)
+        assert (privacy["iterations"], privacy["batch_size"]) == (expected.iterations, expected.batch_size)
+        assert privacy["epsilon"] <= 1.0 + 1e-9
+    fixed = VIPSLogisticRegression(epsilon=1.0, iterations=2, batch_size=500).fit(x, y)
+    assert (fixed.posterior_["privacy"]["iterations"], fixed.posterior_["privacy"]["batch_size"]) == (2, 500)
+
+
+def test_vips_fit_local_chooses_the_same_schedule(tmp_path: Path, capsys: Any) -> None:
+    x, y = _separable(1_000)
+    path = tmp_path / "t.csv"
+    np.savetxt(path, np.column_stack([x, y]), delimiter=",", header="a,b,c,label", comments="", fmt="%.6f")
+    argv = ["fit", "--local", "--kind", "tabular", "--input", str(path), "--model", "blr", "--epsilon", "1"]
+    assert main([*argv, "--delta", "1e-4"]) == 0
+    line = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    expected = choose_schedule("blr", "vips", 1_000, 1.0)
+    assert (line["iterations"], line["batch_size"]) == (expected.iterations, expected.batch_size)
