@@ -13,6 +13,7 @@ import importlib
 import math
 import os
 import re
+import signal
 import sys
 from collections.abc import Callable
 from typing import NoReturn
@@ -686,6 +687,13 @@ def _skip_the_final_collection() -> None:
     gc.freeze()
 
 
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's last flush does not fail on the closed pipe again
+    (the Python docs' recipe for SIGPIPE)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+
+
 def main(argv: list[str] | None = None) -> int:
     args: argparse.Namespace | None = None
     try:
@@ -696,6 +704,9 @@ def main(argv: list[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else 0
     except CliError as exc:
         return _fail(str(exc), exc.exit_code)
+    except BrokenPipeError:  # `vips jobs | head -1`: the reader has what it wanted; end quietly as cat does
+        _silence_stdout()
+        return 128 + signal.SIGPIPE
     except Exception as exc:
         if _is_one_of(exc, _INPUT_ERRORS):
             return _fail(str(exc), 2)

@@ -112,9 +112,19 @@ def _explore(demo: Demo, server: subprocess.Popen[bytes]) -> None:
         server.wait()
 
 
+def make_home(home: Path) -> None:
+    """Create `home` and any missing parent (./var) private to the owner: `vips up` refuses a store others
+    can read, including the README's own VIPS_HOME=$PWD/var that the demo's parent becomes."""
+    previous = os.umask(0o077)
+    try:
+        home.mkdir(parents=True)
+    finally:
+        os.umask(previous)
+
+
 def run(home: Path, iterations: int, keep: bool = False) -> dict[str, Any]:
     shutil.rmtree(home, ignore_errors=True)
-    home.mkdir(mode=0o700, parents=True)  # `vips up` refuses a store others can read
+    make_home(home)
     demo = Demo(home, free_port())
     started = time.monotonic()
     demo.step(f"vips up: the embedded service (SQLite + a file broker under {home}); its log {home}/up.log")

@@ -51,7 +51,11 @@ def cumulative_epsilon(
         first = [start] if start is not None and start < ends[0] else []
         # matplotlib's dates: days since 1970 (UTC)
         days = [moment.timestamp() / 86400.0 for moment in [*first, *ends]]
-        cumulative = [0.0] * len(first) + list(cumulative)
+        # From a sigma = 0 job (public data) on, the spend is unbounded: a shaded span, not a value.
+        unbounded = next((i for i, value in enumerate(cumulative) if not math.isfinite(value)), None)
+        cumulative = [0.0] * len(first) + [
+            value if math.isfinite(value) else math.nan for value in cumulative
+        ]
         span = days[-1] - days[0]
         pad = max(span * 0.04, 2 / 1440)  # at least two minutes either side
         axes.set_xlim(days[0] - pad, days[-1] + pad)
@@ -59,6 +63,11 @@ def cumulative_epsilon(
         if len(days) <= MARKERS_UP_TO:
             axes.plot(days, cumulative, "o", color=_SPENT, markersize=3.5)
         axes.fill_between(days, cumulative, step="post", color=_SHARE, alpha=0.35)
+        if unbounded is not None:
+            axes.axvspan(
+                days[len(first) + unbounded], days[-1] + pad, color=_BUDGET, alpha=0.12,
+                label="unbounded: a sigma = 0 job (no privacy guarantee)",
+            )  # fmt: skip
         locator = AutoDateLocator()  # type: ignore[no-untyped-call]
         axes.xaxis.set_major_locator(locator)
         axes.xaxis.set_major_formatter(ConciseDateFormatter(locator))  # type: ignore[no-untyped-call]
@@ -66,7 +75,7 @@ def cumulative_epsilon(
         axes.text(
             0.5, 0.5, "no job has spent any epsilon yet", ha="center", va="center", transform=axes.transAxes
         )
-    top = max([*cumulative, 0.0])
+    top = max([value for value in cumulative if math.isfinite(value)] + [0.0])
     if budget is not None and math.isfinite(budget):
         axes.axhline(
             budget, color=_BUDGET, linestyle="--", linewidth=1.4, label=f"budget (epsilon {budget:g})"
