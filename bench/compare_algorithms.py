@@ -3,16 +3,20 @@
 Sections (every private fit goes through the same gate, accountant and ledger; sigma is calibrated to the
 target epsilon for each algorithm's own schedule; private fits cannot be seeded, so "seeds" are repeats):
 
-- adult: test AUC at epsilon in {0.1, 0.3, 0.8, 2} (delta = 1e-5) of VIPS-BLR (batch S = N, T = 10,
-  rho_t = 1/t), DPVI (S = 1000, T = 300, AdaGrad step 0.5, clip 1), DP-SEP (batch S = N, T = 5, clip 0.5,
-  damping rho_t = 1/t) and diffprivlib's LogisticRegression (objective perturbation, pure epsilon-DP),
-  with the non-private fits (sigma = 0) of each and scikit-learn's LogisticRegression. The DPVI and DP-SEP
-  schedules were picked once from a small grid at epsilon 0.8 (bench/README.md lists it).
+- adult: test AUC at epsilon in {0.1, 0.3, 1, 3} (delta = 1e-5) of VIPS-BLR with only epsilon (the
+  schedule service.schedules chooses; docs/schedules.md) and with the old T = 10, S = N, DPVI with only
+  epsilon (its usual S = N/50, T = 1000) and tuned (S = 1000, T = 300, AdaGrad step 0.5, clip 1), DP-SEP
+  (batch S = N, T = 5, clip 0.5, damping rho_t = 1/t) and diffprivlib's LogisticRegression (objective
+  perturbation, pure epsilon-DP), with the non-private fits (sigma = 0) of each and scikit-learn's
+  LogisticRegression. The tuned DPVI and DP-SEP schedules were picked once from a small grid at epsilon
+  0.8 (bench/README.md lists it).
+- telco and synthetic (logistic data of known weights, d = 20): the same with only epsilon, on data no
+  schedule rule was tuned on.
 - fig6: the VIPS paper's Fig. 6 setting: sampling rate q = 0.004 (S = 130), T = 100, delta = 1e-3,
   sigma in {0, 1, 6, 12}: VIPS-BLR (rho_t = (1 + t)^-0.7) vs DPVI with a small step size (0.05, the
   kind a fixed-budget comparison uses) and with the step size tuned here (0.5).
 - regression: diabetes (scikit-learn; worker.datasets.regression), test RMSE in the target's original
-  units at epsilon in {0.1, 0.3, 0.8, 2} (delta = 1e-5): VIPS linear regression (batch, T = 5) and DP-SEP
+  units at epsilon in {0.1, 0.3, 1, 3} (delta = 1e-5): VIPS linear regression (batch, T = 5) and DP-SEP
   (batch, T = 5, noise variance 0.1), against ridge regression and predicting the training mean.
 
     python -m bench.compare_algorithms [--quick] [--seeds N] [--out DIR]
@@ -45,10 +49,12 @@ from worker.estimator import (
     VIPSLogisticRegression,
 )
 
-EPSILONS: tuple[float, ...] = (0.1, 0.3, 0.8, 2.0)
-SECTIONS: tuple[str, ...] = ("adult", "telco", "fig6", "regression")
+EPSILONS: tuple[float, ...] = (0.1, 0.3, 1.0, 3.0)
+SECTIONS: tuple[str, ...] = ("adult", "telco", "synthetic", "fig6", "regression")
 #: The second tabular dataset (never used to choose a method or default): VIPS both ways and DPVI.
-TELCO_METHODS: tuple[str, ...] = ("VIPS-BLR", "VIPS-BLR (paper's M-step)", "DPVI", "DPVI (defaults)")
+TELCO_METHODS: tuple[str, ...] = ("VIPS-BLR (auto)", "VIPS-BLR (T 10)", "DPVI (auto)", "DP-SEP")
+#: The synthetic section: N rows of d features in the unit ball, labels from a known logistic model.
+SYNTHETIC_ROWS, SYNTHETIC_TEST_ROWS, SYNTHETIC_DIMENSION = 20_000, 10_000, 20
 DELTA = 1e-5
 FIG6_RATE, FIG6_ITERATIONS, FIG6_DELTA = 0.004, 100, 1e-3
 FIG6_SIGMAS: tuple[float, ...] = (0.0, 1.0, 6.0, 12.0)
@@ -60,8 +66,14 @@ Make = Callable[[float | None, float | None, int | None], VipsEstimator]
 def adult_makers(population: int) -> dict[str, tuple[str, Make]]:
     """Per method: its setting and a factory (epsilon, sigma, random_state) -> estimator."""
     return {
-        "VIPS-BLR": (
-            "batch S = N, T = 10, rho = 1/t",
+        "VIPS-BLR (auto)": (
+            "only epsilon: T and S chosen by service.schedules (docs/schedules.md), rho = 1/t",
+            lambda eps, sigma, seed: VIPSLogisticRegression(
+                epsilon=eps, sigma=sigma, delta=DELTA, random_state=seed
+            ),
+        ),
+        "VIPS-BLR (T 10)": (
+            "batch S = N, T = 10 (every job's schedule before issue 35), rho = 1/t",
             lambda eps, sigma, seed: VIPSLogisticRegression(
                 epsilon=eps, sigma=sigma, delta=DELTA, iterations=10, random_state=seed
             ),
@@ -85,15 +97,10 @@ def adult_makers(population: int) -> dict[str, tuple[str, Make]]:
                 random_state=seed,
             ),
         ),
-        "DPVI (defaults)": (
-            "S = N/50, T = 1000, its default options",
+        "DPVI (auto)": (
+            "only epsilon: its usual S = N/50, T = 1000 (service.schedules), its default options",
             lambda eps, sigma, seed: DPVILogisticRegression(
-                epsilon=eps,
-                sigma=sigma,
-                delta=DELTA,
-                batch_size=population // 50,
-                iterations=1000,
-                random_state=seed,
+                epsilon=eps, sigma=sigma, delta=DELTA, random_state=seed
             ),
         ),
         "DP-SEP": (
@@ -169,6 +176,23 @@ def adult_section(
         dp.section = section
         add(dp)
     return rows
+
+
+def synthetic_split() -> tuple[TabularData, TabularData]:
+    """Logistic data of known weights (public, generated): x uniform in direction with norm ~ U(0, 1),
+    w ~ N(0, 8^2 I), y ~ Bernoulli(sigmoid(w^T x)) (test AUC of the true weights ~0.85); a fixed seed,
+    train and test drawn alike."""
+    rng = np.random.default_rng(35)
+    weights = rng.normal(0.0, 8.0, SYNTHETIC_DIMENSION)
+
+    def draw(rows: int) -> TabularData:
+        directions = rng.normal(size=(rows, SYNTHETIC_DIMENSION))
+        directions /= np.linalg.norm(directions, axis=1, keepdims=True)
+        x = directions * rng.uniform(0.0, 1.0, size=(rows, 1))
+        y = (rng.uniform(size=rows) < 1.0 / (1.0 + np.exp(-(x @ weights)))).astype(np.float64)
+        return TabularData(x, y, [f"x{j}" for j in range(SYNTHETIC_DIMENSION)])
+
+    return draw(SYNTHETIC_ROWS), draw(SYNTHETIC_TEST_ROWS)
 
 
 def fig6_section(train: TabularData, test: TabularData, seeds: int) -> list[Row]:
@@ -290,7 +314,7 @@ def plot(adult: Sequence[Row], fig6: Sequence[Row], regression: Sequence[Regress
     import matplotlib.pyplot as plt
 
     figure, (left, middle, right) = plt.subplots(1, 3, figsize=(16.0, 4.5))
-    for method in ("VIPS-BLR", "DPVI", "DP-SEP", "diffprivlib LogisticRegression"):
+    for method in ("VIPS-BLR (auto)", "DPVI (auto)", "DPVI", "DP-SEP", "diffprivlib LogisticRegression"):
         series = [r for r in adult if r.section == "adult" and r.method == method and r.aucs]
         if series:
             left.errorbar(
@@ -376,6 +400,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if "telco" in sections
         else []
     )
+    synthetic = (
+        adult_section(*synthetic_split(), seeds, epsilons, section="synthetic", methods=TELCO_METHODS)
+        if "synthetic" in sections
+        else []
+    )
     fig6 = fig6_section(train, test, seeds) if "fig6" in sections else []
     split = load_regression("auto")
     regression = regression_section(split, seeds, epsilons) if "regression" in sections else []
@@ -383,7 +412,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     flags = (" --quick" if args.quick else "") + (
         f" --sections {args.sections}" if sections != set(SECTIONS) else ""
     )
-    parts = [markdown(rows) for rows in (adult, telco, fig6) if rows]
+    parts = [markdown(rows) for rows in (adult, telco, synthetic, fig6) if rows]
     if regression:
         parts.append(regression_markdown(regression, split))
     text = f"Produced by `python -m bench.compare_algorithms{flags}` in {elapsed:.0f} s.\n\n"
