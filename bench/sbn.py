@@ -18,6 +18,14 @@ E-step, then p(y_j = 1 | <z>)); baselines: per-pixel training frequencies and, f
 true parameters.
 
     python -m bench.sbn [--quick] [--repeats R] [--out DIR]
+    python -m bench.sbn --images [--repeats R] [--epsilons 0.5,1,2,5,10]
+
+--images (issue 35): 28 x 28 binarised digits (the 8 x 8 digits upsampled bilinearly by 3.5, shifted by up
+to 2 pixels, threshold > 7; 4,000 training images drawn from the training split with a public seed, the 450
+test-split images held out), K = 50, S = 400, T = 50, rho_t = t^-kappa (tau0 = 0, the service default
+kappa = 1, and kappa = 0.6): non-private SBN next to scikit-learn's BernoulliRBM with 50 units (its
+reconstruction NLL through p(h | v), learning rates 0.1 / 0.02 / 0.005 with 10 / 40 / 150 epochs), and the
+private SBN's NLL against epsilon (delta 1e-5) next to the per-pixel means; CPU seconds per iteration.
 
 Private fits cannot be seeded (OS CSPRNG): repeats are independent; non-private repeats use model seeds
 0..R-1 for the initial weights. Writes sbn.md and sbn.png (sbn_quick.* with --quick) to --out.
@@ -177,6 +185,90 @@ def run(quick: bool, repeats: int) -> tuple[list[Row], dict[str, dict[str, float
     return rows, baselines
 
 
+def digits_28(train_size: int = 4000, seed: int = 0) -> tuple[Array, Array]:
+    """(train, test) 28 x 28 binarised digits (module docstring): public data, a public seed."""
+    from scipy import ndimage
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    images = np.asarray(load_digits().images, dtype=np.float64)
+    train, test = train_test_split(images, test_size=0.25, random_state=0)
+
+    def binarise(image: Array, shift: tuple[int, int] = (0, 0)) -> Array:
+        big = ndimage.shift(ndimage.zoom(image, 3.5, order=1), shift, order=0, cval=0.0)
+        return np.asarray(big > 7, dtype=np.float64).reshape(-1)
+
+    rng = np.random.default_rng(seed)
+    picks = rng.integers(0, len(train), train_size)
+    shifts = rng.integers(-2, 3, size=(train_size, 2))
+    rows = np.stack(
+        [binarise(train[i], (int(dy), int(dx))) for i, (dy, dx) in zip(picks, shifts, strict=True)]
+    )
+    return rows, np.stack([binarise(image) for image in test])
+
+
+def rbm_nll(train: Array, test: Array, hidden: int, learning_rate: float, epochs: int, seed: int) -> float:
+    """BernoulliRBM reconstruction NLL: -log p(v | E[h | v]) with p(v_j = 1 | h) = sigmoid(W_j h + a_j)."""
+    from sklearn.neural_network import BernoulliRBM
+
+    from worker.models.sbn import bernoulli_nll
+
+    rbm = BernoulliRBM(n_components=hidden, learning_rate=learning_rate, n_iter=epochs, random_state=seed)
+    rbm.fit(train)
+    logits = rbm.transform(test) @ rbm.components_ + rbm.intercept_visible_
+    return float(np.mean(bernoulli_nll(test, logits)))
+
+
+def fit_images(
+    train: Array, test: Array, sigma: float, kappa: float, seed: int
+) -> tuple[float, float, float]:
+    """(held-out NLL, ledger epsilon, CPU seconds per iteration) of one SBN fit, K 50, S 400, T 50."""
+    private = sigma > 0
+    ledger = InMemoryLedger(delta=1e-5)
+    gate = Gate(
+        InMemoryBinaryStore("digits28", train, public=not private), ledger, seed=None if private else seed
+    )
+    model = SigmoidBeliefNetwork(hidden=50, seed=seed)
+    start = time.process_time()
+    result = run_vips(
+        gate,
+        model.query(),
+        model,
+        LoopSettings(50, 400, sigma, 0.0, kappa),
+        job_id=f"digits28-{sigma:g}-{seed}",
+        dimension=train.shape[1],
+        population=train.shape[0],
+    )
+    seconds = (time.process_time() - start) / 50
+    state = result.state
+    nll = reconstruction_metrics(test, state.w_mean, state.b_mean, state.c_mean)["nll"]
+    return nll, ledger.epsilon_spent(), seconds
+
+
+def run_images(repeats: int, epsilons: Sequence[float]) -> str:
+    """The --images table (markdown): mean +- std over `repeats` seeds / independent private fits."""
+    train, test = digits_28()
+    lines = ["| method | NLL (nats/image) | eps | CPU s/iteration | runs |", "|---|---|---|---|---|"]
+    base = pixel_mean_metrics(train, test)["nll"]
+    lines.append(f"| per-pixel means (exact) | {base:.1f} | inf | | 1 |")
+    for rate, epochs in ((0.1, 10), (0.02, 40), (0.005, 150)):
+        values = [rbm_nll(train, test, 50, rate, epochs, seed) for seed in range(repeats)]
+        lines.append(
+            f"| BernoulliRBM 50, lr {rate}, {epochs} epochs | {_fmt(values, 1)} | inf | | {repeats} |"
+        )
+        log(lines[-1])
+    settings = [(math.inf, 1.0), (math.inf, 0.6)] + [(e, 1.0) for e in epsilons]
+    for eps, kappa in settings:
+        sigma = 0.0 if math.isinf(eps) else calibrate_sigma(eps, 400, train.shape[0], 50, 1e-5)
+        fits = [fit_images(train, test, sigma, kappa, seed) for seed in range(repeats)]
+        nll = [f[0] for f in fits]
+        label = f"SBN 50, kappa {kappa:g}" + ("" if sigma == 0 else f", sigma {sigma:.3f}")
+        cpu = np.median([f[2] for f in fits])
+        lines.append(f"| {label} | {_fmt(nll, 1)} | {fits[0][1]:.2f} | {cpu:.2f} | {repeats} |")
+        log(lines[-1])
+    return "\n".join(lines) + "\n"
+
+
 def _fmt(values: list[float], digits: int) -> str:
     return f"{np.mean(values):.{digits}f} +- {np.std(values):.{digits}f}"
 
@@ -257,10 +349,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="one batch size per dataset, 2 repeats")
     parser.add_argument("--repeats", type=int, default=None, help="fits per setting (5; 2 with --quick)")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "out")
+    parser.add_argument("--images", action="store_true", help="28 x 28 digits: RBM and the epsilon curve")
+    parser.add_argument("--epsilons", default="0.5,1,2,5,10", help="with --images")
     args = parser.parse_args(argv)
     repeats = args.repeats if args.repeats is not None else (2 if args.quick else 5)
     if repeats < 1:
         parser.error("--repeats must be >= 1")
+    if args.images:
+        table = run_images(repeats, [float(e) for e in args.epsilons.split(",")])
+        print(table)
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "sbn_images.md").write_text(table, encoding="utf-8")
+        return 0
     start = time.perf_counter()
     rows, baselines = run(args.quick, repeats)
     elapsed = time.perf_counter() - start

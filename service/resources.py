@@ -163,8 +163,9 @@ def lda_footprint(v: int, s: int, topics: int, doc_length: int) -> Footprint:
 
 def sbn_footprint(j: int, s: int, hidden: int) -> Footprint:
     """SBN (J pixels, K hidden units; Q = (K + 1)^2, P = K (K + 1) / 2, chunks of C = min(S, 1024) rows):
-    the J Q blocks, i.e. precision and covariance of the state, E[w w^T], its symmetrised copy and the
-    M-step's PSD projection (5 J Q); the packed J P arrays of the E-step and the gate (sums per chunk,
+    the J Q blocks, i.e. precision, covariance and running data precision of the state, E[w w^T], its
+    symmetrised copy, the M-step's new average, its shrinkage target and residual, and the PSD projection
+    (9 J Q); the packed J P arrays of the E-step and the gate (sums per chunk,
     means, noise: (3 + ceil(S / C)) J P); the last release's and the E-step's J K^2 (2 J K^2); per chunk
     C (2 K^2 + 2 P); the batch (3 S J). Release s1 (K), s3, s4 (J), s5, s6 (J K), s7 mirrored (J K^2).
     Posterior: three J Q matrices, four J (K + 1) blocks, the statistics, and vectors (6 K + 2 J)."""
@@ -173,7 +174,7 @@ def sbn_footprint(j: int, s: int, hidden: int) -> Footprint:
     chunk = min(s, SBN_CHUNK_ROWS)
     chunks = -(-s // SBN_CHUNK_ROWS)
     release = k + 2 * j + 2 * j * k + j * k * k
-    working = 5 * j * q + (3 + chunks) * j * p + 2 * j * k * k + chunk * (2 * k * k + 2 * p) + 3 * s * j
+    working = 9 * j * q + (3 + chunks) * j * p + 2 * j * k * k + chunk * (2 * k * k + 2 * p) + 3 * s * j
     posterior = 3 * j * q + 4 * j * (k + 1) + release + 6 * k + 2 * j
     return Footprint(working, release, posterior, ("options", "hidden"), f"hidden {k} x {j} pixels")
 

@@ -272,8 +272,8 @@ def test_initial_state_is_seeded_and_breaks_symmetry() -> None:
     assert np.linalg.matrix_rank(a.w_mean) == 4, "distinct hidden units"
     np.testing.assert_allclose(a.c_mean, 0.0, atol=1e-12)
     np.testing.assert_allclose(a.b_mean, 0.0)
-    # The prior's covariance: diag(w_variance, ..., c_variance).
-    np.testing.assert_allclose(a.wc_covariance[0], np.diag([1.0] * 4 + [10.0]), rtol=1e-12)
+    # q(w_jk) starts at variance init_scale^2 / J (not the prior's w_variance: issue 35), q(c) at the prior.
+    np.testing.assert_allclose(a.wc_covariance[0], np.diag([1.0 / 10] * 4 + [10.0]), rtol=1e-12)
 
 
 def test_projection_is_the_identity_on_exact_statistics(synthetic: Synthetic) -> None:

@@ -8,13 +8,22 @@ q(b_k) = N(mu_bk, sigma_bk^2).
 
 From the released batch means as the wall's postprocess returns them (s1 = <r - 1/2>, s3 = <y - 1/2>,
 s4 = <xi>, s5 = <xi r^T>, s6 = <(y - 1/2) r^T>, s7 = <xi_j <z z^T>>; see privacy_wall.queries.sbn), after
-`project_statistics` (s5 and diag(s7) combined, |s6_jk| <= <r_k> / 2):
-  nu_hat(w^_j) = (N (s6_j, s3_j),  P0 + N psd([[s7_j, s5_j], [s5_j^T, s4_j]]))   (precision * mean, precision)
-  nu_hat(b)    = (N s1,  1 / b_variance + N <xi^(1)>),  <xi^(1)_k> = E[PG(1, sqrt(<b_k^2>))]   (Eq. 68)
-  nu_t = (1 - rho_t) nu_{t-1} + rho_t nu_hat
-where P0 = diag(1/w_variance, ..., 1/c_variance) and psd() projects the noisy (K + 1) x (K + 1) data part to
-the PSD cone (post-processing; a no-op at sigma = 0), so every precision stays >= P0. <xi^(1)> uses the
-current q(b): it depends on the released posterior only and needs no noise (the paper's s2).
+`project_statistics` (s5 and diag(s7) combined, |s6_jk| <= <r_k> / 2), the data parts are averaged,
+  A1_t = (1 - rho_t) A1_{t-1} + rho_t N (s6_j, s3_j),  A2_t = (1 - rho_t) A2_{t-1} + rho_t N D_j,
+  D_j = [[s7_j, s5_j], [s5_j^T, s4_j]],
+with the per-entry variances of the noise they carry (`NoiseVariances`, from the releases' public noise_std:
+v_t = (1 - rho_t)^2 v_{t-1} + rho_t^2 N^2 std^2), and q(w^_j) is read from the averages (issue 35):
+  nu(w^_j) = ((shrink_columns(A1[:, :K]), A1[:, K]),  P0 + psd(shrink_precision(A2)))
+  nu(b)_t  = (1 - rho_t) nu(b)_{t-1} + rho_t (N s1,  1 / b_variance + N <xi^(1)>),
+  <xi^(1)_k> = E[PG(1, sqrt(<b_k^2>))] (Eq. 68),
+where P0 = diag(1/w_variance, ..., 1/c_variance) and psd() projects to the PSD cone, so every precision stays
+>= P0. shrink_columns switches off a hidden unit whose weights the noise cannot support (positive-part
+James-Stein per column of N s6); shrink_precision moves the noisy data precision toward a PSD target pooled
+over the J pixels, whose c-c entries are those the released s3 implies for a model without hidden units (so a
+fit that noise overwhelms falls back to c_j = logit(pixel frequency), the per-pixel means, instead of below
+them). Both read only released values and public noise scales (post-processing) and are the identity at
+sigma = 0, where this is the paper's update. <xi^(1)> uses the current q(b): it depends on the released
+posterior only and needs no noise (the paper's s2).
 The expected natural parameters for the next E-step are <b>, <W> and <w^_j w^_j^T> = Sigma_j + mu_j mu_j^T.
 
 Reconstruction of public binary rows: q(z | y) by the same fixed-iteration E-step (plug-in point estimates
@@ -40,6 +49,32 @@ DEFAULT_HIDDEN = 50
 
 
 @dataclass(frozen=True)
+class NoiseVariances:
+    """Per-entry variances of the release noise left in the running averages (public: from the releases'
+    noise_std, N and the step sizes). `w` (K,): column k of N s6; `diagonal`: N s5 (= the diagonal of N s7);
+    `off`: the off-diagonal entries of N s7; `s4`: N s4. All zero without noise."""
+
+    w: Array
+    diagonal: float = 0.0
+    off: float = 0.0
+    s4: float = 0.0
+
+    def is_zero(self) -> bool:
+        """No noise in the averages (every release so far at sigma = 0)."""
+        return not (np.any(self.w > 0) or self.diagonal > 0 or self.off > 0 or self.s4 > 0)
+
+    def mixed(self, new: NoiseVariances, rho: float) -> NoiseVariances:
+        """The variance of (1 - rho) old + rho new for independent noises: (1 - rho)^2 v + rho^2 v_new."""
+        a, b = (1.0 - rho) ** 2, rho**2
+        return NoiseVariances(
+            a * self.w + b * new.w,
+            a * self.diagonal + b * new.diagonal,
+            a * self.off + b * new.off,
+            a * self.s4 + b * new.s4,
+        )
+
+
+@dataclass(frozen=True)
 class SbnState:
     """q(w^_j) for j = 1..J and q(b), as natural parameters and as moments, plus the last release."""
 
@@ -52,6 +87,9 @@ class SbnState:
     b_mean: Array  # (K,)
     b_variance: Array  # (K,)
     statistics: dict[str, Array]
+    data_eta1: Array  # (J, K + 1): running average of N (s6_j, s3_j), before shrinkage
+    data_eta2: Array  # (J, K + 1, K + 1): running average of N D_j (data_precision), before shrinkage / PSD
+    noise: NoiseVariances  # per-entry noise variances of data_eta1 and data_eta2 (public: from noise_std)
 
     @property
     def hidden(self) -> int:
@@ -128,6 +166,98 @@ def data_precision(statistics: dict[str, Array]) -> Array:
     return out
 
 
+def release_noise(
+    statistics: dict[str, Array], noise_std: Mapping[str, float] | None, population: int
+) -> NoiseVariances:
+    """Per-entry noise variances of one release's N (s6, s3) and N D after `project_statistics`.
+
+    s6_jk is clipped to |s6_jk| <= <r_k> / 2, and a value confined to [-a, a] has variance <= a^2, so
+    column k's is N^2 min(std6^2, <r_k>^2 / 4). s5 and diag(s7) are combined with weights
+    (K + 1, 2) / (K + 3): N^2 ((K + 1)^2 std5^2 + 4 std7^2) / (K + 3)^2. Zero when noise_std is None."""
+    std = dict.fromkeys(("s4", "s5", "s6", "s7"), 0.0) if noise_std is None else noise_std
+    k = statistics["s1"].shape[0]
+    n2 = float(population) ** 2
+    on = np.clip(statistics["s1"], -0.5, 0.5) + 0.5
+    w = n2 * np.minimum(std["s6"] ** 2, on**2 / 4.0)
+    diagonal = n2 * ((k + 1) ** 2 * std["s5"] ** 2 + 4.0 * std["s7"] ** 2) / (k + 3) ** 2
+    return NoiseVariances(w, diagonal, n2 * std["s7"] ** 2, n2 * std["s4"] ** 2)
+
+
+def shrink_columns(drive: Array, variance: Array) -> Array:
+    """Positive-part James-Stein toward 0 per column k of a J x K matrix with entry noise variance v_k:
+    x_k max(0, 1 - (J - 2) v_k / |x_k|^2). A hidden unit whose weights the noise cannot support is switched
+    off instead of being fitted to the noise; the identity when v = 0."""
+    j = drive.shape[0]
+    energy = np.einsum("jk,jk->k", drive, drive)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        factor = np.where(variance > 0, np.maximum(0.0, 1.0 - max(j - 2, 1) * variance / energy), 1.0)
+    shrunk: Array = drive * np.nan_to_num(factor, nan=0.0)
+    return shrunk
+
+
+def pooled_target(data: Array, s4: Array) -> Array:
+    """s4_j psd([[R, m], [m^T, 1]]) with R, m pooled over the J visible units (sum_j D_j / sum_j D_j,KK): the
+    data precision if xi_nj were independent of z_n, estimated from all J rows at once (J times less noise
+    variance than one row), scaled by the given c-c entries s4 (J,)."""
+    k = data.shape[1] - 1
+    pooled = data.sum(axis=0) / max(float(data[:, k, k].sum()), np.finfo(np.float64).tiny)
+    pooled[k, k] = 1.0
+    shape: Array = _project_psd(pooled[None])[0]
+    target: Array = np.clip(s4, 0.0, None)[:, None, None] * shape[None, :, :]
+    return target
+
+
+def _shrink_factor(residual: Array, variance: float) -> float:
+    """max(0, 1 - v / mean(residual^2)): the share of the residual's energy that is not noise."""
+    if variance <= 0:
+        return 1.0
+    energy = float(np.mean(residual**2)) if residual.size else 0.0
+    return max(0.0, 1.0 - variance / energy) if energy > 0 else 0.0
+
+
+def implied_s4(drive_c: Array, population: int) -> Array:
+    """N pg(logit(p_j)), p_j = s3_j + 1/2 clipped to [1/(N + 1), N/(N + 1)]: the batch mean of xi_nj at the
+    fixed point of the model without hidden units (c = s3 / s4 there gives c_j = logit(p_j)), read from the
+    released s3 alone (N s3 has J K times less noise variance per entry than s7 and 1/16 of s4's ratio)."""
+    n = float(population)
+    p = np.clip(drive_c / n + 0.5, 1.0 / (n + 1.0), n / (n + 1.0))
+    implied: Array = n * polya_gamma_mean(np.log(p) - np.log1p(-p))
+    return implied
+
+
+def shrink_precision(
+    data: Array, drive_c: Array, population: int, noise: NoiseVariances, alive: Array
+) -> tuple[Array, float]:
+    """Noise-aware shrinkage of the running N D (post-processing; the identity without noise):
+    - N D moves toward T = pooled_target(N D, implied_s4(N s3)) by one positive-part James-Stein factor
+      lambda: the smaller of those of the off-diagonal entries of the K x K part and of its diagonal with the
+      z-c column (N s5), i.e. the share of their energy around T that is not noise (lambda = 0 when every
+      unit is off: T's c-c entries are then the exact fixed point of the model without hidden units);
+    - units switched off by shrink_columns (alive_k false) lose their data precision: q(w_.k) is the prior.
+    A convex combination of the released matrices and a PSD target, then a public mask; returned with lambda
+    (at lambda = 0 the result is PSD: masked principal parts of the PSD target)."""
+    if noise.off <= 0 and noise.diagonal <= 0 and noise.s4 <= 0:
+        return data, 1.0
+    k = data.shape[1] - 1
+    anchor = implied_s4(drive_c, population)
+    target = pooled_target(data, anchor)
+    residual = data - target
+    rows, cols = np.triu_indices(k, 1)
+    index = np.arange(k)
+    factor = min(
+        _shrink_factor(residual[:, rows, cols], noise.off),
+        _shrink_factor(
+            np.concatenate([residual[:, index, index], residual[:, index, k]], axis=1), noise.diagonal
+        ),
+    )
+    if not np.any(alive):
+        factor = 0.0
+    out = target + factor * residual
+    keep = np.append(alive, True).astype(np.float64)
+    out *= keep[None, :, None] * keep[None, None, :]
+    return out, factor
+
+
 @dataclass(frozen=True)
 class SigmoidBeliefNetwork:
     """VIPS-SBN with isotropic normal priors; `seed` (public) draws the initial means of W."""
@@ -136,7 +266,7 @@ class SigmoidBeliefNetwork:
     w_variance: float = 1.0
     b_variance: float = 10.0
     c_variance: float = 10.0
-    init_scale: float = 0.5
+    init_scale: float = 1.0
     seed: int = 0
     inner_iterations: int = DEFAULT_INNER_ITERATIONS
     name: str = "sbn"
@@ -163,24 +293,65 @@ class SigmoidBeliefNetwork:
         return np.diag(np.append(np.full(self.hidden, 1.0 / self.w_variance), 1.0 / self.c_variance))
 
     def initial_state(self, dimension: int) -> SbnState:
-        """The prior, except that <W> is drawn N(0, init_scale^2) from the public seed (so the hidden
-        units are not interchangeable at the first E-step)."""
+        """q(w_jk) = N(m_jk, s^2) with m_jk ~ N(0, s^2) from the public seed, s = init_scale / sqrt(J); q(c)
+        and q(b) the priors. The small variance keeps the E-step's penalty 1/2 sum_j xi_nj <w_jk^2>
+        ~ J s^2 / 4 = init_scale^2 / 4 at any image size (the prior's w_variance gave J / 8: every unit off
+        at 784 pixels, and W = 0 is a fixed point); the random means make the units distinguishable."""
         k = self.hidden
+        scale = self.init_scale / np.sqrt(dimension)
         rng = np.random.default_rng(self.seed)
         mean = np.zeros((dimension, k + 1))
-        mean[:, :k] = rng.normal(0.0, self.init_scale, size=(dimension, k))
-        eta2 = np.tile(self.prior_precision(), (dimension, 1, 1))
-        eta1 = np.einsum("jab,jb->ja", eta2, mean)
+        mean[:, :k] = rng.normal(0.0, scale, size=(dimension, k))
+        prior = self.prior_precision()
+        start = np.append(np.full(k, max(1.0 / max(scale, 1e-150) ** 2, 1.0 / self.w_variance)), 0.0)
+        data_eta2 = np.tile(np.diag(start) - np.diag(np.append(np.diag(prior)[:k], 0.0)), (dimension, 1, 1))
+        data_eta1 = np.einsum("jab,jb->ja", prior + data_eta2, mean)
+        noise = NoiseVariances(np.zeros(k))
         b_eta1 = np.zeros(k)
         b_eta2 = np.full(k, 1.0 / self.b_variance)
-        return self._state(eta1, eta2, b_eta1, b_eta2, {})
+        return self._state(data_eta1, data_eta2, noise, b_eta1, b_eta2, {}, 1)  # no noise: N unused
+
+    def effective_parameters(
+        self, data_eta1: Array, data_eta2: Array, noise: NoiseVariances, population: int
+    ) -> tuple[Array, Array]:
+        """q(w^_j)'s natural parameters from the running averages (post-processing of released values):
+        (shrink_columns(N s6), N s3) and P0 + psd(shrink_precision(N D))."""
+        k = self.hidden
+        eta1 = data_eta1.copy()
+        eta1[:, :k] = shrink_columns(data_eta1[:, :k], noise.w)
+        if noise.is_zero():  # exact releases: N D is PSD already (a mean of xi_nj <z^ z^^T>), no projection
+            return eta1, data_eta2 + self.prior_precision()
+        alive = np.any(eta1[:, :k] != 0, axis=0) | (noise.w <= 0)
+        shrunk, factor = shrink_precision(data_eta2, data_eta1[:, k], population, noise, alive)
+        eta2 = _project_psd(shrunk) if factor > 0 else shrunk  # lambda = 0: PSD already
+        eta2 += self.prior_precision()
+        return eta1, eta2
 
     def _state(
-        self, eta1: Array, eta2: Array, b_eta1: Array, b_eta2: Array, statistics: dict[str, Array]
+        self,
+        data_eta1: Array,
+        data_eta2: Array,
+        noise: NoiseVariances,
+        b_eta1: Array,
+        b_eta2: Array,
+        statistics: dict[str, Array],
+        population: int,
     ) -> SbnState:
+        eta1, eta2 = self.effective_parameters(data_eta1, data_eta2, noise, population)
         mean, covariance = _gaussian_moments(eta1, eta2)
         return SbnState(
-            eta1, eta2, b_eta1, b_eta2, mean, covariance, b_eta1 / b_eta2, 1.0 / b_eta2, statistics
+            eta1,
+            eta2,
+            b_eta1,
+            b_eta2,
+            mean,
+            covariance,
+            b_eta1 / b_eta2,
+            1.0 / b_eta2,
+            statistics,
+            data_eta1,
+            data_eta2,
+            noise,
         )
 
     def public_params(self, state: SbnState) -> dict[str, Array]:
@@ -198,19 +369,26 @@ class SigmoidBeliefNetwork:
         rho: float,
         noise_std: Mapping[str, float] | None = None,
     ) -> SbnState:
+        """nu_t = (1 - rho) nu_{t-1} + rho nu_hat on the data parts, their noise variances alongside, then
+        effective_parameters (module docstring)."""
         n = float(population)
         projected = project_statistics(statistics)
-        eta1_hat = n * np.concatenate([projected["s6"], projected["s3"][:, None]], axis=1)
-        eta2_hat = self.prior_precision() + n * _project_psd(data_precision(projected))
+        data_eta1 = (1 - rho) * state.data_eta1
+        data_eta1 += rho * n * np.concatenate([projected["s6"], projected["s3"][:, None]], axis=1)
+        data_eta2 = (1 - rho) * state.data_eta2
+        data_eta2 += rho * n * data_precision(projected)
+        noise = state.noise.mixed(release_noise(statistics, noise_std, population), rho)
         xi_b = polya_gamma_mean(np.sqrt(state.b_mean**2 + state.b_variance))
         b_eta1_hat = n * projected["s1"]
         b_eta2_hat = 1.0 / self.b_variance + n * xi_b
         return self._state(
-            (1 - rho) * state.wc_eta1 + rho * eta1_hat,
-            (1 - rho) * state.wc_eta2 + rho * eta2_hat,
+            data_eta1,
+            data_eta2,
+            noise,
             (1 - rho) * state.b_eta1 + rho * b_eta1_hat,
             (1 - rho) * state.b_eta2 + rho * b_eta2_hat,
             dict(statistics),
+            population,
         )
 
     def posterior(self, state: SbnState) -> dict[str, Any]:
