@@ -4,8 +4,8 @@ quote and the job it admits agree and the choice reveals nothing about the data 
 
 What a private fit can learn is set by how large the noise is against the signal, which scales as
 1 / (epsilon N): a dataset of N rows at epsilon e behaves like one of 10 N rows at e / 10. The rules are
-therefore keyed on epsilon x N ("the privacy scale"), and their rows come from the grids of
-bench/schedules.py on public data (Adult, synthetic), never from data treated as private. Explicit
+therefore keyed on epsilon x N ("the privacy scale"), and their rows come from grids on public data
+(bench/blr_schedules.py on Adult), never from data treated as private. Explicit
 values win: a job that gives T or S keeps it and the rule fills only what is missing. A job that gives
 sigma instead of epsilon has no epsilon to choose by: it gets the rule's row for the largest scale (for
 VIPS-BLR the long-standing T 10, S N).
@@ -34,7 +34,7 @@ class Rule:
 RULES: dict[tuple[str, str], Rule] = {
     ("blr", "vips"): Rule(
         iterations=((50_000.0, 3), (math.inf, 10)),
-        source="VIPS-BLR's grid on Adult (bench/schedules.py blr)",
+        source="VIPS-BLR's grid on Adult (bench/blr_schedules.py)",
     ),
     ("blr", "dpvi"): Rule(
         iterations=((math.inf, 1000),),

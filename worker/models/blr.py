@@ -12,8 +12,26 @@ eigenbasis H = V diag(h) V^T,
   precision  a + h^2 / (h + v)        mean  (h / (h + v)) (V^T z) / (a + h^2 / (h + v)),
 which is the paper's update for v = 0 and shrinks the directions the noise dominates (h << v) toward the
 prior instead of amplifying the noise by 1/a there (noise_aware=False keeps the paper's update).
+More noise-aware steps (issue 35; docs/design.md, "BLR's treatment of the noise on the releases", says why
+they are post-processing; the last two are opt-in, shrink_h=True: they gain on Adult, lost on held-out Telco):
+- z is the inverse-variance average of all releases N s1, whatever rho is: s1 = sum (y - 1/2) x does not
+  depend on the state, so every release estimates the same sum (for rho = 1/t it is the paper's average).
+- H's off-diagonal entries are soft-thresholded, H_ij -> sign(H_ij) max(|H_ij| - t, 0) for i != j, with
+  t minimising Stein's unbiased risk estimate of the entries' squared error given the noise std tau,
+  tau^2 = sum_t w_t^2 (N sigma_2)^2 for the rho-average H = sum_t w_t N s2_t (sigma_2: the released std of
+  s2; SureShrink, Donoho and Johnstone 1995). At small epsilon the noise matrix's spectral norm
+  2 tau sqrt(d) swamps most of H's eigenvalues, but not its few large entries, which thresholding keeps
+  (Bickel and Levina 2008).
+- The wall projects each release of s2 to PSD, which adds about k sqrt(d) tau_t I to a release whose
+  noise (std tau_t per entry) dominates H, k = 4 / (3 pi) the mean positive part of the semicircle law of
+  radius 2: a ridge that helps, but the average of T releases keeps the ridge of each release, k sqrt(d)
+  tau_t = k sqrt(d T) tau_1 at S = N, and the fit worsens as T grows. H's diagonal gives back the excess
+  over the ridge of one projection at the average's noise, r - k sqrt(d) tau with r = sum_t w_t k sqrt(d)
+  tau_t (>= k sqrt(d) tau; 0 when T = 1), so that the schedule no longer decides the ridge.
+The eigenvalue floor at 0 of the step above makes the result PSD again.
 q(alpha) = Gamma(a0 + d/2, b0 + (mu^T mu + tr Sigma) / 2). Every step is post-processing of released
-values and their public noise std (bench/README.md, "BLR accuracy", measures the gain).
+values and their public noise std (bench/README.md, "BLR accuracy" and "VIPS-BLR schedules and M-steps",
+measure the gains).
 Expected natural parameters for the next E-step: E[w] = mu, E[w w^T] = Sigma + mu mu^T.
 Prediction (probit approximation): p(y=1|x) ~= sigmoid(mu^T x / sqrt(1 + pi x^T Sigma x / 8)).
 """
@@ -32,7 +50,8 @@ from worker.models.base import Array
 
 @dataclass(frozen=True)
 class BlrState:
-    """Averaged natural parameters (z = nu1, H + prior_term I = nu2), the noise variance v of z, and q."""
+    """Averaged natural parameters (z = nu1, H + prior_term I = nu2), the noise variances of z (v, per
+    coordinate) and of H's entries (tau^2), the average r of the releases' PSD-projection ridges, and q."""
 
     nu1: Array
     data_precision: Array
@@ -43,6 +62,8 @@ class BlrState:
     alpha_shape: float
     alpha_rate: float
     statistics: dict[str, Array]
+    data_precision_noise_variance: float = 0.0
+    projection_ridge: float = 0.0
 
     @property
     def expected_alpha(self) -> float:
@@ -95,14 +116,55 @@ def noise_aware_moments(
     return mean, covariance
 
 
+#: Mean of the positive part of the semicircle law of radius 2: a PSD projection of symmetric noise with
+#: entry std tau adds about PROJECTION_RIDGE sqrt(d) tau to every eigenvalue the noise dominates.
+PROJECTION_RIDGE = 4.0 / (3.0 * np.pi)
+
+
+def soft_threshold_off_diagonal(matrix: Array, threshold: float) -> Array:
+    """M_ij -> sign(M_ij) max(|M_ij| - threshold, 0) for i != j; the diagonal is kept."""
+    diagonal = np.diag(np.diag(matrix))
+    off = matrix - diagonal
+    shrunk: Array = diagonal + np.sign(off) * np.maximum(np.abs(off) - threshold, 0.0)
+    return shrunk
+
+
+def sure_threshold(values: Array, std: float) -> float:
+    """The soft threshold t minimising Stein's unbiased risk estimate for values = signal + N(0, std^2):
+    SURE(t) = n std^2 - 2 std^2 #{|x_i| <= t} + sum_i min(x_i^2, t^2) (Donoho and Johnstone 1995),
+    over t in {0} and the |x_i|."""
+    magnitudes = np.sort(np.abs(values))
+    n = magnitudes.shape[0]
+    if n == 0 or std <= 0:
+        return 0.0
+    below = np.arange(1, n + 1)  # #{|x| <= t} at t = the k-th smallest magnitude
+    # SURE(t) - n std^2 at each candidate t > 0:
+    risks = -2 * std**2 * below + np.cumsum(magnitudes**2) + (n - below) * magnitudes**2
+    best = int(np.argmin(risks))
+    return float(magnitudes[best]) if risks[best] < 0.0 else 0.0  # SURE(0) - n std^2 = 0
+
+
+def pooled_mean(mean: Array, variance: float, value: Array, value_variance: float) -> tuple[Array, float]:
+    """Inverse-variance average of two independent unbiased estimates of one vector, and its variance:
+    (mean / variance + value / value_variance) / (1 / variance + 1 / value_variance)."""
+    if variance == 0.0:  # no estimate yet (the prior state): the new value alone
+        return value, value_variance
+    weight = variance / (variance + value_variance)  # the new value's weight
+    return (1 - weight) * mean + weight * value, (1 - weight) * variance
+
+
 @dataclass(frozen=True)
 class BayesianLogisticRegression:
     """VIPS-BLR with hyperprior Gamma(a0, b0) on the prior precision; noise_aware: the M-step that knows
-    s1's noise (module docstring; False is the paper's Eq. 53-55)."""
+    the releases' noise (module docstring; False is the paper's Eq. 53-55); shrink_h: also treat H's
+    noise (thresholding and the ridge correction; opt-in: it gains on Adult but lost on held-out Telco);
+    threshold: None (SURE's threshold for H's off-diagonal entries) or c, thresholding at c noise stds."""
 
     a0: float = 1.0
     b0: float = 1.0
     noise_aware: bool = True
+    shrink_h: bool = False
+    threshold: float | None = None
     name: str = "blr"
 
     def initial_state(self, dimension: int) -> BlrState:
@@ -124,28 +186,67 @@ class BayesianLogisticRegression:
         noise_std: Mapping[str, float] | None = None,
     ) -> BlrState:
         s1, s2 = statistics["s1"], statistics["s2"]
-        dimension = s1.shape[0]
-        nu1 = (1 - rho) * state.nu1 + rho * population * s1
+        noise: Mapping[str, float] = {} if noise_std is None else noise_std
+        sigma_1 = population * float(noise.get("s1", 0.0))  # std of N s1's noise per coordinate
+        sigma_2 = population * float(noise.get("s2", 0.0))  # std of N s2's noise per entry
+        ridge_scale = PROJECTION_RIDGE * np.sqrt(s1.shape[0])
         data_precision = (1 - rho) * state.data_precision + rho * population * s2
+        h_noise = (1 - rho) ** 2 * state.data_precision_noise_variance + (rho * sigma_2) ** 2
+        ridge = (1 - rho) * state.projection_ridge + rho * ridge_scale * sigma_2
         prior_term = (1 - rho) * state.prior_term + rho * state.expected_alpha
-        sigma_1 = 0.0 if noise_std is None else float(noise_std.get("s1", 0.0))
-        noise_variance = (1 - rho) ** 2 * state.nu1_noise_variance + (rho * population * sigma_1) ** 2
-        if self.noise_aware and noise_variance > 0:
-            mean, covariance = noise_aware_moments(nu1, data_precision, prior_term, noise_variance)
+        if self.noise_aware and sigma_1 > 0:
+            nu1, z_noise = pooled_mean(state.nu1, state.nu1_noise_variance, population * s1, sigma_1**2)
+            shrunk = self._shrunk(data_precision, h_noise, ridge - ridge_scale * float(np.sqrt(h_noise)))
+            mean, covariance = noise_aware_moments(nu1, shrunk, prior_term, z_noise)
         else:
-            mean, covariance = gaussian_moments(nu1, data_precision + prior_term * np.eye(dimension))
-        shape = self.a0 + dimension / 2
+            nu1 = (1 - rho) * state.nu1 + rho * population * s1
+            z_noise = (1 - rho) ** 2 * state.nu1_noise_variance + (rho * sigma_1) ** 2
+            precision = data_precision + prior_term * np.eye(s1.shape[0])
+            mean, covariance = gaussian_moments(nu1, precision)
+        averages = (nu1, data_precision, prior_term, z_noise, h_noise, ridge)
+        return self._with_q(averages, mean, covariance, statistics)
+
+    def _shrunk(self, data_precision: Array, noise_variance: float, excess_ridge: float) -> Array:
+        """H with its off-diagonal entries soft-thresholded and the projections' excess ridge removed from
+        its diagonal (module docstring); H itself when shrink_h is off."""
+        if not self.shrink_h:
+            return data_precision
+        shrunk = soft_threshold_off_diagonal(data_precision, self._threshold(data_precision, noise_variance))
+        diagonal = np.diag_indices_from(shrunk)
+        shrunk[diagonal] -= max(excess_ridge, 0.0)
+        return shrunk
+
+    def _threshold(self, data_precision: Array, noise_variance: float) -> float:
+        """c tau, or SURE's threshold for H's off-diagonal entries when c is None."""
+        if self.threshold is not None:
+            return self.threshold * float(np.sqrt(noise_variance))
+        rows, cols = np.triu_indices(data_precision.shape[0], k=1)
+        return sure_threshold(data_precision[rows, cols], float(np.sqrt(noise_variance)))
+
+    def _with_q(
+        self,
+        averages: tuple[Array, Array, float, float, float, float],
+        mean: Array,
+        covariance: Array,
+        statistics: dict[str, Array],
+    ) -> BlrState:
+        """The new state from the averages (z, H, prior term, z's and H's noise variances, projection
+        ridge) and q(w), with q(alpha) = Gamma(a0 + d/2, b0 + (mu^T mu + tr Sigma) / 2)."""
+        nu1, data_precision, prior_term, z_noise, h_noise, ridge = averages
+        shape = self.a0 + mean.shape[0] / 2
         rate = self.b0 + (float(mean @ mean) + float(np.trace(covariance))) / 2
         return BlrState(
             nu1,
             data_precision,
             prior_term,
-            noise_variance,
+            z_noise,
             mean,
             covariance,
             shape,
             rate,
-            {"s1": s1, "s2": s2},
+            {"s1": statistics["s1"], "s2": statistics["s2"]},
+            h_noise,
+            ridge,
         )
 
     def posterior(self, state: BlrState) -> dict[str, Any]:
