@@ -9,8 +9,7 @@ import pytest
 from sqlalchemy import Engine
 
 from privacy_wall.sqlengine import create_db_engine
-from tests.dbservers import fresh_database
-from vips.migrate import upgrade
+from tests.dbservers import finish_drops, fresh_database
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -18,14 +17,61 @@ def engines(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[En
     """A fresh control and sensitive database, migrated, on SQLite and on PostgreSQL (a module may define
     its own `engines`, e.g. with a dataset already ingested)."""
     with (
-        fresh_database(request.param, tmp_path) as control_url,
-        fresh_database(request.param, tmp_path) as sensitive_url,
+        fresh_database(request.param, tmp_path, "control") as control_url,
+        fresh_database(request.param, tmp_path, "sensitive") as sensitive_url,
     ):
-        upgrade("control", control_url)
-        upgrade("sensitive", sensitive_url)
         control, sensitive = create_db_engine(control_url), create_db_engine(sensitive_url)
         try:
             yield control, sensitive
         finally:
             control.dispose()
             sensitive.dispose()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _dropped_databases() -> Iterator[None]:
+    """Every PostgreSQL database a test made is dropped by the end of the session (a failed drop fails)."""
+    yield
+    finish_drops()
+
+
+#: The longest test files (their total time, measured with `--durations`), longest first. Under
+#: `pytest -n 2 --dist loadfile` (make test) each process takes a whole file at a time: started last, a long
+#: file would keep one process busy long after the other ran out of files, so these start first and the
+#: other files follow in their usual order (an order only: every file runs, whether listed or not).
+LONGEST_FIRST = (
+    "test_privacy_audit.py",
+    "test_ui_browser.py",
+    "test_faults.py",
+    "test_e2e.py",
+    "test_accounting.py",
+    "test_embedded_faults.py",
+    "test_pld.py",
+    "test_shards_e2e.py",
+    "test_deployment.py",
+    "test_shards.py",
+    "test_api.py",
+    "test_query_sbn.py",
+    "test_api_fuzz.py",
+    "test_e2e_algorithms.py",
+    "test_e2e_latent.py",
+    "test_worker_memory.py",
+    "test_dpsep.py",
+    "test_query_dpsep.py",
+    "test_demo.py",
+    "test_cli_up.py",
+)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # pytest-xdist would otherwise order the files by their number of tests (--loadscope-reorder), which
+    # puts the long one-test files (services started per test) last.
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: place for place, name in enumerate(LONGEST_FIRST)}
+    items.sort(
+        key=lambda item: rank.get(item.path.name, len(rank))
+    )  # stable: a file's tests keep their order

@@ -3,6 +3,7 @@ on PostgreSQL and Redis, as subprocesses on free ports; plus the CLI as users ru
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import random
@@ -19,8 +20,16 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
+from sqlalchemy import Engine
 
+from privacy_wall.ingest import ingest
+from privacy_wall.settings import WallSettings
+from privacy_wall.sqlengine import create_db_engine
+from service.client import VipsClient
+from service.keys import create_key
 from tests.dbservers import fresh_database
+from vips.choices import DEFAULT_LABEL
+from vips.migrate import upgrade
 
 REDIS_URL = os.environ.get("VIPS_TEST_REDIS", "redis://127.0.0.1:6379")
 
@@ -69,19 +78,100 @@ class Service:
             assert done.returncode == 0, f"vips {' '.join(argv)}: {done.stderr}"
         return done
 
-    def synthetic_dataset(self, folder: Path, name: str = "synth") -> None:
-        """Ingest the synthetic tabular data (`synthetic_csv`) as a private dataset `name`."""
+    # Setting a service up for a test that is not about these verbs: what `vips data ingest`, `vips admin
+    # create-key` and `vips budget set` do, done in this process through the functions they call (each
+    # `vips` subprocess pays seconds of imports). The verbs themselves are tested in test_cli*.py, and as
+    # subprocesses end to end in test_e2e.py's full_flow.
+
+    @contextmanager
+    def _store(self) -> Iterator[tuple[Engine, Engine]]:
+        """The service's control and sensitive databases, as its server-side CLI opens them (its VIPS_HOME
+        and database URLs); under umask 077 as the CLI runs, so that a file SQLite creates is private."""
+        wall = wall_settings(self.env)
+        with private_umask():
+            control, sensitive = create_db_engine(wall.control_url()), create_db_engine(wall.sensitive_url())
+            try:
+                yield control, sensitive
+            finally:
+                control.dispose()
+                sensitive.dispose()
+
+    def ingest(
+        self,
+        name: str,
+        kind: str,
+        path: Path,
+        label: str | None = None,
+        *,
+        vocab: Path | None = None,
+        public: bool = False,
+    ) -> None:
+        """`vips data ingest NAME --kind KIND --input PATH [--label LABEL] [--vocab VOCAB] [--public]`
+        (a tabular or regression dataset's label column is `label` unless given, as the verb's)."""
+        if label is None and kind in ("tabular", "regression"):
+            label = DEFAULT_LABEL
+        with self._store() as (control, sensitive):
+            ingest(
+                control=control,
+                sensitive=sensitive,
+                name=name,
+                kind=kind,
+                path=path,
+                label=label,
+                vocab=vocab,
+                public=public,
+            )
+
+    def synthetic_dataset(self, folder: Path, name: str = "synth", seed: int = 0) -> np.ndarray:
+        """Ingest the synthetic tabular data (`synthetic_csv`) as a private dataset `name`; returns the true
+        weights."""
         csv = folder / f"{name}.csv"
-        synthetic_csv(csv)
-        self.vips("data", "ingest", name, "--kind", "tabular", "--input", str(csv), "--label", "label")
+        weights = synthetic_csv(csv, seed=seed)
+        self.ingest(name, "tabular", csv, "label")
+        return weights
 
     def key(self, role: str, dataset: str | None = None) -> str:
-        """A new key; an analyst or client key without a dataset sees every dataset (--all-datasets)."""
-        if dataset is not None:
-            scope = ["--dataset", dataset]
-        else:
-            scope = ["--all-datasets"] if role in ("analyst", "client") else []
-        return self.vips("admin", "create-key", "--role", role, *scope).stdout.strip()
+        """A new key, as `vips admin create-key` makes it; an analyst or client key without a dataset sees
+        every dataset (--all-datasets)."""
+        with self._store() as (control, _):
+            _, key = create_key(
+                control, role, dataset, all_datasets=dataset is None and role in ("analyst", "client")
+            )
+        return key
+
+    def set_budget(self, dataset: str, epsilon: float, custodian: str, delta: float = 1e-5) -> None:
+        """`vips budget set DATASET --epsilon EPSILON --delta DELTA` with the custodian's key, over HTTP."""
+        with VipsClient(self.url, custodian) as api:
+            api.set_budget(dataset, epsilon, delta)
+
+
+def wall_settings(env: dict[str, str]) -> WallSettings:
+    """The store a server-side `vips` command run with `env` opens: its VIPS_HOME and database URLs."""
+    return WallSettings(
+        home=Path(env["VIPS_HOME"]),
+        control_database_url=env.get("VIPS_CONTROL_DATABASE_URL"),
+        sensitive_database_url=env.get("VIPS_SENSITIVE_DATABASE_URL"),
+    )
+
+
+@contextmanager
+def private_umask() -> Iterator[None]:
+    """Umask 077 for the block, as the `vips` commands run (vips.cli): what they create is private."""
+    umask = os.umask(0o077)
+    try:
+        yield
+    finally:
+        os.umask(umask)
+
+
+def migrate_store(env: dict[str, str]) -> None:
+    """`vips migrate all` with `env`, in this process: VIPS_HOME made (0700) and both databases brought to
+    their Alembic heads (SQLite files under VIPS_HOME created where no URL is given)."""
+    wall = wall_settings(env)
+    with private_umask():
+        wall.home.resolve().mkdir(mode=0o700, parents=True, exist_ok=True)
+        upgrade("control", wall.control_url())
+        upgrade("sensitive", wall.sensitive_url())
 
 
 def _clean_env() -> dict[str, str]:
@@ -121,15 +211,14 @@ def _wait_ready(url: str, processes: dict[str, subprocess.Popen[bytes]], logs: l
 
 
 def _stop(processes: dict[str, subprocess.Popen[bytes]]) -> None:
+    """End a test's service at once: SIGKILL to each process's group (start_vips gives each its own, which
+    its children share: the embedded worker and its job processes, uvicorn's workers). What a test checks
+    never depends on a graceful stop, which costs seconds per service (a Celery worker's warm shutdown)."""
     for process in processes.values():
-        if process.poll() is None:
-            process.send_signal(signal.SIGINT)
-    for process in processes.values():
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):  # the group is gone already (the test killed it)
             os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+    for process in processes.values():
+        process.wait()
 
 
 @contextmanager
@@ -191,12 +280,7 @@ def production_service(
         wall_env = {**base, "VIPS_CONTROL_DATABASE_URL": control, "VIPS_SENSITIVE_DATABASE_URL": sensitive}
         api_env = {**base, "VIPS_CONTROL_DATABASE_URL": control, "VIPS_BROKER_URL": broker}
         worker_env = {**wall_env, "VIPS_BROKER_URL": broker}
-        subprocess.run(
-            [sys.executable, "-m", "vips.cli", "migrate", "all"],
-            env=wall_env,
-            check=True,
-            capture_output=True,
-        )
+        migrate_store(wall_env)
         port = free_port()
         service = Service(f"http://127.0.0.1:{port}", wall_env, worker_env)
         logs = [tmp_path / "api.log", tmp_path / "worker.log"]

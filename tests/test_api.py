@@ -32,8 +32,7 @@ from service.models import api_keys, jobs, posteriors, releases
 from service.queue import RecordingQueue
 from service.release_arrays import encode_arrays
 from service.settings import ServiceSettings
-from tests.dbservers import fresh_database
-from vips.migrate import upgrade
+from tests.dbservers import fresh_database, migrate
 
 DELTA = 1e-5
 PRIVATE_BUDGET = 3.0
@@ -114,7 +113,7 @@ def populate(engine: Engine) -> tuple[dict[str, str], dict[str, str]]:
 
 
 def make_api(url: str, tmp_path: Path, **settings_given: Any) -> Iterator[Api]:
-    upgrade("control", url)
+    migrate("control", url)
     engine = create_db_engine(url)
     keys, ids = populate(engine)
     queue = RecordingQueue()
@@ -130,7 +129,7 @@ def make_api(url: str, tmp_path: Path, **settings_given: Any) -> Iterator[Api]:
 
 @pytest.fixture
 def api(tmp_path: Path) -> Iterator[Api]:
-    with fresh_database("sqlite", tmp_path) as url:
+    with fresh_database("sqlite", tmp_path, "control") as url:
         yield from make_api(url, tmp_path)
 
 
@@ -215,7 +214,7 @@ def test_a_key_unknown_here_is_told_so_and_nothing_more(tmp_path: Path, api: Api
     """Issue 24.8: a key made against another store gets a 401 saying the key is unknown to this service,
     word for word the answer to a tampered or a revoked one (nothing says whether it exists elsewhere)."""
     with fresh_database("sqlite", tmp_path) as url:
-        upgrade("control", url)
+        migrate("control", url)
         other = create_db_engine(url)
         try:
             elsewhere = create_key(other, "analyst", all_datasets=True)[1]
@@ -386,7 +385,7 @@ def test_quote_and_refusal_carry_the_largest_epsilon_that_fits(api: Api) -> None
 @pytest.fixture
 def roomy_api(tmp_path: Path) -> Iterator[Api]:
     """The API with per-key limits above what a test's single key submits (fair queues: test_fair_queues)."""
-    with fresh_database("sqlite", tmp_path) as url:
+    with fresh_database("sqlite", tmp_path, "control") as url:
         yield from make_api(url, tmp_path, max_queued_per_key=1000, pricing_burst_per_key=1000)
 
 
@@ -433,7 +432,7 @@ def test_pricing_takes_a_bounded_number_of_request_threads(tmp_path: Path) -> No
     from service.pricing import pricing_slot
 
     with fresh_database("sqlite", tmp_path) as url:
-        upgrade("control", url)
+        migrate("control", url)
         engine = create_db_engine(url)
         keys, _ = populate(engine)
         settings = ServiceSettings(
@@ -696,7 +695,7 @@ def test_posterior_is_sent_as_stored_without_parsing(dialect: str, tmp_path: Pat
         "privacy": {"epsilon": 0.1},
         "lambda": [[0.1, 1e-300, -2.5e17, 3.0], [1 / 3, 2**-1074, 1.7976931348623157e308, 0.0]],
     }
-    with fresh_database(dialect, tmp_path) as url:
+    with fresh_database(dialect, tmp_path, "control") as url:
         for api in make_api(url, tmp_path):
             job_id = api.submit().json()["id"]
             document["job_id"] = job_id
@@ -740,7 +739,7 @@ PAGED = {
 @pytest.fixture
 def paged_api(tmp_path: Path) -> Iterator[Api]:
     """The API with pages of 5.5 of the PAGED releases."""
-    with fresh_database("sqlite", tmp_path) as url:
+    with fresh_database("sqlite", tmp_path, "control") as url:
         yield from make_api(url, tmp_path, releases_page_mb=5.5 * len(encode_arrays(PAGED[1])) / (1 << 20))
 
 
@@ -871,7 +870,7 @@ def test_readyz_is_503_when_the_database_is_unreachable(tmp_path: Path) -> None:
 
 def test_embedded_broker_readiness_checks_its_folders(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'control.db'}"
-    upgrade("control", url)
+    migrate("control", url)
     settings = ServiceSettings(home=tmp_path, control_database_url=url)
     with TestClient(create_app(settings)) as client:
         r = client.get("/readyz")  # no embedded worker has reported yet
@@ -1151,7 +1150,7 @@ def test_the_client_reads_its_environment() -> None:
 
 
 def test_submit_path_on_postgresql(tmp_path: Path) -> None:
-    with fresh_database("postgresql", tmp_path) as url:
+    with fresh_database("postgresql", tmp_path, "control") as url:
         for api in make_api(url, tmp_path):
             r = api.submit()
             assert r.status_code == 202, r.text

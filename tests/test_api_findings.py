@@ -26,7 +26,7 @@ from tests.test_ui import csrf, sign_in
 
 @pytest.fixture
 def api(tmp_path: Path) -> Iterator[Api]:
-    with fresh_database("sqlite", tmp_path) as url:
+    with fresh_database("sqlite", tmp_path, "control") as url:
         yield from make_api(url, tmp_path)
 
 
@@ -92,7 +92,7 @@ def test_a_cursor_that_is_not_ascii_digits_is_a_422_naming_it(api: Api, cursor: 
 
 def test_cursors_on_postgresql(tmp_path: Path) -> None:
     """PostgreSQL refuses a parameter its integer column cannot hold: such a cursor never reaches it."""
-    with fresh_database("postgresql", tmp_path) as url:
+    with fresh_database("postgresql", tmp_path, "control") as url:
         for api in make_api(url, tmp_path):
             check_cursors(api, BAD_CURSORS)
 
@@ -260,7 +260,7 @@ def room_for_one_job(api: Api) -> None:
 def test_concurrent_submissions_with_one_key_replay_the_one_job(tmp_path: Path, kind: str) -> None:
     # Four pricing requests and no refill: two quotes, the one submission that prices, one refused new
     # job. The 19 racing repeats wait for the first and replay it without pricing (none is a 429).
-    with fresh_database(kind, tmp_path) as url:
+    with fresh_database(kind, tmp_path, "control") as url:
         for api in make_api(url, tmp_path, pricing_burst_per_key=4, pricing_rate_per_key=1e-6):
             room_for_one_job(api)
             answers = race_one_key(api, 20)

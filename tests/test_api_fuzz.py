@@ -26,7 +26,6 @@ from service.queue import RecordingQueue
 from service.settings import ServiceSettings
 from tests.dbservers import fresh_database
 from tests.test_api import MAX_ITERATIONS, populate
-from vips.migrate import upgrade
 
 #: Examples per operation, key and generation mode (16 operations x 3 keys x 2 modes).
 EXAMPLES = int(os.environ.get("VIPS_FUZZ_EXAMPLES", "30"))
@@ -35,8 +34,7 @@ ROLES = ("admin", "analyst", "cust")
 
 @pytest.fixture
 def fuzzed(tmp_path: Path) -> Iterator[tuple[FastAPI, dict[str, str]]]:
-    with fresh_database("sqlite", tmp_path) as url:
-        upgrade("control", url)
+    with fresh_database("sqlite", tmp_path, "control") as url:
         engine = create_db_engine(url)
         keys, _ = populate(engine)
         settings = ServiceSettings(

@@ -25,7 +25,6 @@ from service.queue import RecordingQueue
 from service.settings import ServiceSettings
 from tests.dbservers import fresh_database
 from tests.test_api import BATCH, SIGMA, Api, make_api, populate
-from vips.migrate import upgrade
 
 HUGE = "1404069027389615112192"
 MIB = 1 << 20
@@ -33,7 +32,7 @@ MIB = 1 << 20
 
 @pytest.fixture
 def api(tmp_path: Path) -> Iterator[Api]:
-    with fresh_database("sqlite", tmp_path) as url:
+    with fresh_database("sqlite", tmp_path, "control") as url:
         yield from make_api(url, tmp_path)
 
 
@@ -167,8 +166,7 @@ def test_an_oversized_chunked_body_is_413(api: Api) -> None:
 
 
 def test_the_body_limit_is_a_setting(tmp_path: Path) -> None:
-    with fresh_database("sqlite", tmp_path) as url:
-        upgrade("control", url)
+    with fresh_database("sqlite", tmp_path, "control") as url:
         engine = create_db_engine(url)
         keys, _ = populate(engine)
         settings = ServiceSettings(home=tmp_path, control_database_url=url, max_body_bytes=200)
@@ -267,8 +265,7 @@ def _exchange(sock: socket.socket, request: bytes) -> tuple[int, bytes]:
 
 
 def test_over_real_http_one_connection_survives_every_error(tmp_path: Path) -> None:
-    with fresh_database("sqlite", tmp_path) as url:
-        upgrade("control", url)
+    with fresh_database("sqlite", tmp_path, "control") as url:
         engine = create_db_engine(url)
         keys, _ = populate(engine)
         settings = ServiceSettings(

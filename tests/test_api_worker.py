@@ -21,7 +21,6 @@ from service.queue import RecordingQueue
 from service.settings import ServiceSettings
 from tests.dbservers import fresh_database
 from tests.test_ingest_store import tabular_data, write_tabular
-from vips.migrate import upgrade
 from worker.jobs import execute_job
 
 DELTA = 1e-5
@@ -29,11 +28,9 @@ DELTA = 1e-5
 
 def test_an_api_job_runs_in_the_worker_and_its_results_are_served(tmp_path: Path) -> None:
     with (
-        fresh_database("sqlite", tmp_path) as control_url,
-        fresh_database("sqlite", tmp_path) as sensitive_url,
+        fresh_database("sqlite", tmp_path, "control") as control_url,
+        fresh_database("sqlite", tmp_path, "sensitive") as sensitive_url,
     ):
-        upgrade("control", control_url)
-        upgrade("sensitive", sensitive_url)
         control, sensitive = create_db_engine(control_url), create_db_engine(sensitive_url)
         try:
             custodian_id, custodian = create_key(control, "custodian", "t")

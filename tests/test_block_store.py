@@ -25,7 +25,7 @@ from privacy_wall.sqlengine import create_db_engine
 from privacy_wall.store import Batch
 from tests.dbservers import fresh_database
 from tests.test_ingest_store import tabular_data, write_tabular
-from vips.migrate import alembic_config, upgrade
+from vips.migrate import alembic_config
 
 N, D, V = 101, 4, 9
 #: Rows per block in these tests: 101 rows are 14 full blocks and one of 3.
@@ -215,9 +215,10 @@ def test_a_lost_postgresql_connection_is_reported_as_sqlalchemy_reports_it(tmp_p
     as SQLAlchemy's OperationalError, the failure the gate knows tells nothing of the values."""
     from sqlalchemy.exc import OperationalError
 
-    with fresh_database("postgresql", tmp_path) as control_url, fresh_database("postgresql", tmp_path) as url:
-        upgrade("control", control_url)
-        upgrade("sensitive", url)
+    with (
+        fresh_database("postgresql", tmp_path, "control") as control_url,
+        fresh_database("postgresql", tmp_path, "sensitive") as url,
+    ):
         control, sensitive = create_db_engine(control_url), create_db_engine(url)
         try:
             x, y = tabular_data(n=N, d=D, seed=4)

@@ -27,7 +27,7 @@ def _point_the_cli_at(api: Api, key: str, monkeypatch: pytest.MonkeyPatch) -> No
 @pytest.fixture
 def api(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Api]:
     """The API in process, the CLI's client pointed at it with the custodian key of dataset priv."""
-    with fresh_database("sqlite", tmp_path) as url:
+    with fresh_database("sqlite", tmp_path, "control") as url:
         for api in make_api(url, tmp_path):
             _point_the_cli_at(api, api.keys["cust"], monkeypatch)
             yield api

@@ -25,7 +25,7 @@ FIT = ["fit", "--dataset", "priv", "--model", "blr", "--iterations", "5", "--bat
 
 @pytest.fixture
 def api(tmp_path: Path) -> Iterator[Api]:
-    with fresh_database("sqlite", tmp_path) as url:
+    with fresh_database("sqlite", tmp_path, "control") as url:
         yield from make_api(url, tmp_path)
 
 

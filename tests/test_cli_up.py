@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from service.client import VipsClient
-from tests.e2e import Service, _clean_env, embedded_service, free_port, synthetic_csv
+from tests.e2e import Service, _clean_env, embedded_service, free_port
 from vips.store_lock import LOCK_NAME
 
 DELTA = 1e-5
@@ -72,11 +72,9 @@ def test_up_on_a_port_in_use_fails_before_printing_anything(service: Service, tm
 
 
 def test_wait_reattaches_to_a_running_job_and_ends_like_fit_wait(service: Service, tmp_path: Path) -> None:
-    synthetic_csv(tmp_path / "train.csv")
-    data = ["--kind", "tabular", "--input", str(tmp_path / "train.csv"), "--label", "label"]
-    service.vips("data", "ingest", "synth", *data)
+    service.synthetic_dataset(tmp_path)
     custodian, analyst = service.key("custodian", "synth"), service.key("analyst")
-    service.vips("budget", "set", "synth", "--epsilon", "100", "--delta", str(DELTA), key=custodian)
+    service.set_budget("synth", 100, custodian, DELTA)
     fit = ["fit", "--dataset", "synth", "--model", "blr", "--iterations", "300", "--batch-size", "50"]
     submitted = service.vips(*fit, "--sigma", "50", key=analyst)
     job_id = submitted.stdout.strip()

@@ -13,8 +13,6 @@ import contextlib
 import errno
 import selectors
 import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -23,7 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e import _clean_env, _stop, free_port, start_vips
+from tests.e2e import _clean_env, _stop, free_port, migrate_store, start_vips
 
 ATTACKER = "127.0.0.3"
 CLIENT = "127.0.0.2"
@@ -39,9 +37,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, Path
     that a flooding connection is cut, and reopened, several times within the test)."""
     home = tmp_path_factory.mktemp("flood")
     env = {**_clean_env(), "VIPS_HOME": str(home), "VIPS_HEADER_TIMEOUT_SECONDS": "2"}
-    subprocess.run(
-        [sys.executable, "-m", "vips.cli", "migrate", "all"], env=env, check=True, capture_output=True
-    )
+    migrate_store(env)
     port = free_port()
     log = home / "serve.log"
     process = start_vips(["serve", "--port", str(port)], env, log)

@@ -21,7 +21,6 @@ from privacy_wall.sqlengine import create_db_engine
 from privacy_wall.store import Batch
 from tests.dbservers import fresh_database
 from tests.test_ingest_store import tabular_data, write_tabular
-from vips.migrate import upgrade
 
 N, D = 300, 4
 
@@ -29,11 +28,9 @@ N, D = 300, 4
 @pytest.fixture
 def engines(tmp_path: Path) -> Iterator[tuple[Engine, Engine]]:
     with (
-        fresh_database("sqlite", tmp_path) as control_url,
-        fresh_database("sqlite", tmp_path) as sensitive_url,
+        fresh_database("sqlite", tmp_path, "control") as control_url,
+        fresh_database("sqlite", tmp_path, "sensitive") as sensitive_url,
     ):
-        upgrade("control", control_url)
-        upgrade("sensitive", sensitive_url)
         control, sensitive = create_db_engine(control_url), create_db_engine(sensitive_url)
         x, y = tabular_data(n=N, d=D, seed=4)
         ingest(

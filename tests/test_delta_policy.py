@@ -89,7 +89,7 @@ def test_set_budget_refuses_a_private_datasets_delta_at_or_above_1_over_n(
 
 @pytest.fixture
 def api(tmp_path: Path) -> Iterator[Api]:
-    with fresh_database("sqlite", tmp_path) as url:
+    with fresh_database("sqlite", tmp_path, "control") as url:
         yield from make_api(url, tmp_path)
 
 

@@ -31,7 +31,11 @@ def full_flow(service: Service, tmp_path: Path) -> None:
     train, test = tmp_path / "train.csv", tmp_path / "test.csv"
     weights = synthetic_csv(train, seed=1)
     synthetic_csv(test, seed=2)
-    custodian, analyst = service.key("custodian", "synth"), service.key("analyst")
+    # The server-side verbs as subprocesses here (other tests set a service up in their own process).
+    custodian = service.vips(
+        "admin", "create-key", "--role", "custodian", "--dataset", "synth"
+    ).stdout.strip()
+    analyst = service.vips("admin", "create-key", "--role", "analyst", "--all-datasets").stdout.strip()
     ingested = json.loads(
         service.vips(
             "data", "ingest", "synth", "--kind", "tabular", "--input", str(train), "--label", "label"
@@ -125,7 +129,7 @@ def full_flow(service: Service, tmp_path: Path) -> None:
         check=False,
     )
     assert refused.returncode == 1 and "409" in refused.stderr
-    client = service.key("client")
+    client = service.vips("admin", "create-key", "--role", "client", "--all-datasets").stdout.strip()
     downloaded = tmp_path / "downloaded.json"
     service.vips("posterior", job["id"], "-o", str(downloaded), key=client)
     assert json.loads(downloaded.read_text())["mean"] == document["mean"]
@@ -175,20 +179,9 @@ def test_fifty_concurrent_submissions_admit_exactly_k(tmp_path: Path) -> None:
         "VIPS_MAX_QUEUED_PER_KEY": str(submissions),
     }
     with production_service(tmp_path, env=one_key_at_once) as service:
-        synthetic_csv(tmp_path / "train.csv")
-        service.vips(
-            "data",
-            "ingest",
-            "synth",
-            "--kind",
-            "tabular",
-            "--input",
-            str(tmp_path / "train.csv"),
-            "--label",
-            "label",
-        )
+        service.synthetic_dataset(tmp_path)
         custodian, analyst = service.key("custodian", "synth"), service.key("analyst")
-        service.vips("budget", "set", "synth", "--epsilon", repr(cap), "--delta", str(DELTA), key=custodian)
+        service.set_budget("synth", cap, custodian, DELTA)
         spec = {
             "dataset": "synth",
             "model": "blr",
@@ -223,20 +216,9 @@ def test_fifty_concurrent_submissions_admit_exactly_k(tmp_path: Path) -> None:
 
 def test_worker_killed_mid_job_leaves_no_uncharged_release(tmp_path: Path) -> None:
     with production_service(tmp_path, heartbeat_timeout=2.0) as service:
-        synthetic_csv(tmp_path / "train.csv")
-        service.vips(
-            "data",
-            "ingest",
-            "synth",
-            "--kind",
-            "tabular",
-            "--input",
-            str(tmp_path / "train.csv"),
-            "--label",
-            "label",
-        )
+        service.synthetic_dataset(tmp_path)
         custodian, analyst = service.key("custodian", "synth"), service.key("analyst")
-        service.vips("budget", "set", "synth", "--epsilon", "1000", "--delta", str(DELTA), key=custodian)
+        service.set_budget("synth", 1000, custodian, DELTA)
         with VipsClient(service.url, analyst) as api:
             job = api.submit_job(dataset="synth", model="blr", iterations=2000, batch_size=2000, sigma=5.0)
             deadline = time.monotonic() + 60

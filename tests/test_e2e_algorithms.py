@@ -26,11 +26,9 @@ def test_algorithms_share_one_budget_over_http(tmp_path: Path) -> None:
     weights = synthetic_csv(train, n=N, seed=1)
     synthetic_csv(test, seed=2)
     with production_service(tmp_path) as service:
-        service.vips(
-            "data", "ingest", "synth", "--kind", "tabular", "--input", str(train), "--label", "label"
-        )
+        service.ingest("synth", "tabular", train, "label")
         custodian, analyst = service.key("custodian", "synth"), service.key("analyst")
-        service.vips("budget", "set", "synth", "--epsilon", "5", "--delta", str(DELTA), key=custodian)
+        service.set_budget("synth", 5, custodian, DELTA)
         jobs: list[dict[str, Any]] = []
         for algorithm, iterations, batch, extra in (
             ("vips", 5, N, []),
@@ -85,11 +83,10 @@ def regression_flow(service: Any, tmp_path: Path, analyst: str) -> None:
     train, test = tmp_path / "reg-train.csv", tmp_path / "reg-test.csv"
     write_csv(train, split.train)
     write_csv(test, split.test)
-    ingest = ["data", "ingest", "--kind", "regression", "--input", str(train), "--label", "y"]
-    service.vips(*ingest[:2], "diabetes", *ingest[2:])
-    service.vips(*ingest[:2], "diabetes-public", *ingest[2:], "--public")
+    service.ingest("diabetes", "regression", train, "y")
+    service.ingest("diabetes-public", "regression", train, "y", public=True)
     custodian = service.key("custodian", "diabetes")
-    service.vips("budget", "set", "diabetes", "--epsilon", "4", "--delta", str(DELTA), key=custodian)
+    service.set_budget("diabetes", 4, custodian, DELTA)
     baseline = float(np.sqrt(np.mean((split.test.targets - split.train.targets.mean()) ** 2)))
     for algorithm, extra in (("vips", []), ("dpsep", ["--option", "noise_variance=0.1"])):
         for dataset, noise in (("diabetes-public", ["--sigma", "0"]), ("diabetes", ["--epsilon", "1.5"])):

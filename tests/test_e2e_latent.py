@@ -72,8 +72,7 @@ def lda_flow(service: Service, tmp_path: Path) -> None:
     write_bag_of_words(test, vocabulary, test_file, tmp_path / "test-vocab.txt")
     analyst = service.key("analyst")
     for name, public in (("docs-public", True), ("docs", False)):
-        argv = ["data", "ingest", name, "--kind", "bow", "--input", str(train_file), "--vocab", str(vocab)]
-        service.vips(*argv, *(["--public"] if public else []))
+        service.ingest(name, "bow", train_file, vocab=vocab, public=public)
 
     # Non-private, documents kept as they are (doc_length 0 is allowed at sigma 0 on public data).
     posterior = tmp_path / "lda.json"
@@ -112,7 +111,7 @@ def lda_flow(service: Service, tmp_path: Path) -> None:
 
     # Private: resampled documents, sigma calibrated to the target; doc_length 0 is refused with noise.
     custodian = service.key("custodian", "docs")
-    service.vips("budget", "set", "docs", "--epsilon", "3", "--delta", str(DELTA), key=custodian)
+    service.set_budget("docs", 3, custodian, DELTA)
     refused = service.vips("fit", "--dataset", "docs", *lda, "--option", "doc_length=0", "--epsilon", "1",
                            "--iterations", "4", "--batch-size", "200", key=analyst, check=False)  # fmt: skip
     assert refused.returncode == 2 and "422: options.doc_length" in refused.stderr
@@ -132,8 +131,8 @@ def sbn_flow(service: Service, tmp_path: Path) -> None:
     write_binary_csv(train_csv, train)
     write_binary_csv(test_csv, test)
     analyst = service.key("analyst")
-    service.vips("data", "ingest", "digits-public", "--kind", "binary", "--input", str(train_csv), "--public")
-    service.vips("data", "ingest", "digits", "--kind", "binary", "--input", str(train_csv))
+    service.ingest("digits-public", "binary", train_csv, public=True)
+    service.ingest("digits", "binary", train_csv)
 
     posterior = tmp_path / "sbn.json"
     fit(service, analyst, "--dataset", "digits-public", "--model", "sbn", "--option", "hidden=10", "--sigma",
@@ -155,7 +154,7 @@ def sbn_flow(service: Service, tmp_path: Path) -> None:
     assert np.all((proba > 0) & (proba < 1))
 
     custodian = service.key("custodian", "digits")
-    service.vips("budget", "set", "digits", "--epsilon", "4", "--delta", str(DELTA), key=custodian)
+    service.set_budget("digits", 4, custodian, DELTA)
     private_posterior = tmp_path / "sbn-private.json"
     job = fit(service, analyst, "--dataset", "digits", "--model", "sbn", "--option", "hidden=5", "--epsilon",
               "3", "--iterations", "3", "--batch-size", "300", posterior=private_posterior)  # fmt: skip

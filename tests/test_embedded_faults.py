@@ -5,7 +5,6 @@ rest, and brings a new worker that runs the next job."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import stat
@@ -18,7 +17,7 @@ from sqlalchemy import select
 from privacy_wall.sqlengine import create_db_engine
 from service.client import VipsClient
 from service.models import jobs
-from tests.e2e import embedded_service, synthetic_csv
+from tests.e2e import embedded_service
 from tests.faults import assert_accounted, assert_killed_job_failed, child_pids, wait_for
 
 DELTA = 1e-5
@@ -43,11 +42,9 @@ def test_the_embedded_worker_dies_and_comes_back_with_every_charge_accounted(tmp
         assert str((home / "sensitive.db").resolve()) not in opened
         assert readiness(service.url)["worker"] == "ok"
 
-        synthetic_csv(tmp_path / "train.csv")
-        data = ["--kind", "tabular", "--input", str(tmp_path / "train.csv"), "--label", "label"]
-        service.vips("data", "ingest", "synth", *data)
+        service.synthetic_dataset(tmp_path)
         custodian, analyst = service.key("custodian", "synth"), service.key("analyst")
-        service.vips("budget", "set", "synth", "--epsilon", "100", "--delta", str(DELTA), key=custodian)
+        service.set_budget("synth", 100, custodian, DELTA)
         with VipsClient(service.url, analyst) as api:
             job = api.submit_job(dataset="synth", model="blr", iterations=100_000, batch_size=50, sigma=50.0)
             wait_for(lambda: api.job(job["id"])["iteration"] >= 5, 60, "five iterations")
@@ -67,8 +64,9 @@ def test_the_embedded_worker_dies_and_comes_back_with_every_charge_accounted(tmp
         finally:
             control.dispose()
         assert charged[job["id"]] >= 5
-        ledger = json.loads(service.vips("budget", "show", "synth", key=custodian).stdout)
-        assert ledger["budget"]["epsilon_spent"] == ledger["budget"]["epsilon_reserved"]
+        with VipsClient(service.url, custodian) as api:  # what `vips budget show` prints
+            budget = api.dataset("synth")["budget"]
+        assert budget["epsilon_spent"] == budget["epsilon_reserved"]
 
 
 def test_a_killed_job_process_fails_its_job_at_once_and_it_does_not_run_again(tmp_path: Path) -> None:
@@ -76,11 +74,9 @@ def test_a_killed_job_process_fails_its_job_at_once_and_it_does_not_run_again(tm
     process fails the job at once, not when its heartbeat goes stale (60 s), and does not requeue it."""
     home = tmp_path / "home"
     with embedded_service(home) as service:
-        synthetic_csv(tmp_path / "train.csv")
-        data = ["--kind", "tabular", "--input", str(tmp_path / "train.csv"), "--label", "label"]
-        service.vips("data", "ingest", "synth", *data)
+        service.synthetic_dataset(tmp_path)
         custodian, analyst = service.key("custodian", "synth"), service.key("analyst")
-        service.vips("budget", "set", "synth", "--epsilon", "100", "--delta", str(DELTA), key=custodian)
+        service.set_budget("synth", 100, custodian, DELTA)
         worker_pid = int((home / "worker.pid").read_text())
         control = create_db_engine(f"sqlite:///{home / 'control.db'}")
         try:
@@ -118,12 +114,10 @@ def test_a_restarted_vips_up_resumes_the_jobs_its_last_run_left_running(tmp_path
     its stored releases: it succeeds, with charges = releases (one more allowed for the release the kill
     cut) and nothing reserved."""
     home = tmp_path / "home"
-    synthetic_csv(tmp_path / "train.csv")
-    data = ["--kind", "tabular", "--input", str(tmp_path / "train.csv"), "--label", "label"]
     with embedded_service(home) as service:
-        service.vips("data", "ingest", "synth", *data)
+        service.synthetic_dataset(tmp_path)
         custodian, analyst = service.key("custodian", "synth"), service.key("analyst")
-        service.vips("budget", "set", "synth", "--epsilon", "100", "--delta", str(DELTA), key=custodian)
+        service.set_budget("synth", 100, custodian, DELTA)
         with VipsClient(service.url, analyst) as api:
             job = api.submit_job(dataset="synth", model="blr", iterations=400, batch_size=50, sigma=50.0)
             wait_for(lambda: api.job(job["id"])["iteration"] >= 3, 60, "three iterations")

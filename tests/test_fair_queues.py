@@ -32,7 +32,7 @@ def test_a_short_job_of_one_key_runs_while_another_keys_long_jobs_do(tmp_path: P
     with embedded_service(home) as service:
         service.synthetic_dataset(tmp_path)
         custodian = service.key("custodian", "synth")
-        service.vips("budget", "set", "synth", "--epsilon", "100", "--delta", str(DELTA), key=custodian)
+        service.set_budget("synth", 100, custodian, DELTA)
         first_key, second_key = service.key("analyst"), service.key("analyst")
         with VipsClient(service.url, first_key) as first, VipsClient(service.url, second_key) as second:
             long_jobs = [
@@ -103,7 +103,7 @@ def test_a_key_cannot_queue_more_than_its_limit_even_all_at_once(small_limits: A
 
 
 def test_a_key_that_prices_too_often_is_told_when_to_retry(tmp_path: Path) -> None:
-    with fresh_database("sqlite", tmp_path) as url:
+    with fresh_database("sqlite", tmp_path, "control") as url:
         for api in make_api(url, tmp_path, pricing_rate_per_key=0.01, pricing_burst_per_key=2):
             assert [api.submit(dry_run=True).status_code for _ in range(2)] == [200, 200]
             refused = api.submit(dry_run=True)

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -24,7 +22,15 @@ from sqlalchemy import Engine
 from privacy_wall.sqlengine import create_db_engine
 from service.client import VipsClient
 from tests.dbservers import fresh_database
-from tests.e2e import Service, _clean_env, _stop, _wait_ready, production_service, start_vips, synthetic_csv
+from tests.e2e import (
+    Service,
+    _clean_env,
+    _stop,
+    _wait_ready,
+    migrate_store,
+    production_service,
+    start_vips,
+)
 from tests.faults import (
     PrivateRedis,
     TcpProxy,
@@ -112,12 +118,7 @@ def faulty_service(tmp_path: Path, heartbeat: float = HEARTBEAT, workers: int = 
             "VIPS_SENSITIVE_DATABASE_URL": via_proxy[sensitive],
         }
         api_env = {**base, "VIPS_CONTROL_DATABASE_URL": control}
-        subprocess.run(
-            [sys.executable, "-m", "vips.cli", "migrate", "all"],
-            env=wall_env,
-            check=True,
-            capture_output=True,
-        )
+        migrate_store(wall_env)
         port = stable_port()  # the API is restarted on it
         service = Service(f"http://127.0.0.1:{port}", wall_env, worker_env)
         engine = create_db_engine(control)
@@ -128,11 +129,8 @@ def faulty_service(tmp_path: Path, heartbeat: float = HEARTBEAT, workers: int = 
             faulty.start_worker(f"worker{number}")
         stack.callback(_stop, service.processes)
         _wait_ready(service.url, service.processes, [tmp_path / "api.log", tmp_path / "worker1.log"])
-        synthetic_csv(tmp_path / "train.csv")
-        data = ["--kind", "tabular", "--input", str(tmp_path / "train.csv"), "--label", "label"]
-        service.vips("data", "ingest", "synth", *data)
-        custodian = service.key("custodian", "synth")
-        service.vips("budget", "set", "synth", "--epsilon", "1000", "--delta", str(DELTA), key=custodian)
+        service.synthetic_dataset(tmp_path)
+        service.set_budget("synth", 1000, service.key("custodian", "synth"), DELTA)
         faulty.analyst = service.key("analyst")
         yield faulty
 
@@ -207,7 +205,7 @@ def test_a_killed_job_process_fails_its_job_at_once_and_it_does_not_run_again(tm
     with production_service(tmp_path) as service:
         service.synthetic_dataset(tmp_path)
         custodian, analyst = service.key("custodian", "synth"), service.key("analyst")
-        service.vips("budget", "set", "synth", "--epsilon", "100", "--delta", str(DELTA), key=custodian)
+        service.set_budget("synth", 100, custodian, DELTA)
         control = create_db_engine(service.env["VIPS_CONTROL_DATABASE_URL"])
         try:
             with VipsClient(service.url, analyst) as api:

@@ -5,8 +5,6 @@ ordinary requests (kept alive) unaffected."""
 from __future__ import annotations
 
 import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 
@@ -14,7 +12,7 @@ import httpx
 import pytest
 
 from service.settings import ServiceSettings
-from tests.e2e import _clean_env, _stop, free_port, start_vips
+from tests.e2e import _clean_env, _stop, free_port, migrate_store, start_vips
 
 HEADER_TIMEOUT = 1.5
 BODY_TIMEOUT = 2.0
@@ -34,9 +32,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int]
         "VIPS_BODY_TIMEOUT_SECONDS": str(BODY_TIMEOUT),
         "VIPS_MAX_CONNECTIONS": str(MAX_CONNECTIONS),
     }
-    subprocess.run(
-        [sys.executable, "-m", "vips.cli", "migrate", "all"], env=env, check=True, capture_output=True
-    )
+    migrate_store(env)
     port = free_port()
     process = start_vips(["serve", "--port", str(port)], env, home / "serve.log")
     deadline = time.monotonic() + 60

@@ -25,7 +25,6 @@ from service.models import api_keys, jobs, posteriors, releases
 from service.reaper import reap
 from tests.dbservers import fresh_database
 from tests.test_ingest_store import tabular_data, write_tabular
-from vips.migrate import upgrade
 from worker import jobs as job_runner
 
 DELTA = 1e-5
@@ -40,11 +39,9 @@ def databases(kind: str, tmp_path: Path, rows: int = 400) -> Iterator[tuple[Engi
     """Fresh control and sensitive databases of `kind` with dataset "t" (`rows` records, budget 50) and
     analyst key "k1"."""
     with (
-        fresh_database(kind, tmp_path) as control_url,
-        fresh_database(kind, tmp_path) as sensitive_url,
+        fresh_database(kind, tmp_path, "control") as control_url,
+        fresh_database(kind, tmp_path, "sensitive") as sensitive_url,
     ):
-        upgrade("control", control_url)
-        upgrade("sensitive", sensitive_url)
         control, sensitive = create_db_engine(control_url), create_db_engine(sensitive_url)
         x, y = tabular_data(n=rows, d=3, seed=3)
         ingest(

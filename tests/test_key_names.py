@@ -16,7 +16,7 @@ from sqlalchemy import insert, inspect, select, text
 from privacy_wall.sqlengine import create_db_engine
 from service.keys import InvalidKeyRequest, create_key, key_names, list_keys
 from service.models import api_keys
-from tests.dbservers import fresh_database, schema_drift
+from tests.dbservers import fresh_database, migrate, schema_drift
 from tests.test_api import Api, make_api
 from tests.test_cli_verbs import FIT, lines, use
 from tests.test_ui import finished_job, sign_in
@@ -31,7 +31,7 @@ GOOD_NAMES = ["alice", "Alice Martin (stats team)", "é漢字 ✓", "x" * 64, "<
 
 @pytest.fixture
 def api(tmp_path: Path) -> Iterator[Api]:
-    with fresh_database("sqlite", tmp_path) as url:
+    with fresh_database("sqlite", tmp_path, "control") as url:
         yield from make_api(url, tmp_path)
 
 
@@ -49,7 +49,7 @@ def named_analyst(api: Api, name: str, who: str = "alice") -> str:
 @pytest.mark.parametrize("name", BAD_NAMES)
 def test_create_key_refuses_a_name_that_is_not_printable(tmp_path: Path, name: str) -> None:
     url = f"sqlite:///{tmp_path / 'control.db'}"
-    upgrade("control", url)
+    migrate("control", url)
     engine = create_db_engine(url)
     try:
         with pytest.raises(InvalidKeyRequest) as caught:
@@ -62,7 +62,7 @@ def test_create_key_refuses_a_name_that_is_not_printable(tmp_path: Path, name: s
 
 def test_names_are_optional_not_unique_and_stored_as_given(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'control.db'}"
-    upgrade("control", url)
+    migrate("control", url)
     engine = create_db_engine(url)
     try:
         ids = [create_key(engine, "admin", name=name)[0] for name in GOOD_NAMES]

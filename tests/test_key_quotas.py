@@ -35,7 +35,7 @@ ITERATIONS = 5
 
 @pytest.fixture
 def api(tmp_path: Path) -> Iterator[Api]:
-    with fresh_database("sqlite", tmp_path) as url:
+    with fresh_database("sqlite", tmp_path, "control") as url:
         yield from make_api(url, tmp_path)
 
 
@@ -169,7 +169,7 @@ def admitted(api: Api, key_id: str) -> int:
 
 @pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
 def test_30_simultaneous_submissions_by_one_key_never_overspend_its_quota(tmp_path: Path, kind: str) -> None:
-    with fresh_database(kind, tmp_path) as url:
+    with fresh_database(kind, tmp_path, "control") as url:
         for api in make_api(url, tmp_path, **ROOMY):
             alice = named_analyst(api, "alice")
             assert put_quota(api, "cust", alice, room_for(7)).status_code == 200
@@ -184,7 +184,7 @@ def test_30_simultaneous_submissions_by_one_key_never_overspend_its_quota(tmp_pa
 def test_30_simultaneous_submissions_by_two_keys_overspend_neither_quota_nor_dataset(
     tmp_path: Path, kind: str
 ) -> None:
-    with fresh_database(kind, tmp_path) as url:
+    with fresh_database(kind, tmp_path, "control") as url:
         for api in make_api(url, tmp_path, **ROOMY):
             alice, bob = named_analyst(api, "alice"), named_analyst(api, "bob", who="bob")
             ledger_db.set_budget(api.engine, "priv", room_for(12), DELTA)

@@ -23,8 +23,7 @@ DELTA = 1e-5
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 def engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Engine]:
-    with fresh_database(request.param, tmp_path) as url:
-        upgrade("control", url)
+    with fresh_database(request.param, tmp_path, "control") as url:
         eng = create_db_engine(url, pool_size=20, max_overflow=40)
         try:
             yield eng

@@ -66,7 +66,7 @@ def test_a_key_over_its_read_rate_gets_429_while_another_keys_reads_go_on(tmp_pa
     """Reads (GET) of the API count against their key's bucket (VIPS_READ_RATE_PER_KEY, bursts of
     VIPS_READ_BURST_PER_KEY): past its burst a custodian reading its ledger gets 429 with Retry-After,
     the other custodian's and an analyst's reads are still answered, and writes are not counted."""
-    with fresh_database("sqlite", tmp_path) as url:
+    with fresh_database("sqlite", tmp_path, "control") as url:
         for api in make_api(url, tmp_path, read_rate_per_key=0.01, read_burst_per_key=5):
             for _ in range(5):
                 assert api.call("GET", "/v1/datasets/priv/ledger", "cust").status_code == 200

@@ -22,7 +22,6 @@ from privacy_wall.sqlengine import create_db_engine
 from service import release_arrays
 from service.release_arrays import array_json, decode_arrays, encode_arrays, stored_bound
 from tests.dbservers import fresh_database
-from vips.migrate import upgrade
 
 DELTA = 1e-5
 EVENT = SubsampledGaussianEvent(noise_multiplier=1.0, sample_size=100, population=10_000)
@@ -197,8 +196,7 @@ def _add_jobs(engine: Engine, ids: list[str]) -> None:
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 def engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Engine]:
-    with fresh_database(request.param, tmp_path) as url:
-        upgrade("control", url)
+    with fresh_database(request.param, tmp_path, "control") as url:
         eng = create_db_engine(url)
         try:
             yield eng

@@ -34,7 +34,6 @@ from service.settings import ServiceSettings
 from tests.dbservers import fresh_database
 from tests.fitting import fit_through_gate
 from tests.test_api import Api, populate
-from vips.migrate import upgrade
 from worker.datasets.adult import load_adult
 from worker.datasets.digits import load_binary_digits
 from worker.datasets.wikipedia import load_wikipedia
@@ -69,8 +68,7 @@ def add_shape(engine: Engine, name: str, kind: str, population: int, dimension: 
 def api(tmp_path: Path) -> Iterator[Api]:
     """The API with explicit limits, and the shapes of the issue's measurements: 200 binary images of 256
     pixels, 300 documents over the bundled Wikipedia corpus's 5000 words, and a 1000-row tabular set."""
-    with fresh_database("sqlite", tmp_path) as url:
-        upgrade("control", url)
+    with fresh_database("sqlite", tmp_path, "control") as url:
         engine = create_db_engine(url)
         keys, ids = populate(engine)
         add_shape(engine, "images", "binary", 200, 256)

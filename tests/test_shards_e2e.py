@@ -36,9 +36,7 @@ ITERATIONS = 4
 def public_dataset(service: Service, folder: Path) -> Path:
     csv = folder / "pub.csv"
     synthetic_csv(csv, n=ROWS)
-    service.vips(
-        "data", "ingest", "pub", "--kind", "tabular", "--input", str(csv), "--label", "label", "--public"
-    )
+    service.ingest("pub", "tabular", csv, "label", public=True)
     return csv
 
 

@@ -29,7 +29,6 @@ from tests import test_jobs
 from tests.dbservers import fresh_database
 from tests.test_api import Api, populate
 from tests.test_jobs import job_row, on_gate_call, submit
-from vips.migrate import upgrade
 from worker import jobs as job_runner
 from worker.tasks import retry_delay
 
@@ -168,8 +167,7 @@ def test_a_job_is_never_seen_ended_with_budget_still_reserved(engines: tuple[Eng
 @pytest.fixture
 def api_without_workers(tmp_path: Path) -> Iterator[Api]:
     """The API with a fast reaper and no worker at all: tasks go to a queue nobody reads."""
-    with fresh_database("sqlite", tmp_path) as url:
-        upgrade("control", url)
+    with fresh_database("sqlite", tmp_path, "control") as url:
         engine = create_db_engine(url)
         keys, ids = populate(engine)
         queue = RecordingQueue()
@@ -423,8 +421,7 @@ def test_concurrent_submissions_with_one_key_reserve_once(api_without_workers: A
 
 
 def test_readyz_reports_a_missing_worker(tmp_path: Path) -> None:
-    with fresh_database("sqlite", tmp_path) as url:
-        upgrade("control", url)
+    with fresh_database("sqlite", tmp_path, "control") as url:
         settings = ServiceSettings(home=tmp_path, control_database_url=url)
         with TestClient(create_app(settings, queue=RecordingQueue(workers=False))) as client:
             r = client.get("/readyz")

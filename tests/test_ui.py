@@ -23,7 +23,7 @@ ROLES = ("admin", "cust", "cust2", "analyst", "client", "client_other")
 
 @pytest.fixture
 def api(tmp_path: Path) -> Iterator[Api]:
-    with fresh_database("sqlite", tmp_path) as url:
+    with fresh_database("sqlite", tmp_path, "control") as url:
         yield from make_api(url, tmp_path)
 
 
@@ -188,7 +188,7 @@ def test_a_posterior_above_the_pages_limit_is_offered_not_loaded(dialect: str, t
     offers the download, whose bytes are the stored document."""
     from unittest.mock import patch
 
-    with fresh_database(dialect, tmp_path) as url:
+    with fresh_database(dialect, tmp_path, "control") as url:
         for api in make_api(url, tmp_path, ui_posterior_max_mb=100 / (1 << 20)):  # 100 bytes
             job_id = finished_job(api)
             sign_in(api, "analyst")

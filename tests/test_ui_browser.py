@@ -26,8 +26,9 @@ import pytest
 from matplotlib.image import imread
 from playwright.sync_api import Browser, BrowserContext, Page, Request, sync_playwright
 
+from service.client import VipsClient
 from service.ui import convergence
-from tests.e2e import Service, embedded_service, synthetic_csv
+from tests.e2e import Service, embedded_service
 from tests.test_e2e_latent import write_binary_csv
 from worker.datasets.digits import load_binary_digits
 from worker.datasets.synthetic_lda import generate_corpus, planted_topics
@@ -57,10 +58,12 @@ class Site:
     blocked: set[str] = field(default_factory=set)
 
 
-def _fit(service: Service, key: str, *argv: str) -> str:
-    done = service.vips("fit", *argv, "--wait", key=key)
-    job: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    assert job["status"] == "succeeded", job
+def _fit(service: Service, key: str, **spec: Any) -> str:
+    """A job submitted over HTTP (as `vips fit --wait` submits it) that must succeed; its id."""
+    with VipsClient(service.url, key) as api:
+        job = api.submit_job(**spec)
+        done = api.wait(job["id"], interval=0.2, timeout=300)
+    assert done["status"] == "succeeded", done
     return str(job["id"])
 
 
@@ -68,25 +71,13 @@ def _fit(service: Service, key: str, *argv: str) -> str:
 def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     root = tmp_path_factory.mktemp("ui")
     with embedded_service(root / "home") as service:
-        synthetic_csv(root / "synth.csv", n=2000, d=5, seed=1)
-        service.vips("data", "ingest", "synth", "--kind", "tabular", "--input", str(root / "synth.csv"))
+        service.synthetic_dataset(root, seed=1)  # n=2000, d=5
         truth = planted_topics(4, 40, seed=3)
         corpus = generate_corpus(300, truth, mean_length=40, seed=4).counts
         write_bag_of_words(corpus, [f"w{v:02d}" for v in range(40)], root / "d.docword", root / "v.txt")
-        docs = [
-            "--kind",
-            "bow",
-            "--input",
-            str(root / "d.docword"),
-            "--vocab",
-            str(root / "v.txt"),
-            "--public",
-        ]
-        service.vips("data", "ingest", "docs", *docs)
+        service.ingest("docs", "bow", root / "d.docword", vocab=root / "v.txt", public=True)
         write_binary_csv(root / "digits.csv", load_binary_digits("train")[:400])
-        service.vips(
-            "data", "ingest", "digits", "--kind", "binary", "--input", str(root / "digits.csv"), "--public"
-        )
+        service.ingest("digits", "binary", root / "digits.csv", public=True)
         keys = {
             "admin": service.key("admin"),
             "custodian": service.key("custodian", "synth"),
@@ -94,15 +85,14 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
             "client": service.key("client", "synth"),
             "other_client": service.key("client", "docs"),
         }
-        service.vips("budget", "set", "synth", "--epsilon", "3", "--delta", "1e-5", key=keys["custodian"])
+        service.set_budget("synth", 3, keys["custodian"], 1e-5)
         analyst = keys["analyst"]
         jobs = {
-            "blr": _fit(service, analyst, "--dataset", "synth", "--model", "blr", "--iterations", "6",
-                        "--epsilon", "1"),
-            "lda": _fit(service, analyst, "--dataset", "docs", "--model", "lda", "--option", "topics=4",
-                        "--option", "doc_length=0", "--sigma", "0", "--iterations", "5"),
-            "sbn": _fit(service, analyst, "--dataset", "digits", "--model", "sbn", "--option", "hidden=6",
-                        "--sigma", "0", "--iterations", "4"),
+            "blr": _fit(service, analyst, dataset="synth", model="blr", iterations=6, epsilon=1.0),
+            "lda": _fit(service, analyst, dataset="docs", model="lda", options={"topics": 4, "doc_length": 0},
+                        sigma=0.0, iterations=5),
+            "sbn": _fit(service, analyst, dataset="digits", model="sbn", options={"hidden": 6}, sigma=0.0,
+                        iterations=4),
         }  # fmt: skip
         yield Site(service, keys, jobs, root / "shots")
 

@@ -30,7 +30,7 @@ ROLES = ("admin", "cust", "cust2", "analyst", "alice", "bob", "client", "client_
 
 @pytest.fixture
 def api(tmp_path: Path) -> Iterator[Api]:
-    with fresh_database("sqlite", tmp_path) as url:
+    with fresh_database("sqlite", tmp_path, "control") as url:
         for made in make_api(url, tmp_path):
             for name in ("alice", "bob"):
                 made.ids[name], made.keys[name] = create_key(

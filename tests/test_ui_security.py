@@ -31,7 +31,7 @@ OWN = "http://testserver"  # TestClient's base URL: the service's own origin her
 
 @pytest.fixture
 def api(tmp_path: Path) -> Iterator[Api]:
-    with fresh_database("sqlite", tmp_path) as url:
+    with fresh_database("sqlite", tmp_path, "control") as url:
         yield from make_api(url, tmp_path)
 
 

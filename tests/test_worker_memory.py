@@ -43,11 +43,10 @@ def test_a_job_over_the_workers_limit_fails_alone_and_the_next_job_runs(tmp_path
     }
     with embedded_service(home, limits) as service:
         write_binary_csv(tmp_path / "digits.csv", load_binary_digits("train"))
-        service.vips("data", "ingest", "digits", "--kind", "binary", "--input", str(tmp_path / "digits.csv"))
+        service.ingest("digits", "binary", tmp_path / "digits.csv")
         service.synthetic_dataset(tmp_path)
         for dataset in ("digits", "synth"):
-            custodian = service.key("custodian", dataset)
-            service.vips("budget", "set", dataset, "--epsilon", "100", "--delta", str(DELTA), key=custodian)
+            service.set_budget(dataset, 100, service.key("custodian", dataset), DELTA)
         pid_before = (home / "worker.pid").read_text().strip()
         analyst, neighbour = service.key("analyst"), service.key("analyst")
         with VipsClient(service.url, analyst) as api, VipsClient(service.url, neighbour) as other:
