@@ -11,7 +11,7 @@ from sqlalchemy import ColumnElement, Connection, update
 
 from privacy_wall import ledger_db
 from service.job_status import TERMINAL
-from service.job_storage import record_measured
+from service.job_storage import measured_bytes
 from service.models import jobs
 
 
@@ -30,9 +30,13 @@ def end_job(
     changed = conn.execute(
         update(jobs)
         .where(jobs.c.id == job_id, only_if)
-        .values(status=status, error=error, finished_at=datetime.now(UTC))
+        .values(
+            status=status,
+            error=error,
+            finished_at=datetime.now(UTC),
+            stored_bytes=measured_bytes(conn.dialect, job_id),  # what it stored replaces its estimate
+        )
     ).rowcount
     if changed:
         ledger_db.close_reservation(conn, job_id)
-        record_measured(conn, job_id)  # its estimate gives way to what it stored (the key's storage)
     return bool(changed)

@@ -32,20 +32,22 @@ def posterior_text_bytes(dialect: Dialect) -> ColumnElement[Any]:
     return func.length(cast(posteriors.c.document, LargeBinary))
 
 
-def measured_bytes(conn: Connection, job_id: str) -> int:
-    """What the job stores now: its releases' bytes and its posterior's JSON text."""
-    released = conn.execute(
-        select(func.coalesce(func.sum(releases.c.stored_bytes), 0)).where(releases.c.job_id == job_id)
-    ).scalar_one()
-    posterior = conn.execute(
-        select(posterior_text_bytes(conn.dialect)).where(posteriors.c.job_id == job_id)
-    ).scalar()
-    return int(released) + int(posterior or 0)
-
-
-def record_measured(conn: Connection, job_id: str) -> None:
-    """Replace an ended job's estimate by what it stored (called as it ends, in its transaction)."""
-    conn.execute(update(jobs).where(jobs.c.id == job_id).values(stored_bytes=measured_bytes(conn, job_id)))
+def measured_bytes(dialect: Dialect, job_id: str) -> ColumnElement[Any]:
+    """What the job stores now, as an SQL expression: its releases' bytes plus its posterior's JSON text.
+    end_job sets it in the same UPDATE as the job's terminal status: a second UPDATE of the row in that
+    transaction would re-check the row's foreign keys (PostgreSQL does for a row its own transaction wrote)
+    and wait on the key row a submission holds, while the submission waits on the budget row end_job holds."""
+    released = (
+        select(func.coalesce(func.sum(releases.c.stored_bytes), 0))
+        .where(releases.c.job_id == job_id)
+        .scalar_subquery()
+    )
+    posterior = (
+        select(func.coalesce(func.sum(posterior_text_bytes(dialect)), 0))
+        .where(posteriors.c.job_id == job_id)
+        .scalar_subquery()
+    )
+    return released + posterior
 
 
 def key_stored_bytes(conn: Connection, key_id: str) -> int:
