@@ -177,6 +177,9 @@ def test_fifty_concurrent_submissions_admit_exactly_k(tmp_path: Path) -> None:
     one_key_at_once = {
         "VIPS_PRICING_BURST_PER_KEY": str(submissions),
         "VIPS_MAX_QUEUED_PER_KEY": str(submissions),
+        # All 50 connect at the same instant from one address: more half-open connections than the flood
+        # defence's default 16 allows (tests/test_connection_flood.py tests that limit).
+        "VIPS_MAX_HALF_OPEN_PER_ADDRESS": str(submissions),
     }
     with production_service(tmp_path, env=one_key_at_once) as service:
         service.synthetic_dataset(tmp_path)
