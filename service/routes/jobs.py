@@ -166,6 +166,16 @@ def job(job_id: JobIdPath, engine: EngineDep, principal: JobReaderKey) -> JobPub
     return to_public(engine, [visible_job(engine, principal, job_id)])[0]
 
 
+def _managed_job(engine: Engine, principal: Principal, job_id: str) -> Row[Any]:
+    """The job, if `principal` may cancel it or delete its outputs (its analyst, the custodian of its
+    dataset, admins); 404 otherwise, as for a job it cannot see."""
+    row = visible_job(engine, principal, job_id)
+    dataset = load_dataset(engine, row.dataset) if principal.role == "custodian" else None
+    if not cancels_job(principal, row, dataset):
+        raise NotFound(f"job {job_id} not found")
+    return row
+
+
 @router.post(
     "/{job_id}/cancel",
     status_code=status.HTTP_202_ACCEPTED,
@@ -175,10 +185,7 @@ def job(job_id: JobIdPath, engine: EngineDep, principal: JobReaderKey) -> JobPub
 def cancel(job_id: JobIdPath, engine: EngineDep, principal: JobCancellerKey) -> JobPublic:
     """Cancel: a queued job stops now and its reservation is refunded; a running one stops before its
     next release. The job's analyst, the custodian of its dataset and admins may cancel it."""
-    row = visible_job(engine, principal, job_id)
-    dataset = load_dataset(engine, row.dataset) if principal.role == "custodian" else None
-    if not cancels_job(principal, row, dataset):
-        raise NotFound(f"job {job_id} not found")
+    row = _managed_job(engine, principal, job_id)
     cancel_job(engine, row)
     return to_public(engine, [visible_job(engine, principal, row.id)])[0]
 
@@ -192,10 +199,7 @@ def delete_job_outputs(job_id: JobIdPath, engine: EngineDep, principal: JobCance
     """Delete an ended job's releases and posterior to free its key's storage (VIPS_MAX_KEY_STORED_MB):
     its record, epsilon spent and the ledger's charges stay; reading them afterwards is a 410. The job's
     analyst, the custodian of its dataset and admins may; deleting again changes nothing."""
-    row = visible_job(engine, principal, job_id)
-    dataset = load_dataset(engine, row.dataset) if principal.role == "custodian" else None
-    if not cancels_job(principal, row, dataset):
-        raise NotFound(f"job {job_id} not found")
+    row = _managed_job(engine, principal, job_id)
     delete_outputs(engine, row)
     return to_public(engine, [visible_job(engine, principal, row.id)])[0]
 
