@@ -17,6 +17,7 @@ timed on its first request (caches cleared) and 20 more (under 1 s first, 300 ms
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import statistics
 import tempfile
@@ -36,7 +37,8 @@ from privacy_wall.ledger import Charge
 from privacy_wall.sqlengine import create_db_engine
 from service.app import create_app
 from service.keys import create_key
-from service.models import jobs, posteriors, releases
+from service.models import jobs, releases
+from service.posterior_store import store_posterior
 from service.release_arrays import encode_arrays
 from service.settings import ServiceSettings
 from service.ui import views
@@ -92,12 +94,8 @@ def populate(engine: Engine, n_jobs: int, iterations: int, seed: int = 0) -> tup
     mean = rng.normal(size=FEATURES).tolist()
     covariance = (np.eye(FEATURES) * 0.01).tolist()
     with engine.begin() as conn:
-        conn.execute(
-            insert(posteriors).values(
-                job_id=job_id, created_at=datetime.now(UTC),
-                document={"model": "blr", "algorithm": "vips", "mean": mean, "covariance": covariance},
-            )
-        )  # fmt: skip
+        document = {"model": "blr", "algorithm": "vips", "mean": mean, "covariance": covariance}
+        store_posterior(conn, job_id, json.dumps(document).encode(), datetime.now(UTC))
     spent = ledger_db.budget_status(engine, DATASET).epsilon_spent
     ledger_db.set_budget(engine, DATASET, round(spent * 1.25, 1), 1e-5)
     return keys, job_id
@@ -129,9 +127,7 @@ def _store(engine: Engine, job: dict[str, object], blobs: list[bytes], document:
                     created_at=datetime.now(UTC),
                 )
             )  # fmt: skip
-        conn.execute(
-            insert(posteriors).values(job_id=job["id"], created_at=datetime.now(UTC), document=document)
-        )
+        store_posterior(conn, job["id"], json.dumps(document).encode(), datetime.now(UTC))
 
 
 def populate_fits(engine: Engine, seed: int = 1) -> tuple[str, str, str]:

@@ -14,6 +14,8 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -44,6 +46,13 @@ class ApiConnectionError(ApiError):
 
 class ApiTimeout(ApiConnectionError):
     """The service took the request but did not answer in time: it may still have acted on it."""
+
+
+def _json_or_none(response: httpx.Response) -> Any:
+    try:
+        return response.json()
+    except ValueError:
+        return None
 
 
 def _detail(body: Any, fallback: str) -> str:
@@ -117,16 +126,41 @@ class VipsClient:
         extra_headers: Mapping[str, str] | None = None,
     ) -> tuple[Any, httpx.Response]:
         """The decoded JSON body and the response; an ApiError for any status but 2xx."""
+        # None, not {}: an empty mapping would replace a query the path carries (a Link to the next page)
+        query = {k: v for k, v in (params or {}).items() if v is not None} or None
+        with self._transport_errors():
+            response = self._http.request(
+                method, path, json=json, params=query, headers=self._headers(auth, extra_headers)
+            )
+        body = _json_or_none(response)
+        if not response.is_success:
+            raise ApiError(response.status_code, _detail(body, response.reason_phrase or "error"), body)
+        return body, response
+
+    @contextmanager
+    def _streamed(self, path: str) -> Iterator[httpx.Response]:
+        """A GET whose body is read by the caller (iter_bytes); an ApiError for any status but 2xx."""
+        with self._transport_errors(), self._http.stream("GET", path, headers=self._headers()) as response:
+            if not response.is_success:
+                response.read()
+                body = _json_or_none(response)
+                raise ApiError(response.status_code, _detail(body, response.reason_phrase or "error"), body)
+            yield response
+
+    def _headers(self, auth: bool = True, extra: Mapping[str, str] | None = None) -> dict[str, str]:
         headers = {"Accept": "application/json"}
         if auth:
             if not self._api_key:
                 raise ApiError(401, "no API key: set VIPS_API_KEY")
             headers["Authorization"] = f"Bearer {self._api_key}"
-        headers.update(extra_headers or {})
-        # None, not {}: an empty mapping would replace a query the path carries (a Link to the next page)
-        query = {k: v for k, v in (params or {}).items() if v is not None} or None
+        headers.update(extra or {})
+        return headers
+
+    @contextmanager
+    def _transport_errors(self) -> Iterator[None]:
+        """httpx's transport errors as ApiConnectionError / ApiTimeout, naming the service's URL."""
         try:
-            response = self._http.request(method, path, json=json, params=query, headers=headers)
+            yield
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
             raise ApiConnectionError(f"cannot reach the VIPS service at {self.base_url} ({exc})") from None
         except httpx.TimeoutException:
@@ -135,13 +169,6 @@ class VipsClient:
             ) from None
         except httpx.HTTPError as exc:
             raise ApiConnectionError(f"no answer from the VIPS service at {self.base_url} ({exc})") from None
-        try:
-            body = response.json()
-        except ValueError:
-            body = None
-        if not response.is_success:
-            raise ApiError(response.status_code, _detail(body, response.reason_phrase or "error"), body)
-        return body, response
 
     # ---- probes -------------------------------------------------------------------------------------
 
@@ -282,8 +309,26 @@ class VipsClient:
         return result
 
     def posterior(self, job_id: str) -> dict[str, Any]:
+        """The posterior document, parsed (save_posterior writes a large one to a file without parsing)."""
         result: dict[str, Any] = self._request("GET", f"/v1/jobs/{quote(job_id, safe='')}/posterior")
         return result
+
+    def save_posterior(self, job_id: str, path: Path) -> int:
+        """Stream the posterior document to `path` as the server sends it (never whole in memory), through a
+        temporary file renamed over `path` once complete: a cut download leaves `path` as it was. Returns
+        the bytes written."""
+        tmp = path.with_name(path.name + ".tmp")
+        written = 0
+        try:
+            route = f"/v1/jobs/{quote(job_id, safe='')}/posterior"
+            with self._streamed(route) as response, tmp.open("wb") as file:  # a cut body: ApiConnectionError
+                for chunk in response.iter_bytes():
+                    file.write(chunk)
+                    written += len(chunk)
+            tmp.replace(path)
+        finally:
+            tmp.unlink(missing_ok=True)
+        return written
 
     def releases(self, job_id: str, *, after: int = 0, limit: int | None = None) -> list[dict[str, Any]]:
         """The job's releases after iteration `after` (at most `limit`), in order, over as many pages as

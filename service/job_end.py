@@ -34,7 +34,7 @@ def end_job(
             status=status,
             error=error,
             finished_at=datetime.now(UTC),
-            stored_bytes=measured_bytes(conn.dialect, job_id),  # what it stored replaces its estimate
+            stored_bytes=measured_bytes(job_id),  # what it stored replaces its estimate
         )
     ).rowcount
     if changed:

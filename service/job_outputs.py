@@ -1,21 +1,22 @@
 """What a job has released: its noisy statistics by iteration, in pages bounded in bytes and streamed as
-JSON, and its stored posterior document."""
+JSON, and its stored posterior document, streamed as stored."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from fastapi.responses import Response, StreamingResponse
 from pydantic import TypeAdapter
-from sqlalchemy import Engine, LargeBinary, Row, Text, cast, func, select
+from sqlalchemy import Engine, Row, select
 
 from privacy_wall.sqlengine import reading
 from service.errors import Conflict, Gone, NotFound
-from service.job_storage import posterior_text_bytes
-from service.models import posteriors, releases
+from service.models import releases
+from service.posterior_store import iter_posterior, posterior_bytes, posterior_text
 from service.release_arrays import array_json, decode_arrays
 from service.timestamps import aware
 
@@ -79,7 +80,8 @@ def releases_json(rows: list[Any]) -> Iterator[str]:
 
 def job_posterior(engine: Engine, job: Row[Any]) -> dict[str, Any]:
     """The job's posterior document, parsed (a Python float per value: ~4x the JSON text's bytes)."""
-    return dict(json.loads(job_posterior_bytes(engine, job)))
+    stored_posterior_size(engine, job)
+    return dict(json.loads(posterior_text(engine, job.id)))
 
 
 def outputs_gone(job: Row[Any]) -> None:
@@ -91,28 +93,24 @@ def outputs_gone(job: Row[Any]) -> None:
         )
 
 
-def posterior_size(engine: Engine, job_id: str) -> int | None:
-    """Bytes of the job's stored posterior document (its JSON text), None without one: measured by the
-    database, so a page can decline to load a large one."""
-    with reading(engine) as conn:
-        found = conn.execute(
-            select(posterior_text_bytes(conn.dialect)).where(posteriors.c.job_id == job_id)
-        ).scalar()
-    return None if found is None else int(found)
-
-
-def job_posterior_bytes(engine: Engine, job: Row[Any]) -> bytes:
-    """The job's posterior document as stored: its UTF-8 JSON text, never parsed (a download costs its size
-    once, not the ~8x of parsing it and writing it again)."""
+def stored_posterior_size(engine: Engine, job: Row[Any]) -> int:
+    """Bytes of the succeeded job's stored posterior text (its download's Content-Length); 409 before the
+    job has succeeded, 410 once its outputs were deleted, 404 without one."""
     if job.status != "succeeded":
         raise Conflict(f"job {job.id} is {job.status}: a posterior exists once the job has succeeded")
     outputs_gone(job)
-    if engine.dialect.name == "postgresql":  # json is kept as its text: sent as bytes, no str in between
-        stored: Any = func.convert_to(cast(posteriors.c.document, Text), "UTF8")
-    else:
-        stored = cast(posteriors.c.document, LargeBinary)
-    with reading(engine) as conn:
-        document = conn.execute(select(stored).where(posteriors.c.job_id == job.id)).scalar()
-    if document is None:
+    size = posterior_bytes(engine, job.id)
+    if size is None:
         raise NotFound(f"job {job.id} has no stored posterior")
-    return bytes(document)
+    return size
+
+
+def posterior_response(engine: Engine, job: Row[Any], headers: Mapping[str, str] | None = None) -> Response:
+    """The job's posterior document as stored (its JSON text, never parsed), streamed a chunk at a time
+    (service.posterior_store) with its Content-Length: the API holds one chunk of it, whatever its size."""
+    size = stored_posterior_size(engine, job)
+    return StreamingResponse(
+        iter_posterior(engine, job.id),
+        media_type="application/json",
+        headers={**(headers or {}), "Content-Length": str(size)},
+    )

@@ -13,26 +13,20 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Connection, Dialect, Engine, LargeBinary, Row, Text, cast, delete, func, select, update
+from sqlalchemy import Connection, Engine, Row, delete, func, select, update
 from sqlalchemy.sql.elements import ColumnElement
 
 from service.errors import Conflict, StorageFull
 from service.job_status import TERMINAL
 from service.models import jobs, posteriors, releases
+from service.posterior_store import delete_posterior
 from service.resources import human_bytes
 from service.schemas import StorageRefusal
 
 MIB = 1 << 20
 
 
-def posterior_text_bytes(dialect: Dialect) -> ColumnElement[Any]:
-    """Bytes of a stored posterior document's JSON text, measured by the database (never loaded)."""
-    if dialect.name == "postgresql":
-        return func.octet_length(cast(posteriors.c.document, Text))
-    return func.length(cast(posteriors.c.document, LargeBinary))
-
-
-def measured_bytes(dialect: Dialect, job_id: str) -> ColumnElement[Any]:
+def measured_bytes(job_id: str) -> ColumnElement[Any]:
     """What the job stores now, as an SQL expression: its releases' bytes plus its posterior's JSON text.
     end_job sets it in the same UPDATE as the job's terminal status: a second UPDATE of the row in that
     transaction would re-check the row's foreign keys (PostgreSQL does for a row its own transaction wrote)
@@ -43,7 +37,7 @@ def measured_bytes(dialect: Dialect, job_id: str) -> ColumnElement[Any]:
         .scalar_subquery()
     )
     posterior = (
-        select(func.coalesce(func.sum(posterior_text_bytes(dialect)), 0))
+        select(func.coalesce(func.sum(posteriors.c.stored_bytes), 0))
         .where(posteriors.c.job_id == job_id)
         .scalar_subquery()
     )
@@ -100,5 +94,5 @@ def delete_outputs(engine: Engine, job: Row[Any]) -> bool:
         ).rowcount
         if deleted:
             conn.execute(delete(releases).where(releases.c.job_id == job.id))
-            conn.execute(delete(posteriors).where(posteriors.c.job_id == job.id))
+            delete_posterior(conn, job.id)
     return bool(deleted)

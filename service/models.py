@@ -90,12 +90,24 @@ releases = Table(
     PrimaryKeyConstraint("job_id", "iteration"),
 )
 
+#: A succeeded job's posterior document: its UTF-8 JSON text is held in `posterior_chunks`, in order
+#: (service.posterior_store), so that a download reads one chunk at a time.
 posteriors = Table(
     "posteriors",
     metadata,
     Column("job_id", String(32), ForeignKey("jobs.id"), primary_key=True),
-    Column("document", JSON, nullable=False),
+    # Bytes of the JSON text: the sum of its chunks' lengths (a download's Content-Length)
+    Column("stored_bytes", BigInteger, nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False),
+)
+
+posterior_chunks = Table(
+    "posterior_chunks",
+    metadata,
+    Column("job_id", String(32), ForeignKey("jobs.id"), nullable=False),
+    Column("seq", Integer, nullable=False),
+    Column("text", LargeBinary, nullable=False),
+    PrimaryKeyConstraint("job_id", "seq"),
 )
 
 #: A custodian's cap on what one key may spend on one dataset: the composition of the key's own releases

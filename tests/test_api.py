@@ -7,6 +7,7 @@ sees them). Role boundaries, admission and refunds, validation (422 naming the f
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import Engine, Text, cast, insert, select, update
+from sqlalchemy import Engine, insert, select, update
 
 from privacy_wall import ledger_db
 from privacy_wall.accounting import SubsampledGaussianEvent, epsilon, privacy_cost
@@ -28,7 +29,8 @@ from service.app import create_app
 from service.auth import UNKNOWN_KEY
 from service.client import ApiError, VipsClient
 from service.keys import create_key, revoke_key
-from service.models import api_keys, jobs, posteriors, releases
+from service.models import api_keys, jobs, releases
+from service.posterior_store import posterior_text, store_posterior
 from service.queue import RecordingQueue
 from service.release_arrays import encode_arrays
 from service.settings import ServiceSettings
@@ -156,9 +158,7 @@ def finish(engine: Engine, job_id: str, document: dict[str, Any] | None = None) 
             .values(status="succeeded", started_at=datetime.now(UTC), finished_at=datetime.now(UTC))
         )
         if document is not None:
-            conn.execute(
-                insert(posteriors).values(job_id=job_id, document=document, created_at=datetime.now(UTC))
-            )
+            store_posterior(conn, job_id, json.dumps(document).encode(), datetime.now(UTC))
     ledger_db.refund(engine, job_id)
 
 
@@ -700,14 +700,12 @@ def test_posterior_is_sent_as_stored_without_parsing(dialect: str, tmp_path: Pat
             job_id = api.submit().json()["id"]
             document["job_id"] = job_id
             finish(api.engine, job_id, document)
-            with api.engine.connect() as conn:
-                stored = conn.execute(
-                    select(cast(posteriors.c.document, Text)).where(posteriors.c.job_id == job_id)
-                ).scalar_one()
+            stored = posterior_text(api.engine, job_id)
             r = api.call("GET", f"/v1/jobs/{job_id}/posterior", "analyst")
             assert r.status_code == 200
             assert r.headers["content-type"] == "application/json"
-            assert r.content == stored.encode()
+            assert r.headers["content-length"] == str(len(stored))
+            assert r.content == stored
             assert r.json() == document
 
 

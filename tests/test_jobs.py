@@ -3,6 +3,7 @@ cancel, the reaper. The Celery layer is exercised end to end in the service test
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -21,7 +22,8 @@ from privacy_wall.control_schema import charges
 from privacy_wall.gate import Gate
 from privacy_wall.ingest import ingest
 from privacy_wall.sqlengine import create_db_engine
-from service.models import api_keys, jobs, posteriors, releases
+from service.models import api_keys, jobs, releases
+from service.posterior_store import posterior_text
 from service.reaper import reap
 from tests.dbservers import fresh_database
 from tests.test_ingest_store import tabular_data, write_tabular
@@ -151,10 +153,7 @@ def test_job_runs_stores_every_release_and_charges_each_once(engines: tuple[Engi
     expected = privacy_cost(SubsampledGaussianEvent(3.0, 100, 400)).scaled(6).epsilon(DELTA)
     assert status.epsilon_spent == pytest.approx(expected, rel=1e-9)
     assert status.epsilon_reserved == pytest.approx(expected, rel=1e-9)  # nothing left reserved
-    with control.connect() as conn:
-        document = conn.execute(
-            select(posteriors.c.document).where(posteriors.c.job_id == job_id)
-        ).scalar_one()
+    document = json.loads(posterior_text(control, job_id))
     assert document["privacy"]["epsilon"] == pytest.approx(expected, rel=1e-9)
     assert len(document["mean"]) == 3
     # Redelivery of a finished job does nothing and pays nothing.

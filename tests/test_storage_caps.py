@@ -15,13 +15,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import func, insert, inspect, select
+from sqlalchemy import JSON, Connection, DateTime, String, column, func, insert, inspect, select, table
 
 from privacy_wall import ledger_db
 from privacy_wall.sqlengine import create_db_engine
 from service.job_end import end_job
 from service.job_storage import MIB
 from service.models import jobs, posteriors, releases
+from service.posterior_store import store_posterior
 from service.resources import estimate
 from tests.dbservers import fresh_database, schema_drift
 from tests.test_api import BATCH, SIGMA, Api, charge, make_api, open_reservations, store_release
@@ -62,9 +63,7 @@ def run_to_success(api: Api, job_id: str) -> int:
     with api.engine.connect() as conn:
         total = int(conn.execute(select(func.sum(releases.c.stored_bytes))).scalar_one())
     with api.engine.begin() as conn:
-        conn.execute(
-            insert(posteriors).values(job_id=job_id, document=POSTERIOR, created_at=datetime.now(UTC))
-        )
+        store_posterior(conn, job_id, json.dumps(POSTERIOR).encode(), datetime.now(UTC))
         assert end_job(conn, job_id, "succeeded", only_if=jobs.c.status == "queued")
     return total + len(json.dumps(POSTERIOR).encode())
 
@@ -152,6 +151,24 @@ def test_vips_delete_frees_a_jobs_outputs(
 
 # ---- migration 0010 --------------------------------------------------------------------------------------
 
+#: The posteriors table as migration 0010 left it (0011 moved the document into chunks).
+posteriors_0010 = table(
+    "posteriors", column("job_id", String(32)), column("document", JSON), column("created_at", DateTime)
+)
+
+
+def insert_job(conn: Connection, job_id: str, owner: str, status: str = "succeeded") -> None:
+    """A 2-iteration BLR job on "priv", with the columns every migration since 0010 keeps."""
+    spec = {"dataset": "priv", "owner": owner, "model": "blr", "algorithm": "vips", "options": {}}
+    spec |= {
+        "iterations": 2,
+        "batch_size": BATCH,
+        "sigma": SIGMA,
+        "delta": 1e-5,
+        "created_at": datetime.now(UTC),
+    }
+    conn.execute(insert(jobs).values(id=job_id, status=status, **spec))
+
 
 def test_migration_0010_counts_what_earlier_jobs_stored(tmp_path: Path) -> None:
     from alembic import command
@@ -168,11 +185,9 @@ def test_migration_0010_counts_what_earlier_jobs_stored(tmp_path: Path) -> None:
         owner, _ = create_key(engine, "analyst", None, all_datasets=True)
         add_dataset(engine, "priv")
         now = datetime.now(UTC)
-        spec = {"dataset": "priv", "owner": owner, "model": "blr", "algorithm": "vips", "options": {}}
-        spec |= {"iterations": 2, "batch_size": BATCH, "sigma": SIGMA, "delta": 1e-5, "created_at": now}
         with engine.begin() as conn:
-            conn.execute(insert(jobs).values(id="a" * 32, status="succeeded", **spec))
-            conn.execute(insert(jobs).values(id="b" * 32, status="failed", **spec))
+            insert_job(conn, "a" * 32, owner)
+            insert_job(conn, "b" * 32, owner, "failed")
             for t in (1, 2):
                 conn.execute(
                     insert(releases).values(
@@ -184,10 +199,10 @@ def test_migration_0010_counts_what_earlier_jobs_stored(tmp_path: Path) -> None:
                         created_at=now,
                     )
                 )
-            conn.execute(insert(posteriors).values(job_id="a" * 32, document=POSTERIOR, created_at=now))
+            conn.execute(insert(posteriors_0010).values(job_id="a" * 32, document=POSTERIOR, created_at=now))
         command.upgrade(config, "0010")
         engine.dispose()
-        assert schema_drift(engine, metadata, "jobs") == []
+        assert schema_drift(engine, metadata, "'jobs'") == []  # the table (not later tables' keys to it)
         with engine.connect() as conn:
             found = dict(conn.execute(select(jobs.c.id, jobs.c.stored_bytes)).all())
         assert found == {"a" * 32: 200 + len(json.dumps(POSTERIOR).encode()), "b" * 32: 0}

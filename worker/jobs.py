@@ -48,13 +48,14 @@ from privacy_wall.sqlengine import (
 from service.job_end import end_job
 from service.job_status import TERMINAL
 from service.models import api_keys, jobs, posteriors, releases
+from service.posterior_store import store_posterior
 from service.quotas import QuotaExceeded, check_charge_quota
 from service.reaper import heartbeat_is_fresh
 from service.release_arrays import decode_arrays, encode_arrays, stored_bound
 from service.resources import human_bytes
 from service.timestamps import aware
 from worker.models.registry import model_setup, public_schema_extra
-from worker.posterior import Privacy, build_posterior
+from worker.posterior import Privacy, build_posterior, dumps_posterior
 from worker.runner import LoopSettings, run_vips
 
 log = logging.getLogger(__name__)
@@ -448,8 +449,10 @@ MAX_RESUMPTIONS = 10
 
 
 def _store_posterior(control: Engine, job_id: str, document: dict[str, Any]) -> None:
+    """Store the document's JSON text (worker.posterior.dumps_posterior) in chunks, in one transaction."""
+    text = dumps_posterior(document)
     with control.begin() as conn:
-        conn.execute(insert(posteriors).values(job_id=job_id, document=document, created_at=_now()))
+        store_posterior(conn, job_id, text, _now())
 
 
 def _has_posterior(control: Engine, job_id: str) -> bool:

@@ -8,7 +8,7 @@ from fastapi.responses import Response
 
 from service.auth import AUTH_RESPONSES, JobReaderKey
 from service.deps import EngineDep
-from service.job_outputs import job_posterior_bytes
+from service.job_outputs import posterior_response
 from service.job_reads import visible_job
 from service.params import JobIdPath
 from service.schemas import Message, Posterior
@@ -27,7 +27,6 @@ router = APIRouter(prefix="/jobs", tags=["posteriors"], responses=AUTH_RESPONSES
 )
 def posterior(job_id: JobIdPath, engine: EngineDep, principal: JobReaderKey) -> Response:
     """The released posterior document, once the job has succeeded: one schema per model family
-    (docs/posterior-format.md). Sent as stored, byte for byte (never parsed: a large posterior costs the
-    API its size once), every float as the worker wrote it."""
-    document = job_posterior_bytes(engine, visible_job(engine, principal, job_id))
-    return Response(document, media_type="application/json")
+    (docs/posterior-format.md). Sent as stored, byte for byte, every float as the worker wrote it: streamed
+    a chunk at a time with its Content-Length (never parsed, never whole in the API's memory)."""
+    return posterior_response(engine, visible_job(engine, principal, job_id))

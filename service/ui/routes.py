@@ -31,11 +31,12 @@ from service.auth import owns_dataset, reads_releases, sees_dataset, take_read
 from service.budgets import exhausted, load_dataset
 from service.deps import EngineDep, SettingsDep
 from service.errors import Conflict, NotFound, ServiceError, SpecError
-from service.job_outputs import job_posterior, job_posterior_bytes, posterior_size
+from service.job_outputs import job_posterior, posterior_response
 from service.job_reads import to_public, visible_job
 from service.key_spend import key_spend
 from service.keys import Principal, authenticate
 from service.params import JOB_ID_RULE, decimal_number, is_job_id
+from service.posterior_store import posterior_bytes
 from service.resources import human_bytes
 from service.routes.budgets import set_budget
 from service.routes.datasets import list_datasets, show_dataset
@@ -389,7 +390,7 @@ def _job(engine: EngineDep, principal: Principal, job_id: str) -> tuple[Any, Any
 def _small_posterior(engine: Engine, settings: ServiceSettings, job: Any) -> int | None:
     """The size of the job's posterior, which a page may load when it is within ui_posterior_max_mb; else
     None."""
-    size = posterior_size(engine, job.id) if job.status == "succeeded" else None
+    size = posterior_bytes(engine, job.id) if job.status == "succeeded" else None
     return size if size is not None and size <= settings.ui_posterior_max_mb * (1 << 20) else None
 
 
@@ -405,7 +406,7 @@ def job_page(request: Request, engine: EngineDep, settings: SettingsDep, job_id:
                 schema = dict(dataset.schema) if dataset is not None else {}
                 summary = views.summarize(job_posterior(engine, job), schema)
             else:
-                large = human_bytes(posterior_size(engine, job.id) or 0)
+                large = human_bytes(posterior_bytes(engine, job.id) or 0)
         context = {
             "large_posterior": large,
             "summary_limit": human_bytes(settings.ui_posterior_max_mb * (1 << 20)),
@@ -478,13 +479,7 @@ def posterior_plot(request: Request, engine: EngineDep, settings: SettingsDep, j
 def posterior_download(request: Request, engine: EngineDep, job_id: str) -> Response:
     def render(session: UiSession) -> Response:
         job, _ = _job(engine, session.principal, job_id)
-        return Response(
-            job_posterior_bytes(engine, job),
-            media_type="application/json",
-            headers={
-                **SECURITY_HEADERS,
-                "Content-Disposition": f'attachment; filename="posterior-{job.id[:8]}.json"',
-            },
-        )
+        attachment = f'attachment; filename="posterior-{job.id[:8]}.json"'
+        return posterior_response(engine, job, {**SECURITY_HEADERS, "Content-Disposition": attachment})
 
     return _guarded(request, engine, render)

@@ -14,7 +14,7 @@ from typing import Any
 
 from service.client import ApiError, ApiTimeout, VipsClient
 from vips.errors import RuntimeFailure, UsageError
-from vips.output import check_writable, print_json, write_text_atomically
+from vips.output import check_writable, print_json
 from vips.progress import epsilon_text, fit_progress, note
 
 
@@ -108,27 +108,25 @@ LEDGER_PAGE = 1000
 def run_posterior(args: argparse.Namespace) -> int:
     check_writable(Path(args.output))
     with client() as api:
-        document = api.posterior(args.job)
-    _save(document, Path(args.output))
-    note(
-        f"posterior of job {document.get('job_id', args.job)} written to {args.output}; "
-        f"{_privacy_text(document)}"
-    )
+        job = api.job(args.job)
+        _save(api, job["id"], Path(args.output))
+    note(f"posterior of job {job['id']} written to {args.output}; {_privacy_text(job)}")
     return 0
 
 
-def _privacy_text(document: dict[str, Any]) -> str:
-    """The job's own epsilon at its delta, from the posterior's `privacy` (docs/posterior-format.md)."""
-    privacy: dict[str, Any] = document.get("privacy") or {}
-    if privacy.get("epsilon_is_infinite"):
+def _privacy_text(job: dict[str, Any]) -> str:
+    """The job's own epsilon at its delta (JobPublic's epsilon_job: null for sigma 0, not private)."""
+    if job.get("epsilon_job") is None:
         return "the job's epsilon is inf (sigma 0: not private)"
-    delta = privacy.get("delta")
-    at = "" if delta is None else f" at delta {delta:g}"
-    return f"the job's epsilon {epsilon_text(privacy.get('epsilon'))}{at}"
+    return f"the job's epsilon {epsilon_text(job['epsilon_job'])} at delta {job['delta']:g}"
 
 
-def _save(document: dict[str, Any], path: Path) -> None:
-    write_text_atomically(path, json.dumps(document, allow_nan=False))
+def _save(api: VipsClient, job_id: str, path: Path) -> None:
+    """Download the posterior into `path` as the server streams it (never parsed nor whole in memory)."""
+    try:
+        api.save_posterior(job_id, path)
+    except OSError as exc:
+        raise RuntimeFailure(f"cannot write {path}: {exc.strerror}") from None
 
 
 #: Attempts of a submission whose answer timed out (each resent with the same Idempotency-Key).
@@ -232,7 +230,7 @@ def _wait_and_end(api: VipsClient, job: dict[str, Any], timeout: float | None, o
             print(f"vips: job {job['id']} {job['status']}: {job['error']}", file=sys.stderr)
         return 1
     if output is not None:
-        _save(api.posterior(job["id"]), Path(output))
+        _save(api, job["id"], Path(output))
         note(f"posterior written to {output}")
     else:
         note(f"posterior not saved: download it with `vips posterior {job['id'][:8]} -o posterior.json`")
