@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test run lint typecheck contracts bench clean
+.PHONY: test run lint typecheck contracts bench clean prerequisites
 
 # The install compiles privacy_wall/_discrete_gaussian.pyx (setup.py; needs a C compiler, e.g. Debian's
 # build-essential): editing either rebuilds it.
@@ -14,6 +14,11 @@ $(STAMP): pyproject.toml setup.py privacy_wall/_discrete_gaussian.pyx
 	@# -qq: setuptools announces every editable install ("InformationOnly"); errors still show
 	$(BIN)/pip install -qq -e ".[dev]"
 	touch $(STAMP)
+
+# What the tests need from the machine (PostgreSQL, Redis, chromium, a C compiler): started or installed
+# where it can be, else named in one message before anything runs (tests/prerequisites.py).
+prerequisites:
+	@$(PYTHON) tests/prerequisites.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -27,7 +32,7 @@ contracts: $(STAMP)
 
 # pytest exits 5 when it collected nothing: a suite that runs no test has failed. Two processes (pytest-xdist),
 # a test file each at a time: its module fixtures (a running service) serve all its tests.
-test: lint typecheck contracts
+test: prerequisites lint typecheck contracts
 	$(BIN)/pytest -q -n 2 --dist loadfile --durations=30; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 run: $(STAMP)

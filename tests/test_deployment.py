@@ -51,7 +51,9 @@ def compose_config(
     command = compose_command()
     if command is None:
         if os.environ.get("CI") == "true":
-            pytest.fail("no Compose CLI under CI; .ci/run should have installed Debian's docker-compose")
+            pytest.fail(
+                "no Compose CLI under CI; make test (tests/prerequisites.py) installs Debian's docker-compose"
+            )
         pytest.skip("SKIPPED: no `docker compose` or `docker-compose` to resolve docker-compose.yml")
     env = {k: v for k, v in os.environ.items() if not k.startswith("VIPS_")}
     env.update(variables or {})

@@ -4,7 +4,7 @@
 Each role signs in by typing its key and pressing Enter and sees what it may see and nothing more; a
 wrong key sees nothing; no request leaves the service's host; the budget form refuses an analyst and a
 missing CSRF token; a screenshot of each page is not blank. A missing browser is a failure, never a skip
-(.ci/run installs Debian's chromium).
+(`make test` installs Debian's chromium as root, else names it first: tests/prerequisites.py).
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
     assert shutil.which(CHROMIUM), (
-        f"no browser at {CHROMIUM}: install Debian's chromium (apt-get install chromium), as .ci/run does"
+        f"no browser at {CHROMIUM}: install Debian's chromium (apt-get install chromium; make test does)"
     )
     with sync_playwright() as playwright:
         launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
