@@ -641,6 +641,16 @@ def _forked(target: Callable[[], None]):  # type: ignore[no-untyped-def]
     return process
 
 
+def _stopped_within(pid: int, seconds: float) -> bool:
+    """Whether process `pid` is stopped (state T in /proc/PID/stat) within `seconds`."""
+    give_up = time.monotonic() + seconds
+    while time.monotonic() < give_up:
+        if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T":
+            return True
+        time.sleep(0.01)
+    return False
+
+
 def _sweeping(sensitive: Engine, stale_seconds: float) -> tuple[threading.Thread, threading.Event]:
     """A worker's sweeper (`keep_swept`), every 0.05 s, judging heartbeats stale after `stale_seconds`."""
     stop = threading.Event()
@@ -763,9 +773,15 @@ def test_a_stalled_shards_lease_goes_to_a_standby_which_answers_the_resent_task(
     assert claim_shard(sensitive, 2, "live:0", stale) == 0
     assert claim_shard(sensitive, 2, "stalled:1", stale) == 1
 
+    import multiprocessing
+
+    pause = multiprocessing.get_context("fork").Event()
+
     def renew() -> None:
         sensitive.dispose(close=False)
         while renew_lease(sensitive, 1, "stalled:1"):
+            if pause.is_set():  # stop between renewals: a SIGSTOP inside one would hold SQLite's write lock
+                os.kill(os.getpid(), signal.SIGSTOP)
             time.sleep(0.05)
 
     stalled = _forked(renew)
@@ -799,7 +815,8 @@ def test_a_stalled_shards_lease_goes_to_a_standby_which_answers_the_resent_task(
         claimer.start()
         time.sleep(3 * stale)  # every lease renewed: the standby finds nothing to take
         assert standby == []
-        os.kill(stalled.pid, signal.SIGSTOP)
+        pause.set()
+        assert _stopped_within(stalled.pid, 5.0)
         coordinator = ShardedSums(
             sensitive, 2, send, resend_seconds=0.2, timeout_seconds=30, poll_seconds=0.01
         )
