@@ -3,17 +3,22 @@
 Every fit goes through the real gate on a private store (CSPRNG noise, so repeats cannot be seeded), with
 sigma calibrated by the PLD accountant to the target epsilon at delta = 1e-5 for the fit's own (T, S).
 
-- grid: Adult train -> Adult test AUC of VIPS-BLR (the default M-step; --shrink-h: shrink_h=True) for
+- grid: Adult train -> Adult test AUC of VIPS-BLR (the default M-step; --no-shrink-h: shrink_h=False) for
   T in {1, 2, 3, 5, 10, 30} and S in {N, N/5, N/20} (and T = 100 for the minibatches) at epsilon in
   {0.1, 0.3, 1, 3}, rho_t = 1/t; the best (T, S / N) per epsilon: the table the service's automatic
   schedule (issue 35 item 4) is built from. Tuning data: Adult only.
-- mstep: Adult, batch S = N: shrink_h 1 (H's off-diagonal entries soft-thresholded at SURE's threshold,
-  the excess ridge of the per-release projections removed), the same with a fixed threshold of 2 noise
-  stds, the default M-step (shrink_h 0: the issue-12 step) and the paper's update (noise_aware 0).
+- mstep: Adult, batch S = N: the default M-step (shrink_h 1: H's off-diagonal entries soft-thresholded
+  at the weighted SURE threshold, the excess ridge of the per-release projections removed), the same with
+  a fixed threshold of 2 noise stds, the issue-12 step (shrink_h 0) and the paper's update (noise_aware 0).
 - heldout: Telco churn (never used to tune anything): VIPS-BLR (both M-steps) at the Adult-best schedule
   and at T 10, S N against DPVI with its usual schedule (T 1000, S N/50) at epsilon 0.1, 0.3 and 1.
+- versus (issue 35 item 3): on Adult, Telco and the synthetic data of bench/compare_algorithms.py, at
+  epsilon 0.1, 0.3 and 1, VIPS-BLR with only epsilon (the estimator: the service's schedule and the
+  default M-step), VIPS-BLR as it was before (the issue-12 step, shrink_h 0, at the old rule's T: 3 up to
+  epsilon x N = 50,000, else 10; S = N) and DPVI with only epsilon (T 1000, S N/50); mean +- standard
+  error over the repeats.
 
-    python -m bench.blr_schedules [--sections grid,mstep,heldout] [--seeds N] [--out DIR]
+    python -m bench.blr_schedules [--sections grid,mstep,heldout,versus] [--seeds N] [--out DIR]
 
 Writes blr_schedules.md to --out (bench/out by default).
 """
@@ -26,10 +31,12 @@ import itertools
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from bench.adult_blr import Row, log, markdown, test_auc
+from bench.compare_algorithms import synthetic_split
 from privacy_wall.accounting import calibrate_sigma
 from privacy_wall.gate import Gate
 from privacy_wall.ledger import InMemoryLedger
@@ -37,7 +44,7 @@ from privacy_wall.queries.blr import LogisticRegressionQuery
 from privacy_wall.store import InMemoryTabularStore
 from worker.datasets.adult import TabularData, load_adult
 from worker.datasets.telco import load_telco
-from worker.estimator import DPVILogisticRegression
+from worker.estimator import DPVILogisticRegression, VIPSLogisticRegression
 from worker.models.blr import BayesianLogisticRegression, predict_proba
 from worker.runner import LoopSettings, run_vips
 
@@ -49,7 +56,7 @@ ITERATIONS: tuple[int, ...] = (1, 2, 3, 5, 10, 30)
 MINIBATCH_ITERATIONS: tuple[int, ...] = (100,)
 #: Batch sizes as fractions of N (1 is batch VIPS).
 FRACTIONS: tuple[float, ...] = (1.0, 0.2, 0.05)
-SECTIONS: tuple[str, ...] = ("grid", "mstep", "heldout")
+SECTIONS: tuple[str, ...] = ("grid", "mstep", "heldout", "versus")
 
 
 @functools.cache
@@ -103,12 +110,12 @@ def grid_points() -> list[tuple[float, float, int]]:
 
 
 def grid_section(train: TabularData, test: TabularData, seeds: int, shrink_h: bool) -> list[Row]:
-    """VIPS-BLR AUC for every (epsilon, T, S / N) of the grid (the default M-step, or shrink_h)."""
+    """VIPS-BLR AUC for every (epsilon, T, S / N) of the grid (the default M-step, or shrink_h 0)."""
     model = BayesianLogisticRegression(shrink_h=shrink_h)
     return [
         repeated(
             "grid",
-            "VIPS-BLR" + (" (shrink_h 1)" if shrink_h else ""),
+            "VIPS-BLR" + ("" if shrink_h else " (shrink_h 0)"),
             f"T = {t}, S = {fraction:g} N",
             epsilon,
             seeds,
@@ -128,9 +135,9 @@ def best_schedules(rows: Sequence[Row]) -> dict[float, Row]:
 
 
 MSTEPS: dict[str, BayesianLogisticRegression] = {
-    "shrink_h 1 (SURE soft-threshold, ridge correction)": BayesianLogisticRegression(shrink_h=True),
+    "default (shrink_h 1: weighted SURE soft-threshold, ridge correction)": BayesianLogisticRegression(),
     "shrink_h 1, threshold 2 noise stds": BayesianLogisticRegression(shrink_h=True, threshold=2.0),
-    "default (shrink_h 0: the issue-12 step)": BayesianLogisticRegression(),
+    "shrink_h 0 (the issue-12 step)": BayesianLogisticRegression(shrink_h=False),
     "paper's update (noise_aware 0)": BayesianLogisticRegression(noise_aware=False),
 }
 
@@ -179,6 +186,78 @@ def heldout_section(seeds: int, schedules: dict[float, tuple[int, float]]) -> li
     return rows
 
 
+#: The versus section's datasets: (train, test) loaders.
+VERSUS_DATA: dict[str, Callable[[], tuple[TabularData, TabularData]]] = {
+    "adult": lambda: (load_adult("train"), load_adult("test")),
+    "telco": lambda: (load_telco("train"), load_telco("test")),
+    "synthetic": synthetic_split,
+}
+
+
+def old_rule_iterations(epsilon: float, population: int) -> int:
+    """T of VIPS-BLR's automatic schedule before this section (3 up to epsilon x N = 50,000, else 10)."""
+    return 3 if epsilon * population <= 50_000 else 10
+
+
+def estimator_auc(make: Callable[[], Any], train: TabularData, test: TabularData) -> float:
+    model = make()
+    model.fit(train.features, train.labels)
+    return test_auc(model.predict_proba, test)
+
+
+def versus_section(seeds: int) -> list[Row]:
+    """Per dataset and epsilon: VIPS-BLR with only epsilon, VIPS-BLR before (issue-12 step at the old
+    rule's T, S = N) and DPVI with only epsilon (its usual T 1000, S N/50)."""
+    rows = []
+    for name, load in VERSUS_DATA.items():
+        train, test = load()
+        population = train.features.shape[0]
+        for epsilon in HELDOUT_EPSILONS:
+            t_old = old_rule_iterations(epsilon, population)
+            fits: dict[tuple[str, str], Callable[[], float]] = {
+                ("VIPS-BLR (auto)", "only epsilon"): functools.partial(
+                    estimator_auc,
+                    functools.partial(VIPSLogisticRegression, epsilon=epsilon, delta=DELTA),
+                    train,
+                    test,
+                ),
+                ("VIPS-BLR (before)", f"shrink_h 0, T = {t_old}, S = N"): functools.partial(
+                    vips_auc, BayesianLogisticRegression(shrink_h=False), train, test, epsilon, t_old, 1.0
+                ),
+                ("DPVI (auto)", "only epsilon"): functools.partial(
+                    estimator_auc,
+                    functools.partial(DPVILogisticRegression, epsilon=epsilon, delta=DELTA),
+                    train,
+                    test,
+                ),
+            }
+            for (method, setting), fit in fits.items():
+                rows.append(repeated(f"versus {name}", method, setting, epsilon, seeds, fit))
+    return rows
+
+
+def versus_table(rows: Sequence[Row]) -> str:
+    """Mean +- standard error (std / sqrt(runs)) per dataset, epsilon and method, side by side."""
+    methods = ["VIPS-BLR (auto)", "VIPS-BLR (before)", "DPVI (auto)"]
+    lines = [
+        "| data | epsilon | " + " | ".join(methods) + " | runs |",
+        "|---|---|" + "---|" * len(methods) + "---|",
+    ]
+    cells: dict[tuple[str, float], dict[str, Row]] = {}
+    for row in rows:
+        cells.setdefault((row.section.removeprefix("versus "), row.epsilon), {})[row.method] = row
+    for (name, epsilon), by_method in cells.items():
+        values = [
+            f"{r.mean:.4f} +- {np.std(r.aucs, ddof=1) / np.sqrt(len(r.aucs)):.4f}"
+            if (r := by_method.get(method)) is not None and len(r.aucs) > 1
+            else "-"
+            for method in methods
+        ]
+        runs = max(len(r.aucs) for r in by_method.values())
+        lines.append(f"| {name} | {epsilon:g} | " + " | ".join(values) + f" | {runs} |")
+    return "\n".join(lines)
+
+
 def best_table(best: dict[float, Row]) -> str:
     """The best schedule per epsilon, for the service's automatic choice."""
     lines = ["| epsilon | best T | best S / N | test AUC (mean +- std) | runs |", "|---|---|---|---|---|"]
@@ -201,14 +280,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--sections", default=",".join(SECTIONS))
     parser.add_argument("--seeds", type=int, default=5, help="repeats per setting (5)")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "out")
-    parser.add_argument("--shrink-h", action="store_true", help="the grid with shrink_h=True")
+    parser.add_argument("--no-shrink-h", action="store_true", help="the grid with shrink_h=False")
     args = parser.parse_args(argv)
     sections = args.sections.split(",")
     train, test = load_adult("train"), load_adult("test")
     rows: list[Row] = []
     text = [f"# VIPS-BLR schedules and M-steps ({args.seeds} repeats per row, delta {DELTA:g})", ""]
     if "grid" in sections:
-        rows += grid_section(train, test, args.seeds, args.shrink_h)
+        rows += grid_section(train, test, args.seeds, not args.no_shrink_h)
         best = best_schedules(rows)
         text += ["## Best Adult schedule per epsilon", "", best_table(best), ""]
         schedules = {eps: parse_setting(row.setting) for eps, row in best.items()}
@@ -218,9 +297,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         rows += mstep_section(train, test, args.seeds)
     if "heldout" in sections:
         rows += heldout_section(args.seeds, schedules)
+    if "versus" in sections:
+        versus = versus_section(args.seeds)
+        rows += versus
+        text += ["## VIPS-BLR against DPVI, each with only epsilon", "", versus_table(versus), ""]
     text += ["## All rows", "", markdown(rows), ""]
     args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / ("blr_schedules_shrink_h.md" if args.shrink_h else "blr_schedules.md")
+    path = args.out / ("blr_schedules_no_shrink_h.md" if args.no_shrink_h else "blr_schedules.md")
     path.write_text("\n".join(text))
     log(f"wrote {path}")
     return 0
