@@ -29,6 +29,8 @@ from typing import BinaryIO
 import numpy as np
 from numpy.typing import NDArray
 
+from privacy_wall.names import did_you_mean
+
 #: The line of the first data row (line 1 is the header).
 FIRST_DATA_LINE = 2
 
@@ -265,8 +267,8 @@ class TabularStream:
         self.first_data_line = FIRST_DATA_LINE if self.has_header else 1
         if label is not None and label not in names:
             raise FormatError(
-                f"{self.path}: no label column {label!r}; the header has {len(names)} columns"
-                + (f" ({', '.join(names)})" if len(names) <= 20 else "")
+                f"{self.path}: no label column {label!r}{did_you_mean(label, names)}; the header has "
+                f"{len(names)} columns" + (f" ({', '.join(names)})" if len(names) <= 20 else "")
             )
         if label is not None and len(names) == 1:
             raise FormatError(f"{self.path}: the label column {label!r} is the only column: no features")

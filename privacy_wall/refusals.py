@@ -35,6 +35,11 @@ def refusal_detail(exc: BudgetExceeded, largest: float | None) -> str:
         if largest is not None
         else "; no job of this schedule fits"
     )
+    if largest is not None and largest > remaining:  # not a contradiction: say why (issue 37)
+        fits += (
+            ", more than what remains because spends compose rather than add up: the budget's spend with "
+            "that job composed is at most the cap"
+        )
     return f"{exc}; epsilon remaining {remaining:.4g}{fits}"
 
 

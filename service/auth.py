@@ -65,6 +65,11 @@ AUTH_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
+def _one_of(roles: tuple[Role, ...]) -> str:
+    """ "analyst" or "one of analyst, custodian, admin"."""
+    return roles[0] if len(roles) == 1 else f"one of {', '.join(roles)}"
+
+
 def require_role(*roles: Role) -> Callable[[Principal], Principal]:
     """A dependency that admits keys of the given roles and answers 403 to the others."""
 
@@ -72,7 +77,7 @@ def require_role(*roles: Role) -> Callable[[Principal], Principal]:
         if principal.role not in roles:
             raise HTTPException(
                 status.HTTP_403_FORBIDDEN,
-                f"this needs a key with role {' or '.join(roles)}; this key's role is {principal.role}",
+                f"this needs a key with role {_one_of(roles)}; this key's role is {principal.role}",
             )
         return principal
 

@@ -61,3 +61,14 @@ def budget_warning(name: str, epsilon: float | None, epsilon_spent: float) -> st
         f"dataset {name}: the budget epsilon {epsilon:g} is at or below the epsilon already spent "
         f"({epsilon_spent:.4g}): no job can be admitted until the budget is raised above it"
     )
+
+
+def public_cap_refusal(name: str) -> str:
+    """Why a public dataset takes no epsilon cap, neither a budget's nor a key's quota (docs/design.md
+    section 3, public datasets)."""
+    return (
+        f"dataset {name} is public: it takes no epsilon cap (budget or key quota), since its data needs no "
+        "privacy and its sigma-0 jobs spend an unbounded epsilon that any cap would refuse; set only its "
+        f"delta (`vips budget set {name} --delta D` without --epsilon; epsilon null in the API), or ingest "
+        "the rows without --public to protect them with a budget"
+    )

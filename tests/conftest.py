@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import gc
+import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import Engine
@@ -75,3 +78,20 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(
         key=lambda item: rank.get(item.path.name, len(rank))
     )  # stable: a file's tests keep their order
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Keep hypothesis's garbage-collection timer out of the process (issue 37): once a property test
+    has run, hypothesis leaves a callback in gc.callbacks for the rest of the process, and a SIGINT the
+    process gets later (execnet sends its own pytest-xdist worker one when the worker is slow to end)
+    surfaced as a stray "Exception ignored in gc_callback ... KeyboardInterrupt" in the middle of `make
+    test`. The timer only subtracts collection time from hypothesis's deadlines, which every property
+    test here turns off (deadline=None)."""
+    junkdrawer: Any = sys.modules.get("hypothesis.internal.conjecture.junkdrawer")
+    if junkdrawer is None:
+        return
+    junkdrawer._gc_initialized = True  # never installs its callback; drop one installed already
+    gc.callbacks[:] = [
+        hook for hook in gc.callbacks if getattr(hook, "__module__", None) != junkdrawer.__name__
+    ]

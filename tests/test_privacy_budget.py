@@ -52,7 +52,8 @@ def test_five_full_batch_fits_of_04_compose_to_0963_and_a_sixth_is_refused(
     assert re.fullmatch(
         r"dataset local: epsilon 0\.96\d* of 1 is spent or reserved \(delta 1e-05\); this would bring it "
         r"to 1\.0\d+; epsilon remaining 0\.03\d+; a job of this schedule could have at most epsilon "
-        r"0\.\d+ \(submit it as epsilon\)",
+        r"0\.\d+ \(submit it as epsilon\), more than what remains because spends compose rather than add "
+        r"up: the budget's spend with that job composed is at most the cap",
         message,
     ), message
     assert budget.history == before  # a refusal charges nothing

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import NoReturn
 
 from privacy_wall.accountant_names import ACCOUNTANT_NAMES
-from privacy_wall.names import NAME_RULE, is_dataset_name
+from privacy_wall.names import NAME_RULE, did_you_mean, is_dataset_name
 from service.job_status import JOB_STATUSES
 from vips import choices
 from vips.errors import CliError, UsageError
@@ -31,7 +31,20 @@ class _Parser(argparse.ArgumentParser):
     """An ArgumentParser whose errors are raised (one line, exit 2 from main) instead of exiting."""
 
     def error(self, message: str) -> NoReturn:
-        raise UsageError(f"{message} (see {self.prog} --help)")
+        raise UsageError(f"{_with_suggestion(message)} (see {self.prog} --help)")
+
+
+#: argparse's message for a value outside an option's choices.
+_INVALID_CHOICE = re.compile(r"invalid choice: '(?P<given>[^']*)' \(choose from (?P<choices>.*)\)$")
+
+
+def _with_suggestion(message: str) -> str:
+    """argparse's "invalid choice" with the closest choices (a model, an algorithm, a kind, a status)."""
+    found = _INVALID_CHOICE.search(message)
+    if found is None:
+        return message
+    choices = re.findall(r"'([^']*)'", found["choices"])
+    return message + did_you_mean(found["given"], choices)
 
 
 def _whole(text: str, minimum: int) -> int:
@@ -174,14 +187,27 @@ def _add_fit(commands: argparse._SubParsersAction[_Parser]) -> None:
     parser.add_argument("--input", metavar="FILE", help="--local: the input file")
     parser.add_argument("--label", metavar="COLUMN", help=f"label column (default {choices.DEFAULT_LABEL})")
     parser.add_argument("--vocab", metavar="FILE", help="vocabulary, one word per line (--kind bow)")
-    parser.add_argument("--model", choices=choices.MODELS, required=True)
-    parser.add_argument("--algorithm", choices=choices.ALGORITHMS, default="vips")
+    parser.add_argument(
+        "--model",
+        choices=choices.MODELS,
+        required=True,
+        help="blr: Bayesian logistic regression (tabular); linreg: linear regression (regression); lda: "
+        "topics (bow); sbn: sigmoid belief network (binary)",
+    )
+    parser.add_argument(
+        "--algorithm",
+        choices=choices.ALGORITHMS,
+        default="vips",
+        help="vips (default: the paper's noisy sufficient statistics), dpvi (noisy clipped gradients) or "
+        "dpsep (noisy site updates); see docs/design.md section 5",
+    )
     parser.add_argument(
         "--iterations",
         type=_positive_int,
         metavar="T",
-        help="T iterations (default: chosen for --epsilon from the model and N, see the quote's schedule "
-        "and docs/schedules.md; with --sigma, the model's usual T, 10 for VIPS)",
+        help="T iterations (default: chosen by the service for --epsilon from the model, the algorithm and "
+        "N, see the quote's schedule, service/schedules.py and docs/schedules.md; with --sigma, the same "
+        "rule's choice for little noise: 10 for blr, lda and sbn by VIPS, 5 for linreg, 1000 for dpvi)",
     )
     parser.add_argument(
         "--batch-size", type=_positive_int, metavar="S", help="S rows per iteration (default: chosen as T is)"
@@ -218,7 +244,9 @@ def _add_predict_evaluate(commands: argparse._SubParsersAction[_Parser]) -> None
         help="predict with a posterior (BLR: column p = P(y=1); LDA: topic proportions; SBN: "
         "reconstruction probabilities)",
     )
-    parser.add_argument("--posterior", metavar="P", required=True)
+    parser.add_argument(
+        "--posterior", metavar="P", required=True, help="a posterior document (vips posterior, fit -o)"
+    )
     parser.add_argument(
         "--input", metavar="FILE", required=True, help="BLR: numeric CSV; LDA: UCI docword; SBN: 0/1 CSV"
     )
@@ -231,7 +259,9 @@ def _add_predict_evaluate(commands: argparse._SubParsersAction[_Parser]) -> None
     parser.set_defaults(handler="predict:run_predict")
 
     parser = commands.add_parser("evaluate", help="metrics of a posterior on held-out data (one JSON line)")
-    parser.add_argument("--posterior", metavar="P", required=True)
+    parser.add_argument(
+        "--posterior", metavar="P", required=True, help="a posterior document (vips posterior, fit -o)"
+    )
     parser.add_argument(
         "--input", metavar="FILE", required=True, help="BLR: labelled CSV; LDA: UCI docword; SBN: 0/1 CSV"
     )
@@ -285,7 +315,11 @@ def _add_server(commands: argparse._SubParsersAction[_Parser]) -> None:
         default=1,
         help="API processes (about one per core serves most reads)",
     )
-    parser = commands.add_parser("worker", help="a Celery worker that runs jobs through the privacy wall")
+    helptext = (
+        "a Celery worker that runs jobs through the privacy wall (configured by environment: the database "
+        "URLs and VIPS_REDIS_URL; without them, the embedded files under $VIPS_HOME)"
+    )
+    parser = commands.add_parser("worker", help=helptext, description=helptext)
     parser.add_argument(
         "--concurrency",
         type=_positive_int,
@@ -303,10 +337,19 @@ def _add_server(commands: argparse._SubParsersAction[_Parser]) -> None:
         "so `docker compose up --scale shard-worker=K` needs no numbering",
     )
     parser.set_defaults(handler="server:run_worker")
-    parser = commands.add_parser("beat", help="Celery beat: queues the periodic reaper (production)")
+    helptext = (
+        "Celery beat: queues the periodic reaper, which fails and refunds jobs no worker runs (production; "
+        "`vips up` and the API run the reaper themselves)"
+    )
+    parser = commands.add_parser("beat", help=helptext, description=helptext)
     parser.set_defaults(handler="server:run_beat")
-    parser = commands.add_parser("migrate", help="bring a database to its latest Alembic migration")
-    parser.add_argument("database", choices=("control", "sensitive", "all"))
+    helptext = "bring a database to its latest Alembic migration (run before serve and worker)"
+    parser = commands.add_parser("migrate", help=helptext, description=helptext)
+    parser.add_argument(
+        "database",
+        choices=("control", "sensitive", "all"),
+        help="control (keys, jobs, budgets, the ledger), sensitive (the rows behind the wall) or all",
+    )
     parser.set_defaults(handler="server:run_migrate")
 
 
@@ -319,7 +362,13 @@ def _add_admin_data(commands: argparse._SubParsersAction[_Parser]) -> None:
         description="Print a new API key (shown once). Custodian keys need --dataset NAME; analyst and "
         "client keys a scope: --dataset NAME or --all-datasets.",
     )
-    sub.add_argument("--role", choices=("admin", "custodian", "analyst", "client"), required=True)
+    sub.add_argument(
+        "--role",
+        choices=("admin", "custodian", "analyst", "client"),
+        required=True,
+        help="admin: keys and every dataset; custodian: one dataset's budget and ledger; analyst: submits "
+        "jobs and reads its own; client: downloads posteriors",
+    )
     scope = sub.add_mutually_exclusive_group()
     scope.add_argument(
         "--dataset",
@@ -366,9 +415,9 @@ def _add_admin_data(commands: argparse._SubParsersAction[_Parser]) -> None:
         "are read in blocks: memory does not grow with the file. Errors name the line and column, never a "
         "value.",
     )
-    sub.add_argument("name", metavar="NAME")
-    sub.add_argument("--kind", choices=choices.KINDS, required=True)
-    sub.add_argument("--input", metavar="FILE", required=True)
+    sub.add_argument("name", metavar="NAME", help="the dataset's name (analysts submit jobs by it)")
+    sub.add_argument("--kind", choices=choices.KINDS, required=True, help="the file's format (see above)")
+    sub.add_argument("--input", metavar="FILE", required=True, help="the file of rows to store")
     sub.add_argument(
         "--label", metavar="COLUMN", help="tabular / regression: the label column (default label)"
     )
@@ -410,7 +459,9 @@ def _add_admin_data(commands: argparse._SubParsersAction[_Parser]) -> None:
         "--label", metavar="COLUMN", help=f"the label column (default {choices.DEFAULT_LABEL})"
     )
     parser.add_argument("--no-intercept", action="store_true", help="do not add the intercept column")
-    parser.add_argument("-o", "--output", metavar="scaled.csv", required=True)
+    parser.add_argument(
+        "-o", "--output", metavar="scaled.csv", required=True, help="the scaled CSV (made private: 0600)"
+    )
     parser.set_defaults(handler="scale:run")
 
 
@@ -455,18 +506,39 @@ def _add_prepare_text(verbs: argparse._SubParsersAction[_Parser]) -> None:
     sub.set_defaults(handler="prepare_text:run")
 
 
+#: The help of every verb's JOB argument.
+_JOB_HELP = "the job's id, or a prefix of it of 8+ characters that starts only this job"
+
+
 def _add_client(commands: argparse._SubParsersAction[_Parser]) -> None:
     parser = commands.add_parser(
         "budget", help="a dataset's privacy budget (custodian; VIPS_URL, VIPS_API_KEY)"
     )
     verbs = parser.add_subparsers(dest="verb", required=True, metavar="{set,show,quota}")
-    sub = verbs.add_parser("set", help="set the epsilon cap and delta of a dataset")
-    sub.add_argument("name", metavar="NAME")
-    sub.add_argument("--epsilon", type=_epsilon, required=True)
-    sub.add_argument("--delta", type=_delta, required=True)
+    sub = verbs.add_parser(
+        "set",
+        help="set the epsilon cap and delta of a dataset",
+        description="Set the dataset's epsilon cap and delta. A private dataset needs a cap and a delta "
+        "below 1/N (N its record count); a public dataset takes no cap (its sigma-0 jobs spend an unbounded "
+        "epsilon), only a delta. Delta is fixed once anything is charged.",
+    )
+    sub.add_argument("name", metavar="NAME", help="the dataset")
+    sub.add_argument(
+        "--epsilon",
+        type=_epsilon,
+        help="the epsilon cap (> 0) on everything the dataset's jobs release, composed at --delta; "
+        "required for a private dataset, refused for a public one",
+    )
+    sub.add_argument(
+        "--delta",
+        type=_delta,
+        required=True,
+        help="the delta every job on the dataset is priced at; below 1/N for a private dataset "
+        "(delta << 1/N, e.g. 1e-5 for N up to 10,000)",
+    )
     sub.set_defaults(handler="remote:run_budget_set")
     sub = verbs.add_parser("show", help="a dataset with its budget and spend")
-    sub.add_argument("name", metavar="NAME")
+    sub.add_argument("name", metavar="NAME", help="the dataset")
     sub.add_argument(
         "--schema", action="store_true", help="add the dataset's schema (its column names or vocabulary)"
     )
@@ -479,7 +551,7 @@ def _add_client(commands: argparse._SubParsersAction[_Parser]) -> None:
         "the key's own releases on the dataset (charged and reserved), composed at the dataset's delta. "
         "Without --key: one JSON line per quota on the dataset.",
     )
-    sub.add_argument("name", metavar="NAME")
+    sub.add_argument("name", metavar="NAME", help="the dataset")
     sub.add_argument("--key", metavar="KEY_ID", type=_key_id, help="the analyst key's id (see list-keys)")
     action = sub.add_mutually_exclusive_group()
     action.add_argument("--epsilon", type=_epsilon, help="the key's quota at the dataset's delta")
@@ -493,13 +565,13 @@ def _add_client(commands: argparse._SubParsersAction[_Parser]) -> None:
     parser.add_argument("--limit", type=_at_most(1000), metavar="N", help="at most N jobs (default 100)")
     parser.set_defaults(handler="remote:run_jobs")
     parser = commands.add_parser("job", help="a job's status, progress and epsilon spent (one JSON line)")
-    parser.add_argument("job", metavar="JOB")
+    parser.add_argument("job", metavar="JOB", help=_JOB_HELP)
     parser.set_defaults(handler="remote:run_job_show")
     parser = commands.add_parser(
         "releases",
         help="a job's released (noised) statistics, one JSON line per iteration (analyst, custodian)",
     )
-    parser.add_argument("job", metavar="JOB")
+    parser.add_argument("job", metavar="JOB", help=_JOB_HELP)
     parser.add_argument(
         "--after", type=_non_negative_int, default=0, metavar="T", help="from iteration T + 1"
     )
@@ -512,7 +584,7 @@ def _add_client(commands: argparse._SubParsersAction[_Parser]) -> None:
         "finished job as one JSON line, where the posterior went (-o) and the budget left; exit 1 if the "
         "job did not succeed.",
     )
-    parser.add_argument("job", metavar="JOB")
+    parser.add_argument("job", metavar="JOB", help=_JOB_HELP)
     parser.add_argument(
         "--timeout",
         type=_positive_float,
@@ -522,14 +594,14 @@ def _add_client(commands: argparse._SubParsersAction[_Parser]) -> None:
     parser.add_argument("-o", "--output", metavar="posterior.json", help="write the posterior here")
     parser.set_defaults(handler="remote:run_wait")
     parser = commands.add_parser("cancel", help="cancel a job; its unspent budget is refunded")
-    parser.add_argument("job", metavar="JOB")
+    parser.add_argument("job", metavar="JOB", help=_JOB_HELP)
     parser.set_defaults(handler="remote:run_cancel")
     helptext = (
         "delete an ended job's releases and posterior to free your key's storage (VIPS_MAX_KEY_STORED_MB); "
         "its record and the epsilon it spent stay"
     )
     parser = commands.add_parser("delete", help=helptext, description=helptext)
-    parser.add_argument("job", metavar="JOB", help="the job's id (or a unique prefix of 8+ characters)")
+    parser.add_argument("job", metavar="JOB", help=_JOB_HELP)
     parser.set_defaults(handler="remote:run_delete")
 
     parser = commands.add_parser(
@@ -540,7 +612,7 @@ def _add_client(commands: argparse._SubParsersAction[_Parser]) -> None:
         "(one JSON line). With --entries, the charged releases one page at a time (follow next_cursor with "
         "--cursor) or all of them (--all).",
     )
-    parser.add_argument("name", metavar="DATASET")
+    parser.add_argument("name", metavar="DATASET", help="the dataset")
     summary = parser.add_mutually_exclusive_group()
     summary.add_argument("--entries", action="store_true", help="the charge entries instead of the summary")
     summary.add_argument(
@@ -556,8 +628,10 @@ def _add_client(commands: argparse._SubParsersAction[_Parser]) -> None:
     parser.set_defaults(handler="remote:run_ledger")
 
     parser = commands.add_parser("posterior", help="download a finished job's posterior")
-    parser.add_argument("job", metavar="JOB")
-    parser.add_argument("-o", "--output", metavar="posterior.json", required=True)
+    parser.add_argument("job", metavar="JOB", help=_JOB_HELP)
+    parser.add_argument(
+        "-o", "--output", metavar="posterior.json", required=True, help="write the posterior here"
+    )
     parser.set_defaults(handler="remote:run_posterior")
 
 

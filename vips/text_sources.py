@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from privacy_wall.names import did_you_mean
 from vips.errors import UsageError
 
 
@@ -74,9 +75,11 @@ def csv_texts(path: Path, column: str) -> Iterator[str]:
             names = [name.strip() for name in header]
             if column not in names:
                 # The cells are not listed: in a file without a header, line 1 is a document's text.
+                # A close name is shown: it is what the user typed, give or take a letter or two.
                 raise UsageError(
-                    f"{path}: no column {column!r} in line 1 ({len(names)} cells; a header row naming the "
-                    "columns is required)"
+                    f"{path}: no column {column!r}{did_you_mean(column, names)} in line 1 ({len(names)} "
+                    "cells, not listed: in a file without a header, line 1 is a document; a header row "
+                    "naming the columns is required)"
                 )
             index = names.index(column)
             for row in reader:

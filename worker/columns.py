@@ -14,6 +14,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from privacy_wall.names import did_you_mean
+
 
 class ColumnMismatch(ValueError):
     """An input whose column names are not the posterior's: the message names every missing and unexpected
@@ -40,8 +42,10 @@ def column_order(
     missing = [name for name in expected if name not in position]
     unexpected = [name for name in position if name not in known]
     if missing or unexpected or repeated:
+        # a missing column next to an unexpected one of a close name is a typo: name the pair
+        shown = {"missing": [f"{name!r}{did_you_mean(name, unexpected)}" for name in missing]}
         problems = [
-            f"{label} {', '.join(repr(name) for name in names)}"
+            f"{label} {', '.join(shown.get(label, [repr(name) for name in names]))}"
             for label, names in (("missing", missing), ("unexpected", unexpected), ("repeated", repeated))
             if names
         ]

@@ -34,6 +34,8 @@ random_state 0 once the checks' data are mapped row by row into the wall's bound
 from __future__ import annotations
 
 import math
+import sys
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Self
@@ -46,7 +48,13 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, check_non_negative, validate_data
 
 from privacy_wall.accounting import epsilon
-from privacy_wall.store import InMemoryBinaryStore, InMemoryBowStore, InMemoryTabularStore, RowStore
+from privacy_wall.store import (
+    BoundViolation,
+    InMemoryBinaryStore,
+    InMemoryBowStore,
+    InMemoryTabularStore,
+    RowStore,
+)
 from worker.budget import PrivacyBudget
 from worker.estimator_columns import validated_by_name
 from worker.fit_loop import Progress, Schedule, fit_store
@@ -134,6 +142,8 @@ class VipsEstimator(BaseEstimator):  # type: ignore[misc]
         document."""
         if self.budget is not None and not isinstance(self.budget, PrivacyBudget):
             raise TypeError(f"budget must be a PrivacyBudget, not {type(self.budget).__name__}")
+        if self.budget is not None:
+            _warn_of_stratified_folds()
         fitted = fit_store(
             self.model_name,
             self.algorithm,
@@ -217,6 +227,37 @@ class VipsEstimator(BaseEstimator):  # type: ignore[misc]
             raise TypeError(f"{type(self).__name__} is not a classifier: it takes no classes")
 
 
+class StratifiedFoldsWarning(UserWarning):
+    """A fit charged to a PrivacyBudget runs in a cross-validation whose folds are chosen by the labels."""
+
+
+#: The names under which scikit-learn's cross_validate and BaseSearchCV.fit hold their checked splitter.
+_SPLITTER_NAMES = ("cv", "cv_orig")
+
+
+def _warn_of_stratified_folds() -> None:
+    """Warn when a caller up the stack (cross_val_score, cross_validate, GridSearchCV: scikit-learn's
+    model_selection, running the fits in this thread) splits by label: `cv=3` on a classifier becomes
+    StratifiedKFold, whose folds move when one record's label changes, which the budget's per-fit charge
+    does not cover (README, "One budget for several fits")."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        if frame.f_globals.get("__name__", "").startswith("sklearn.model_selection"):
+            for name in _SPLITTER_NAMES:
+                splitter = frame.f_locals.get(name)
+                if splitter is not None and "Stratified" in type(splitter).__name__:
+                    warnings.warn(
+                        f"this fit is charged to a PrivacyBudget inside a cross-validation that splits by "
+                        f"label ({type(splitter).__name__}; cv=k on a classifier picks it): its folds move "
+                        "when one record's label changes, which the per-fit charge does not cover. Split by "
+                        "index instead: cv=KFold(k) (README, 'One budget for several fits')",
+                        StratifiedFoldsWarning,
+                        stacklevel=3,
+                    )
+                    return
+        frame = frame.f_back  # type: ignore[assignment]
+
+
 @dataclass(kw_only=True, eq=False, repr=False)
 class _BoundedRows(VipsEstimator):
     """data_norm: a public bound on the rows' L2 norm (diffprivlib's name and meaning; never computed from
@@ -231,6 +272,21 @@ class _BoundedRows(VipsEstimator):
         if self.data_norm is None:
             return features, {}
         return within_data_norm(features, self.data_norm), {"data_norm": float(self.data_norm)}
+
+    def _fit_store(self, make_store: Callable[[bool], RowStore], *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """VipsEstimator's, with the way out of a refusal of rows above norm 1 when no data_norm is given:
+        data_norm, or PublicBoundsScaler (the message still names no value of the rows)."""
+        try:
+            return super()._fit_store(make_store, *args, **kwargs)
+        except BoundViolation as exc:
+            if self.data_norm is not None or "L2 norm above 1" not in str(exc):
+                raise
+            raise BoundViolation(
+                f"{exc}: give {type(self).__name__} data_norm=B, a public bound on the rows' L2 norm (rows "
+                "are divided by it, any still above clipped; standardised features have norms around sqrt(d) "
+                "for d columns, so B a few times sqrt(d)), or map each column onto the unit ball from public "
+                "bounds with PublicBoundsScaler (README, 'Unbounded rows')"
+            ) from None
 
     @classmethod
     def _options_from(cls, document: Mapping[str, Any]) -> dict[str, Any]:

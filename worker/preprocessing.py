@@ -70,14 +70,34 @@ def within_data_norm(rows: ArrayLike, data_norm: float) -> NDArray[np.float64]:
     over = norms > 1.0
     if over.any():
         scaled[over] /= norms[over, np.newaxis] * _ROUNDING_MARGIN
-        count = int(over.sum())
         warnings.warn(
-            f"{count} of {scaled.shape[0]} rows had an L2 norm above data_norm={data_norm:g} and were "
-            "clipped to it",
+            clipping_advice(int(over.sum()), scaled.shape[0], scaled.shape[1], data_norm),
             DataNormWarning,
             stacklevel=2,
         )
     return scaled
+
+
+def clipping_advice(count: int, rows: int, columns: int, data_norm: float) -> str:
+    """The DataNormWarning: how many rows were clipped and what to do about it. It names no row and no
+    norm of the rows: the suggested bound comes from the number of columns only (a public fact)."""
+    typical = math.sqrt(columns)
+    share = count / rows if rows else 0.0
+    message = (
+        f"{count} of {rows} rows had an L2 norm above data_norm={data_norm:g} and were clipped to it "
+        f"({share:.0%} of the rows)"
+    )
+    if share < 0.05:
+        return f"{message} (see the README, 'Unbounded rows')"
+    return (
+        f"{message}; clipping that many rows biases the fit (it may score below the majority class). "
+        "data_norm must be a public bound on the rows' norm, never computed from them: standardised "
+        "features (StandardScaler: each column mean 0, variance 1) have norms around sqrt(d) = "
+        f"{typical:.3g} for these d = {columns} columns, so they need a data_norm of a few times that (e.g. "
+        f"{3 * typical:.3g} = 3 sqrt(d)), at the price of more noise per row; or map each column onto the "
+        "unit ball from public bounds with PublicBoundsScaler instead of StandardScaler (README, 'Unbounded "
+        "rows')"
+    )
 
 
 class PublicBoundsScaler(TransformerMixin, BaseEstimator):  # type: ignore[misc]

@@ -13,7 +13,7 @@ from privacy_wall import ledger_db
 from privacy_wall.delta_policy import DeltaTooLarge
 from privacy_wall.sqlengine import reading
 from service.auth import AUTH_RESPONSES, CustodianKey
-from service.budgets import budget_or_none, budget_warning, finite
+from service.budgets import budget_or_none, budget_warning, finite, public_cap_refusal
 from service.deps import EngineDep
 from service.errors import Conflict, SpecError
 from service.job_costs import epsilon_spent
@@ -43,11 +43,14 @@ def set_budget(
 ) -> BudgetSet:
     """Set the dataset's epsilon cap and delta (delta is fixed once anything was charged). A private
     dataset's delta must be below 1/N, N its record count (422 otherwise; delta << 1/N is the usual
-    choice). A cap at or below what is already spent is accepted, with a `warning` that no job can be
-    admitted."""
+    choice). A public dataset takes no cap (epsilon null; 422 otherwise): its sigma-0 jobs spend an
+    unbounded epsilon, which any cap would refuse. A cap at or below what is already spent is accepted,
+    with a `warning` that no job can be admitted."""
     row = visible_dataset(engine, principal, name, administer=True)
     if budget.epsilon is None and not row.public:
         raise SpecError([(("epsilon",), f"dataset {name} is private: it needs an epsilon cap (> 0)")])
+    if budget.epsilon is not None and row.public:
+        raise SpecError([(("epsilon",), public_cap_refusal(name))])
     try:
         status = ledger_db.set_budget(engine, name, budget.epsilon, budget.delta)
     except DeltaTooLarge as exc:  # not below 1/N of the dataset

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import APIRouter
@@ -9,6 +10,7 @@ from sqlalchemy import Engine, Row, select
 
 from privacy_wall import ledger_db
 from privacy_wall.control_schema import datasets
+from privacy_wall.names import did_you_mean
 from privacy_wall.sqlengine import reading
 from service.auth import AUTH_RESPONSES, CurrentKey, owns_dataset, sees_dataset
 from service.budgets import budget_or_none, load_dataset
@@ -37,8 +39,15 @@ def visible_dataset(engine: Engine, principal: Principal, name: str, *, administ
     row = load_dataset(engine, name)
     allowed = owns_dataset if administer else sees_dataset
     if row is None or not allowed(principal, row):
-        raise NotFound(f"dataset {name} not found")
+        raise NotFound(f"dataset {name} not found{did_you_mean(name, _names(engine, principal, allowed))}")
     return row
+
+
+def _names(engine: Engine, principal: Principal, allowed: Callable[[Principal, Any], bool]) -> list[str]:
+    """The names of the datasets this key may see (or administer): the only ones a 404 may suggest."""
+    with reading(engine) as conn:
+        rows = conn.execute(select(datasets.c.name, datasets.c.owner)).all()
+    return [row.name for row in rows if allowed(principal, row)]
 
 
 def _public(engine: Engine, row: Row[Any]) -> dict[str, Any]:

@@ -12,9 +12,9 @@ from fastapi import APIRouter, Depends, Response, status
 from sqlalchemy import Engine
 
 from service.auth import AUTH_RESPONSES, CustodianKey, require_role
-from service.budgets import PUBLIC_DEFAULT_DELTA, budget_or_none, finite
+from service.budgets import PUBLIC_DEFAULT_DELTA, budget_or_none, finite, public_cap_refusal
 from service.deps import EngineDep
-from service.errors import NotFound
+from service.errors import NotFound, SpecError
 from service.key_spend import KeySpend, key_spend
 from service.keys import Principal, key_record
 from service.params import DatasetNamePath, KeyIdPath
@@ -72,9 +72,12 @@ def put_quota(
 ) -> QuotaPublic:
     """Cap what this analyst key's own releases on the dataset may cost (composed at the dataset's
     delta): a job is admitted only if it fits both the dataset's budget and this quota. A quota below what
-    the key has spent or reserved is kept: the key's next job is refused."""
-    visible_dataset(engine, principal, name, administer=True)
+    the key has spent or reserved is kept: the key's next job is refused. A public dataset takes no quota
+    (422), as it takes no budget cap."""
+    dataset = visible_dataset(engine, principal, name, administer=True)
     _analyst_of(engine, key_id, name)
+    if dataset.public:
+        raise SpecError([(("epsilon",), public_cap_refusal(name))])
     set_quota(engine, name, key_id, body.epsilon)
     (row,) = _spend(engine, name, key_id)
     return _quota_public(name, row)

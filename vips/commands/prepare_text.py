@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     share = counts.out_of_vocabulary / counts.tokens
     note(
         f"{counts.documents} documents, {counts.tokens} words, {counts.out_of_vocabulary} of them "
-        f"({share:.1%}) out of the vocabulary and dropped; {counts.empty_documents} documents have no "
+        f"({share:.1%}) out of the vocabulary and dropped; {_documents_have(counts.empty_documents)} no "
         "word in it (kept, empty)"
     )
     note(f"next: vips data ingest NAME --kind bow --input {docword} --vocab {vocab}")
@@ -90,3 +90,7 @@ def run(args: argparse.Namespace) -> int:
         }
     )
     return 0
+
+
+def _documents_have(count: int) -> str:
+    return f"{count} document has" if count == 1 else f"{count} documents have"

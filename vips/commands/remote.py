@@ -5,14 +5,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
+import re
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from service.client import ApiError, ApiTimeout, VipsClient
+from service.client import DEFAULT_URL, ApiConnectionError, ApiError, ApiTimeout, VipsClient
 from vips.errors import RuntimeFailure, UsageError
 from vips.output import check_writable, print_json
 from vips.progress import epsilon_text, fit_progress, note
@@ -24,10 +29,22 @@ def client() -> Iterator[VipsClient]:
     try:
         with VipsClient.from_env() as api:
             yield api
+    except ApiConnectionError as exc:
+        raise RuntimeFailure(f"{exc}{_url_hint()}") from None
     except ApiError as exc:
         code = 2 if exc.status_code in (400, 422) else 1
         error = UsageError(f"{exc}") if code == 2 else RuntimeFailure(f"{exc}")
         raise error from None
+
+
+def _url_hint() -> str:
+    """What an unreachable service's error adds: where the address comes from, and its default."""
+    if os.environ.get("VIPS_URL"):
+        return " (the address is VIPS_URL's; is the service running there?)"
+    return (
+        f"; VIPS_URL is not set, so the default {DEFAULT_URL} (`vips up`'s) was tried: start the service "
+        "with `vips up`, or set VIPS_URL to its address"
+    )
 
 
 def run_budget_set(args: argparse.Namespace) -> int:
@@ -69,18 +86,90 @@ def run_budget_show(args: argparse.Namespace) -> int:
     vocabulary, which may run to thousands of entries) only with --schema."""
     with client() as api:
         dataset = api.dataset(args.name)
+        mine = _own_quota(api, args.name)
     if not args.schema:
         dataset.pop("schema", None)
+    if mine is not None:
+        dataset["key_quota"] = mine
     print_json(dataset)
+    note(_what_is_left(dataset, mine))
     return 0
+
+
+def _own_key_id(api: VipsClient) -> str | None:
+    """The id of the key the client sends (vips_<ID>_<secret>): its own row of the ledger by key."""
+    key = getattr(api, "_api_key", None) or ""
+    found = re.fullmatch(r"vips_([A-Za-z0-9]+)_.+", key)
+    return None if found is None else found.group(1)
+
+
+def _own_quota(api: VipsClient, dataset: str) -> dict[str, Any] | None:
+    """This key's quota on the dataset and what it has left ({"key_id", "epsilon", "epsilon_reserved",
+    "epsilon_remaining"}), or None when it has none or may not read it (only analysts have quotas)."""
+    own = _own_key_id(api)
+    if own is None:
+        return None
+    try:
+        rows = api.ledger_keys(dataset).get("keys", [])
+    except ApiError:
+        return None
+    for row in rows:
+        if row.get("key_id") == own and row.get("quota_epsilon") is not None:
+            quota, reserved = row["quota_epsilon"], row.get("epsilon_reserved")
+            remaining = None if reserved is None else max(quota - reserved, 0.0)
+            return {
+                "key_id": own,
+                "epsilon": quota,
+                "epsilon_reserved": reserved,
+                "epsilon_remaining": remaining,
+            }
+    return None
+
+
+def _what_is_left(dataset: dict[str, Any], mine: dict[str, Any] | None) -> str:
+    """`budget show`'s line for people: the dataset's epsilon left, this key's quota's, and how to learn
+    the largest job that fits both."""
+    budget = dataset.get("budget") or {}
+    name = dataset["name"]
+    if budget.get("epsilon") is None:
+        parts = [f"dataset {name} has no budget cap"]
+    else:
+        parts = [
+            f"dataset {name} has epsilon {epsilon_text(budget.get('epsilon_remaining'))} left of "
+            f"{epsilon_text(budget['epsilon'])}"
+        ]
+    if mine is not None:
+        parts.append(
+            f"your key's quota has epsilon {epsilon_text(mine['epsilon_remaining'])} left of "
+            f"{epsilon_text(mine['epsilon'])}"
+        )
+        parts.append(
+            "a job must fit both; spends compose rather than add up, so the largest job of a schedule can "
+            f"exceed both: `vips fit --dataset {name} ... --dry-run` quotes it (largest_epsilon)"
+        )
+    return "; ".join(parts)
 
 
 def run_jobs(args: argparse.Namespace) -> int:
     """One JSON line per job this key may read, newest first."""
     with client() as api:
-        for job in api.jobs(dataset=args.dataset, status=args.status, limit=args.limit):
+        listed = api.jobs(dataset=args.dataset, status=args.status, limit=args.limit)
+        if not listed and args.dataset is not None:
+            _known_dataset(api, args.dataset)
+        for job in listed:
             print_json(job)
     return 0
+
+
+def _known_dataset(api: VipsClient, name: str) -> None:
+    """A usage error naming a dataset this key cannot see (with the service's "did you mean"), so that
+    `vips jobs --dataset adlt` does not print nothing and succeed."""
+    try:
+        api.dataset(name)
+    except ApiError as exc:
+        if exc.status_code == 404:
+            raise UsageError(f"--dataset: {exc.detail}") from None
+        raise
 
 
 def run_ledger(args: argparse.Namespace) -> int:
@@ -248,7 +337,9 @@ def run_wait(args: argparse.Namespace) -> int:
 
 
 def _budget_left(api: VipsClient, job: dict[str, Any]) -> str:
-    """What the job spent and what the dataset's budget has left (if this key may read the budget)."""
+    """What the job spent, what the dataset's budget has left (if this key may read the budget) and, for a
+    key with a quota on it, what the quota has left, with the largest next job of this schedule that fits
+    both (the service's dry-run quote)."""
     spent = f"job {job['id'][:8]} spent epsilon {epsilon_text(job.get('epsilon_spent'))}"
     try:
         budget = api.dataset(job["dataset"]).get("budget")
@@ -256,10 +347,45 @@ def _budget_left(api: VipsClient, job: dict[str, Any]) -> str:
         return spent
     if budget is None or budget.get("epsilon_remaining") is None:
         return f"{spent}; dataset {job['dataset']} has no budget cap"
-    return (
+    left = (
         f"{spent}; dataset {job['dataset']} has epsilon {epsilon_text(budget['epsilon_remaining'])} left "
         f"of {epsilon_text(budget['epsilon'])} (delta {budget['delta']:g})"
     )
+    quote = _same_schedule_quote(api, job)
+    if quote is None:
+        return left
+    if quote.get("quota_epsilon") is not None:
+        left += (
+            f"; your key's quota has epsilon {epsilon_text(quote.get('quota_remaining'))} left of "
+            f"{epsilon_text(quote['quota_epsilon'])}"
+        )
+    largest = quote.get("largest_epsilon")
+    within = "both" if quote.get("quota_epsilon") is not None else "it"
+    if largest is None:
+        return f"{left}; no further job of this schedule fits {within}"
+    return (
+        f"{left}; the largest next job of this schedule that fits {within}: epsilon {epsilon_text(largest)}"
+    )
+
+
+def _same_schedule_quote(api: VipsClient, job: dict[str, Any]) -> dict[str, Any] | None:
+    """The dry-run quote of a job like `job` (same dataset, model, schedule and sigma) for this key: its
+    largest_epsilon is within the dataset's budget and this key's quota; None if it cannot be had."""
+    if not job.get("sigma"):
+        return None  # sigma 0 (a public dataset): no epsilon to quote
+    try:
+        return api.submit_job(
+            dataset=job["dataset"],
+            model=job["model"],
+            algorithm=job.get("algorithm", "vips"),
+            iterations=job["iterations"],
+            batch_size=job["batch_size"],
+            sigma=job["sigma"],
+            options=job.get("options") or {},
+            dry_run=True,
+        )
+    except (ApiError, KeyError):
+        return None
 
 
 def _quote(args: argparse.Namespace, options: dict[str, float]) -> int:
@@ -311,10 +437,82 @@ def run_delete(args: argparse.Namespace) -> int:
 
 
 def _wait_with_progress(api: VipsClient, job: dict[str, Any], timeout: float | None) -> dict[str, Any]:
-    """Poll the job to its end under a bar: iterations, epsilon spent so far, elapsed and ETA."""
+    """Poll the job to its end under a bar: iterations, epsilon spent so far, elapsed and ETA. The clock
+    runs from the job's start (from its submission while it is queued), so reattaching with `vips wait`
+    shows the same bar as `fit --wait`; a queued job says why it waits and how long at least."""
+    queue = _QueueView(api)
     with fit_progress(f"job {job['id'][:8]}", job["iterations"], job["status"]) as update:
 
         def show(current: dict[str, Any]) -> None:
-            update(current["iteration"], current.get("epsilon_spent"), current["status"])
+            status, eta = current["status"], None
+            if status == "queued":
+                status, eta = queue.why(current)
+            update(
+                current["iteration"], current.get("epsilon_spent"), status, elapsed=_elapsed(current), eta=eta
+            )
 
         return api.wait(job["id"], interval=0.25, timeout=timeout, on_progress=show)
+
+
+def _since(stamp: str | None) -> float | None:
+    """Seconds since an ISO timestamp of the service (None when absent or unreadable)."""
+    if not stamp:
+        return None
+    try:
+        then = datetime.fromisoformat(stamp)
+    except ValueError:
+        return None
+    if then.tzinfo is None:
+        then = then.replace(tzinfo=UTC)
+    return max(0.0, (datetime.now(UTC) - then).total_seconds())
+
+
+def _elapsed(job: dict[str, Any]) -> float | None:
+    """The job's run time so far: since it started, or since its submission while it waits."""
+    return _since(job.get("started_at")) if job.get("started_at") else _since(job.get("created_at"))
+
+
+def _time_left(job: dict[str, Any]) -> float | None:
+    """A running job's time left at the rate of its iterations so far (None before its first one)."""
+    ran, done = _since(job.get("started_at")), int(job.get("iteration") or 0)
+    if ran is None or done <= 0:
+        return None
+    return ran / done * max(0, int(job["iterations"]) - done)
+
+
+class _QueueView:
+    """Why a queued job waits, looked up every QUEUE_LOOKUP_SECONDS at most: behind a running job of the
+    same key (a key runs VIPS_MAX_RUNNING_PER_KEY jobs at once, 1 by default), with that job's time left
+    as the floor of the ETA, or for a free worker."""
+
+    def __init__(self, api: VipsClient) -> None:
+        self._api = api
+        self._last = -math.inf
+        self._answer: tuple[str, float | None] = ("queued", None)
+
+    def why(self, job: dict[str, Any]) -> tuple[str, float | None]:
+        now = time.monotonic()
+        if now - self._last < QUEUE_LOOKUP_SECONDS:
+            return self._answer
+        self._last = now
+        try:
+            running = self._api.jobs(status="running", limit=100)
+        except ApiError:
+            return self._answer
+        ahead = [
+            other
+            for other in running
+            if other["id"] != job["id"] and other.get("key_name") == job.get("key_name")
+        ]
+        if not ahead:
+            self._answer = ("queued: waiting for a free worker", None)
+            return self._answer
+        first = min(ahead, key=lambda other: _time_left(other) or math.inf)
+        left = _time_left(first)
+        more = f" (and {len(ahead) - 1} more)" if len(ahead) > 1 else ""
+        self._answer = (f"queued: behind your job {first['id'][:8]}{more}", left)
+        return self._answer
+
+
+#: How often a queued job's bar asks why it waits (one list of the key's running jobs).
+QUEUE_LOOKUP_SECONDS = 2.0

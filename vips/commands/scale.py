@@ -16,11 +16,13 @@ import csv
 import io
 import math
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
 from privacy_wall.formats import read_tabular_csv
+from privacy_wall.names import did_you_mean
 from vips.choices import DEFAULT_LABEL
 from vips.errors import UsageError
 from vips.output import check_writable, write_text_atomically
@@ -60,7 +62,9 @@ def run(args: argparse.Namespace) -> int:
     table = read_tabular_csv(Path(args.input), label, binary_label=label not in bounds)
     missing = [name for name in table.feature_names if name not in bounds]
     if missing:
-        raise UsageError(f"{args.bounds} has no bounds for column(s) {', '.join(missing)}")
+        raise UsageError(
+            _missing_bounds(args.bounds, args.input, missing, table.feature_names, bounds, label)
+        )
     lower = [bounds[name][0] for name in table.feature_names]
     upper = [bounds[name][1] for name in table.feature_names]
     scaler = PublicBoundsScaler(lower, upper, intercept=not args.no_intercept).fit(table.features)
@@ -89,3 +93,21 @@ def run(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     return 0
+
+
+def _missing_bounds(
+    bounds_path: str,
+    input_path: str,
+    missing: list[str],
+    columns: Sequence[str],
+    bounds: dict[str, tuple[float, float]],
+    label: str,
+) -> str:
+    """The error of a bounds file that misses feature columns: each missing one (with the unexpected name
+    that is close to it, a typo), and the names of the bounds file that are no column of the input."""
+    unexpected = [name for name in bounds if name not in columns and name != label]
+    named = ", ".join(f"{name}{did_you_mean(name, unexpected)}" for name in missing)
+    message = f"{bounds_path} has no bounds for column(s) {named}"
+    if unexpected:
+        message += f"; its bounds for {', '.join(unexpected)} name no column of {input_path}"
+    return message
