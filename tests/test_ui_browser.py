@@ -15,6 +15,7 @@ import os
 import re
 import shutil
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -24,7 +25,7 @@ from typing import Any
 import numpy as np
 import pytest
 from matplotlib.image import imread
-from playwright.sync_api import Browser, BrowserContext, Page, Request, sync_playwright
+from playwright.sync_api import Browser, BrowserContext, FloatRect, Page, Request, sync_playwright
 
 from service.client import VipsClient
 from service.ui import convergence
@@ -160,7 +161,7 @@ def test_the_custodian_sees_the_budget_the_spend_plot_and_the_jobs(browser: Brow
     text = page.inner_text("main")
     for label in ("budget epsilon", "spent epsilon", "remaining epsilon"):
         assert label in text
-    assert images_loaded(page) == 1  # the cumulative-epsilon plot
+    assert images_loaded(page) == 0 and page.locator("svg.plot.spend").count() == 1  # the spend plot, inline
     assert site.jobs["blr"][:8] in page.inner_text("table.jobs")
     assert page.locator("form.budget-form input[name=epsilon]").count() == 1
     not_blank(page, site.shots / "dataset.png")
@@ -272,6 +273,95 @@ def test_the_convergence_plot_renders_with_labelled_axes(browser: Browser, site:
         assert "iteration" in texts and convergence.NATURAL.label in texts, (model, texts)
         assert not any(re.search(r"10\^|\bs\d?\b", t) for t in texts), texts  # plain ticks, no s1/s2
         assert "keeps it from reaching zero" in page.inner_text("figure figcaption")
+    page.context.close()
+
+
+def _box(page: Page, selector: str) -> FloatRect:
+    box = page.locator(selector).first.bounding_box()
+    assert box is not None, selector
+    return box
+
+
+def _titles(page: Page) -> list[str]:
+    """The spend plot's step labels (SVG <title>s: their text, which innerText does not give)."""
+    found: list[str] = page.locator("svg.plot.spend g[id^='step-'] > title").evaluate_all(
+        "titles => titles.map(title => title.textContent)"
+    )
+    return found
+
+
+def _overlap(a: FloatRect, b: FloatRect) -> bool:
+    return (
+        a["x"] < b["x"] + b["width"]
+        and b["x"] < a["x"] + a["width"]
+        and a["y"] < b["y"] + b["height"]
+        and b["y"] < a["y"] + a["height"]
+    )
+
+
+def test_each_jobs_step_on_the_spend_plot_names_the_job_and_its_key_on_hover(
+    browser: Browser, site: Site
+) -> None:
+    """Issue 37 item 5: the spend plot is in the page (an <img> shows no SVG <title>), its styles survive
+    the pages' CSP (presentation attributes), each job's step is a group whose <title> names the job and
+    the key for whoever may read the job, the pointer finds it, and the legend is outside the axes."""
+    page = sign_in(browser, site, "custodian")
+    page.goto(f"{site.service.url}/ui/datasets/synth")
+    plot = page.locator("svg.plot.spend")
+    titles = _titles(page)
+    blr = site.jobs["blr"]
+    mine = [title for title in titles if blr[:8] in title]
+    assert len(mine) == 1 and "key " in mine[0] and "epsilon +" in mine[0], titles
+    step = plot.locator("g[id^='step-']").nth(titles.index(mine[0]))
+    step.locator("use").first.hover()  # the job's point on the curve
+    assert step.evaluate("group => group.matches(':hover')")
+    # matplotlib's colours reached the page (its style attributes would not have: style-src 'self')
+    curve_stroke = plot.locator("g#spend path").first.evaluate("p => getComputedStyle(p).stroke")
+    assert curve_stroke == "rgb(31, 95, 168)", curve_stroke
+    assert not site.blocked
+    legend, axes = _box(page, "svg.plot.spend g[id^='legend']"), _box(page, "svg.plot.spend g#patch_2")
+    assert not _overlap(legend, axes) and legend["y"] > axes["y"] + axes["height"]
+    page.context.close()
+    # an analyst who did not submit it sees its share of the spend, not the job nor its key
+    site.keys["analyst_elsewhere"] = site.service.key("analyst", "synth")
+    page = sign_in(browser, site, "analyst_elsewhere")
+    page.goto(f"{site.service.url}/ui/datasets/synth")
+    titles = _titles(page)
+    assert titles and all(title.startswith("a job of another key: epsilon +") for title in titles), titles
+    assert blr[:8] not in page.content()
+    page.context.close()
+    # a public dataset's sigma-0 job: unbounded from there on, a third legend entry, still under the axes
+    page = sign_in(browser, site, "admin")
+    page.goto(f"{site.service.url}/ui/datasets/docs")
+    assert any("no privacy guarantee" in title for title in _titles(page))
+    legend, axes = _box(page, "svg.plot.spend g[id^='legend']"), _box(page, "svg.plot.spend g#patch_2")
+    assert not _overlap(legend, axes) and legend["y"] > axes["y"] + axes["height"]
+    page.context.close()
+
+
+def test_the_job_page_shows_elapsed_time_eta_and_a_collapsible_coefficient_table(
+    browser: Browser, site: Site
+) -> None:
+    page = sign_in(browser, site, "analyst")
+    page.goto(f"{site.service.url}/ui/jobs/{site.jobs['blr']}")
+    assert re.fullmatch(r"\d+:\d\d:\d\d( \(\d+:\d\d:\d\d of it queued\))?", page.inner_text("div.elapsed dd"))
+    assert page.locator("div.eta").count() == 0  # an ended job has no time left
+    table = page.locator("details.coefficients table.coefficients")
+    assert table.locator("tbody tr").count() == 5 and not table.is_visible()  # folded
+    page.click("details.coefficients summary")
+    assert table.is_visible()
+    # a running job: its time left at the rate so far (or why it is not known yet)
+    with VipsClient(site.service.url, site.keys["analyst"]) as api:
+        job = api.submit_job(dataset="synth", model="blr", iterations=5000, batch_size=10, sigma=200.0)
+        deadline = time.monotonic() + 60
+        while api.job(job["id"])["iteration"] == 0 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        page.goto(f"{site.service.url}/ui/jobs/{job['id']}")
+        eta = page.inner_text("div.eta dd")
+        assert re.fullmatch(r"\d+:\d\d:\d\d \(at the rate so far\)", eta), eta
+        assert "elapsed" in page.inner_text("dl.figures")
+        api.cancel(job["id"])
+        assert api.wait(job["id"], interval=0.2, timeout=60)["status"] == "cancelled"
     page.context.close()
 
 

@@ -1,8 +1,12 @@
-"""VIPS from Python: the scikit-learn estimators, the shared PrivacyBudget and the public-bounds scaler.
+"""VIPS from Python: the scikit-learn estimators, the shared PrivacyBudget and the public-bounds scaler,
+and the Client of a VIPS service for notebooks (vips.client).
 
     from vips import VIPSLogisticRegression, PrivacyBudget
     budget = PrivacyBudget(epsilon=1.0, delta=1e-5)
     model = VIPSLogisticRegression(epsilon=0.4, data_norm=5.0, budget=budget).fit(X, y)
+
+    from vips import Client
+    model = Client().fit("adult", "blr", epsilon=0.5)   # VIPS_URL, VIPS_API_KEY: a fitted estimator
 
 The names load on first use (module __getattr__), so `import vips` and the `vips` CLI stay light: neither
 imports scikit-learn until an estimator is asked for.
@@ -15,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from privacy_wall.ledger import BudgetExceeded
+    from service.client import ApiConnectionError, ApiError
+    from vips.client import Client, JobFailed
     from worker.budget import BudgetCharge, PrivacyBudget
     from worker.estimator import (
         DPSEPLinearRegression,
@@ -43,15 +49,23 @@ _LAZY: dict[str, str] = {
     "BudgetExceeded": "privacy_wall.ledger",
     "PublicBoundsScaler": "worker.preprocessing",
     "DataNormWarning": "worker.preprocessing",
+    "Client": "vips.client",
+    "JobFailed": "vips.client",
+    "ApiError": "service.client",
+    "ApiConnectionError": "service.client",
 }
 
 __all__ = [
+    "ApiConnectionError",
+    "ApiError",
     "BudgetCharge",
     "BudgetExceeded",
+    "Client",
     "DPSEPLinearRegression",
     "DPSEPLogisticRegression",
     "DPVILogisticRegression",
     "DataNormWarning",
+    "JobFailed",
     "PrivacyBudget",
     "PublicBoundsScaler",
     "VIPSLatentDirichletAllocation",

@@ -3,6 +3,7 @@ text is drawn as paths). Each has a title, labelled axes and units a custodian r
 
 from __future__ import annotations
 
+import html
 import io
 import math
 from collections.abc import Sequence
@@ -19,8 +20,9 @@ matplotlib.rcParams["svg.fonttype"] = "path"
 matplotlib.rcParams["svg.hashsalt"] = "vips"  # the same plot gives the same bytes
 
 _SPENT, _BUDGET, _SHARE = "#1f5fa8", "#b8322a", "#9db7d6"
-#: Room for the axis labels of the time-series plots, as fractions of the figure.
-_MARGINS = {"left": 0.14, "right": 0.98, "bottom": 0.2, "top": 0.9}
+#: Room for the spend plot's axis labels and, under the x label, its legend (outside the axes, so never
+#: over the data), as fractions of the figure.
+_MARGINS = {"left": 0.12, "right": 0.98, "bottom": 0.27, "top": 0.91}
 
 
 #: Above this many points a curve is drawn as a line alone (markers would be a blur, and slow to draw).
@@ -40,11 +42,35 @@ def cumulative_epsilon(
     budget: float | None,
     delta: float,
     title: str,
+    labels: Sequence[str] | None = None,
 ) -> bytes:
+    """Epsilon spent over time (spend_figure) as SVG. With `labels` (one per job, at most MARKERS_UP_TO
+    jobs), each job's step is its own group <g id="step-I"> whose <title> is its label: a browser shows it
+    on hover when the SVG is in the page (service.ui.svg.inline)."""
+    titled = labels is not None and len(labels) == len(ends) and len(ends) <= MARKERS_UP_TO
+    svg = _svg(spend_figure(start, ends, cumulative, budget, delta, title, titled))
+    if titled:
+        assert labels is not None
+        for i, label in enumerate(labels):
+            group = f'<g id="step-{i}">'.encode()
+            svg = svg.replace(group, group + f"<title>{html.escape(label)}</title>".encode(), 1)
+    return svg
+
+
+def spend_figure(
+    start: datetime | None,
+    ends: Sequence[datetime],
+    cumulative: Sequence[float],
+    budget: float | None,
+    delta: float,
+    title: str,
+    titled: bool = False,
+) -> Figure:
     """Epsilon spent over time: nothing at `start` (the first job's submission), then one point per job
     at its end, the composition of every job up to it (so each step is that job's share of the spend),
-    and the budget's cap as a line."""
-    figure = Figure(figsize=(7.5, 3.4), dpi=100)
+    and the budget's cap as a line. `titled`: each job's rise and point is its own artist, gid step-I.
+    The legend is under the axes, never over the data."""
+    figure = Figure(figsize=(7.5, 3.9), dpi=100)
     figure.subplots_adjust(**_MARGINS)  # fixed margins: half the time of a layout engine
     axes = figure.add_subplot()
     if ends:
@@ -59,8 +85,19 @@ def cumulative_epsilon(
         span = days[-1] - days[0]
         pad = max(span * 0.04, 2 / 1440)  # at least two minutes either side
         axes.set_xlim(days[0] - pad, days[-1] + pad)
-        axes.step(days, cumulative, where="post", color=_SPENT, linewidth=1.8, label="epsilon spent")
-        if len(days) <= MARKERS_UP_TO:
+        axes.step(
+            days, cumulative, where="post", color=_SPENT, linewidth=1.8, label="epsilon spent", gid="spend"
+        )
+        if titled:
+            values = cumulative[len(first) :]
+            for i, (day, low, high) in enumerate(
+                zip(days[len(first) :], [0.0, *values[:-1]], values, strict=True)
+            ):
+                # the job's rise and its point: an invisible wide stroke to hover, and the marker
+                axes.plot([day, day], [low, high], color=(0, 0, 0, 0), linewidth=9, solid_capstyle="butt",
+                          marker="o", markevery=[1], markersize=4.5, markerfacecolor=_SPENT,
+                          markeredgecolor=_SPENT, gid=f"step-{i}")  # fmt: skip
+        elif len(days) <= MARKERS_UP_TO:
             axes.plot(days, cumulative, "o", color=_SPENT, markersize=3.5)
         axes.fill_between(days, cumulative, step="post", color=_SHARE, alpha=0.35)
         if unbounded is not None:
@@ -87,8 +124,9 @@ def cumulative_epsilon(
     axes.set_title(title)
     axes.grid(alpha=0.3)
     if ends or budget is not None:
-        axes.legend(loc="upper left", frameon=False)
-    return _svg(figure)
+        handles, names = axes.get_legend_handles_labels()
+        figure.legend(handles, names, loc="lower center", ncol=3, frameon=False, fontsize=9)
+    return figure
 
 
 def _plain(value: float, unit: str) -> str:

@@ -22,6 +22,7 @@ from fastapi import APIRouter, Form, Query, Request
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 from fastapi.routing import APIRoute
 from fastapi.templating import Jinja2Templates
+from markupsafe import Markup
 from pydantic import ValidationError
 from sqlalchemy import Engine
 
@@ -44,6 +45,7 @@ from service.schemas import BudgetPublic, BudgetUpdate
 from service.settings import ServiceSettings
 from service.ui import convergence, views
 from service.ui.sessions import COOKIE, UiSession, close_session, find_session, open_session
+from service.ui.svg import inline as inline_svg
 
 
 def _origin(url: str) -> tuple[str, str, int] | None:
@@ -291,8 +293,22 @@ def _dataset_context(engine: EngineDep, principal: Principal, name: str, page: i
         "spend_by_key": key_spend(engine, name, dataset.budget.delta)
         if administers and dataset.budget is not None
         else None,
+        "spend_plot": _spend_svg(engine, principal, dataset),
     }
     return context
+
+
+def _spend_svg(engine: Engine, principal: Principal, dataset: Any) -> Markup:
+    """The spend plot as an element of the page (service.ui.svg.inline), so that each job's step shows
+    its label on hover; the same drawing as /ui/datasets/NAME/epsilon.svg."""
+    budget = dataset.budget
+    delta = budget.delta if budget is not None else 1e-5
+    drawing = views.spend_plot(engine, dataset.name, budget.epsilon if budget else None, delta, principal)
+    label = (
+        f"Cumulative epsilon spent on {dataset.name}, one point per job at its end, with the budget line; "
+        "each job's step names the job and its key on hover"
+    )
+    return Markup(inline_svg(drawing, css_class="plot spend", label=label))  # our own drawing, escaped
 
 
 @router.get("/datasets/{name}", response_class=HTMLResponse)
@@ -371,8 +387,8 @@ def spend_plot(request: Request, engine: EngineDep, name: str) -> Response:
         dataset = show_dataset(_dataset_name(name), engine, session.principal)
         budget = dataset.budget
         delta = budget.delta if budget is not None else 1e-5
-        svg = views.spend_plot(engine, name, budget.epsilon if budget else None, delta)
-        return _svg(svg)
+        drawing = views.spend_plot(engine, name, budget.epsilon if budget else None, delta, session.principal)
+        return _svg(drawing)
 
     return _guarded(request, engine, render)
 
@@ -418,6 +434,7 @@ def job_page(request: Request, engine: EngineDep, settings: SettingsDep, job_id:
             "refresh": RUNNING_REFRESH_SECONDS,
             "signal": convergence.signal_of(job.algorithm),
             "per_iteration": _per_iteration(job, dataset),
+            "timing": views.job_timing(public),
         }
         return _page(request, "job.html", session=session, **context)
 

@@ -15,9 +15,11 @@ from sqlalchemy import Engine, Row, func, select
 from privacy_wall.accounting import PrivacyCost, configured_accountant
 from privacy_wall.control_schema import budgets, charges
 from privacy_wall.sqlengine import reading
+from service.auth import sees_job
+from service.budgets import load_dataset
 from service.job_costs import job_costs
 from service.job_reads import list_jobs, to_public
-from service.keys import Principal
+from service.keys import Principal, key_names
 from service.models import jobs
 from service.posterior_summary import Coefficient, TopicWords, coefficients, top_words
 from service.schemas import JobPublic
@@ -88,19 +90,56 @@ def _ledger_state(conn: Any, dataset: str, delta: float) -> tuple[Any, ...]:
     return (dataset, count, last, configured_accountant().version, delta)
 
 
-def spend_plot(engine: Engine, dataset: str, budget: float | None, delta: float) -> bytes:
-    """The SVG of the dataset's spend curve with its budget line (service.ui.plots), cached likewise."""
+def spend_plot(
+    engine: Engine, dataset: str, budget: float | None, delta: float, principal: Principal | None = None
+) -> bytes:
+    """The SVG of the dataset's spend curve with its budget line (service.ui.plots), cached likewise; with
+    a `principal`, each job's step is labelled for hover (step_labels: what that key may read)."""
     with reading(engine) as conn:
-        key = (*_ledger_state(conn, dataset, delta), budget)
+        state = _ledger_state(conn, dataset, delta)
+    curve = spend_curve(engine, dataset, delta)
+    labels = step_labels(engine, principal, dataset, curve) if principal is not None else None
+    key = (*state, budget, None if labels is None else tuple(labels))
     svg = _plots.get(key)
     if svg is None:
         from service.ui import plots  # matplotlib: only when a plot is drawn
 
-        curve = spend_curve(engine, dataset, delta)
         title = f"Epsilon spent on dataset {dataset}, job by job"
-        svg = plots.cumulative_epsilon(curve.start, curve.ends, curve.cumulative, budget, delta, title)
+        svg = plots.cumulative_epsilon(
+            curve.start, curve.ends, curve.cumulative, budget, delta, title, labels
+        )
         _plots.put(key, svg)
     return svg
+
+
+def step_labels(engine: Engine, principal: Principal, name: str, curve: SpendCurve) -> list[str] | None:
+    """Each job's hover label on the spend plot, in the curve's order: the job, the key that submitted it
+    (its name and id), its share and the total after it, for jobs this key may read (GET /v1/jobs's
+    rules, service.auth.sees_job); another key's job shows its share only. None beyond the plot's
+    MARKERS_UP_TO jobs (they are not drawn one by one)."""
+    from service.ui.plots import MARKERS_UP_TO
+
+    if not curve.job_ids or len(curve.job_ids) > MARKERS_UP_TO:
+        return None
+    with reading(engine) as conn:
+        rows = {row.id: row for row in conn.execute(select(jobs).where(jobs.c.id.in_(curve.job_ids)))}
+    dataset = load_dataset(engine, name) if principal.role == "custodian" else None
+    owners = key_names(engine, (row.owner for row in rows.values()))
+    labels, before = [], 0.0
+    for job_id, total, end in zip(curve.job_ids, curve.cumulative, curve.ends, strict=True):
+        share = "no privacy guarantee (sigma 0)" if not math.isfinite(total) else f"+{total - before:.4g}"
+        when = end.strftime("%Y-%m-%d %H:%M:%S UTC")
+        row = rows.get(job_id)
+        if row is not None and sees_job(principal, row, dataset):
+            owner = owners.get(row.owner)
+            key = f"key {owner} ({row.owner})" if owner else f"key {row.owner}"
+            who = f"job {job_id[:8]} by {key}, {row.model} {row.status}"
+        else:
+            who = "a job of another key"
+        total_text = f"{total:.4g}" if math.isfinite(total) else "unbounded"
+        labels.append(f"{who}: epsilon {share}, {total_text} in all, at {when}")
+        before = total if math.isfinite(total) else before
+    return labels
 
 
 def warm_spend_curves(engine: Engine) -> None:
@@ -219,3 +258,35 @@ def remaining_fraction(budget: Any) -> tuple[float, float]:
     )
     reserved = min(max(held, 0.0) / budget.epsilon, 1.0 - spent)
     return spent, reserved
+
+
+def _clock(seconds: float) -> str:
+    whole = max(0, int(seconds))
+    return f"{whole // 3600}:{whole // 60 % 60:02d}:{whole % 60:02d}"
+
+
+@dataclass(frozen=True)
+class Timing:
+    """A job page's clock: time since submission (to its end, or now), of which queued, and the time
+    left at the rate of the iterations so far (running jobs) or why it is not known yet."""
+
+    elapsed: str
+    queued: str
+    eta: str | None
+
+
+def job_timing(job: JobPublic, now: datetime | None = None) -> Timing:
+    now = now or datetime.now(UTC)
+    created, started, finished = aware(job.created_at), aware(job.started_at), aware(job.finished_at)
+    end = finished or now
+    eta: str | None = None
+    if job.status == "queued":
+        eta = "unknown until it starts"
+    elif job.status == "running":
+        if started is None or job.iteration <= 0:
+            eta = "unknown until its first iteration"
+        else:
+            per_iteration = (now - started).total_seconds() / job.iteration
+            eta = f"{_clock(per_iteration * (job.iterations - job.iteration))} (at the rate so far)"
+    queued = _clock(((started or end) - created).total_seconds())
+    return Timing(_clock((end - created).total_seconds()), queued, eta)
