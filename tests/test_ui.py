@@ -165,6 +165,24 @@ def test_the_budget_form_checks_like_the_api(api: Api) -> None:
     assert ledger_db.budget_status(api.engine, "priv").epsilon_budget == 4.0
 
 
+def test_the_budget_form_of_a_public_dataset_sets_its_delta_only(api: Api) -> None:
+    """A public dataset takes no epsilon cap (PUT budget answers 422): its form asks for delta alone."""
+    sign_in(api, "admin")
+    page = api.client.get("/ui/datasets/pub").text
+    assert "takes no epsilon cap" in page and 'name="epsilon"' not in page
+    token = csrf(api, "/ui/datasets/pub")
+    form = "/ui/datasets/pub/budget"
+    r = api.client.post(form, data={"delta": "1e-6", "csrf_token": token}, follow_redirects=False)
+    assert r.status_code == 303, r.text
+    status = ledger_db.budget_status(api.engine, "pub")
+    assert status.epsilon_budget is None and status.delta == 1e-6
+    r = api.client.post(form, data={"epsilon": "4", "delta": "1e-6", "csrf_token": token})
+    assert r.status_code == 422 and "it takes no epsilon cap" in r.text, r.text
+    token = csrf(api, "/ui/datasets/priv")  # a private dataset still needs its cap
+    r = api.client.post("/ui/datasets/priv/budget", data={"delta": "1e-6", "csrf_token": token})
+    assert r.status_code == 422 and "The budget was not changed" in r.text, r.text
+
+
 def test_the_job_page_shows_progress_epsilon_and_the_posterior(api: Api) -> None:
     job_id = finished_job(api)
     sign_in(api, "analyst")

@@ -331,7 +331,8 @@ def budget_form(
     delta: Annotated[str, Form(max_length=64)] = "",
     csrf_token: Annotated[str | None, Form()] = None,
 ) -> Response:
-    """The custodian's budget form: the checks and errors of PUT /v1/datasets/{name}/budget."""
+    """The custodian's budget form: the checks and errors of PUT /v1/datasets/{name}/budget (an empty
+    epsilon is no cap, which only a public dataset takes)."""
 
     def render(session: UiSession) -> Response:
         if not _check_csrf(session, csrf_token):
@@ -347,7 +348,10 @@ def budget_form(
             raise NotFound(f"dataset {name} not found")
         try:
             update = BudgetUpdate.model_validate(
-                {"epsilon": _number("epsilon", epsilon), "delta": _number("delta", delta)}
+                {
+                    "epsilon": _number("epsilon", epsilon) if epsilon.strip() else None,
+                    "delta": _number("delta", delta),
+                }
             )
             set_budget(name, update, engine, session.principal)
         except (ValidationError, ValueError) as exc:
