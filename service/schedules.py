@@ -56,7 +56,10 @@ RULES: dict[tuple[str, str], Rule] = {
     ),
     # The long-standing defaults until issue 36 (LDA) and issue 35's SBN work derive their rules.
     ("lda", "vips"): Rule(iterations=((math.inf, 10),), source="the default schedule (no LDA rule yet)"),
-    ("sbn", "vips"): Rule(iterations=((math.inf, 10),), source="the default schedule (no SBN rule yet)"),
+    ("sbn", "vips"): Rule(
+        iterations=((400_000.0, 3), (math.inf, 10)),
+        source="the SBN's epsilon curve on 28 x 28 digits (bench/sbn.py --images)",
+    ),
 }
 
 

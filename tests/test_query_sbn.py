@@ -51,7 +51,7 @@ def pack_blocks(statistics: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         "s3": statistics["s3"],
         "s4": statistics["s4"] - PG_CENTRE,
         "s5": statistics["s5"].reshape(-1) - PG_CENTRE,
-        "s6": statistics["s6"].reshape(-1),
+        "s6": (statistics["s6"] - statistics["s3"][:, None] / 2.0).reshape(-1),
         "s7": np.concatenate([upper_triangle(m) for m in statistics["s7"]]) - PG_CENTRE,
     }
 
@@ -143,15 +143,15 @@ class TestSbnQuery(QueryContract):
         return bad
 
     def expected_sensitivities(self, batch_size: int) -> dict[str, float]:
-        # Each block's entries lie in a box of side a (a = 1 for s1, s3, s6; 1/4 for s4, s5, s7): replacing
-        # one record moves the sum by at most a sqrt(dim), the box's diameter.
+        # Each block's entries lie in a box of side a (a = 1 for s1, s3; 1/2 for s6; 1/4 for s4, s5, s7):
+        # replacing one record moves the sum by at most a sqrt(dim), the box's diameter.
         s = batch_size
         return {
             "s1": math.sqrt(K) / s,  # r in [0, 1]^K
             "s3": math.sqrt(J) / s,  # y in {0, 1}^J
             "s4": math.sqrt(J) / (4.0 * s),  # xi in [0, 1/4]^J
             "s5": math.sqrt(J * K) / (4.0 * s),  # xi r^T in [0, 1/4]^(J x K)
-            "s6": math.sqrt(J * K) / s,  # (y - 1/2) r^T in [-1/2, 1/2]^(J x K)
+            "s6": math.sqrt(J * K) / (2.0 * s),  # (y - 1/2) (r - 1/2)^T in [-1/4, 1/4]^(J x K)
             "s7": math.sqrt(J * K * (K + 1) / 2) / (4.0 * s),  # xi triu(<z z^T>) in [0, 1/4]^(J x K(K+1)/2)
         }
 
@@ -187,7 +187,8 @@ class TestSbnQuery(QueryContract):
 
 def test_postprocess_layout() -> None:
     """s7 comes back as J symmetric K x K matrices whose upper triangles are the released block plus the
-    centre 1/8; s4 and s5 get the centre back too, s1, s3 and s6 are unchanged."""
+    centre 1/8; s4 and s5 get the centre back too, s6 gets s3 / 2 in each column (the released
+    <(y - 1/2)(r - 1/2)^T> becomes <(y - 1/2) r^T>), s1 and s3 are unchanged."""
     query = SigmoidBeliefNetworkQuery(K, INNER)
     rng = np.random.default_rng(300)
     means = {
@@ -205,6 +206,7 @@ def test_postprocess_layout() -> None:
     np.testing.assert_array_equal(out["s5"][1], means["s5"][K : 2 * K] + PG_CENTRE)
     np.testing.assert_array_equal(out["s4"], means["s4"] + PG_CENTRE)
     np.testing.assert_array_equal(out["s3"], means["s3"])
+    np.testing.assert_array_equal(out["s6"], means["s6"].reshape(J, K) + means["s3"][:, None] / 2.0)
 
 
 def test_e_step_is_bounded_and_finite_under_any_finite_params() -> None:
@@ -220,7 +222,8 @@ def test_e_step_is_bounded_and_finite_under_any_finite_params() -> None:
 
 def test_adversarial_images_reach_the_bounds() -> None:
     """Named extremes, beyond the contract's >= 1/2: all-ones against all-zeros moves s3 by exactly its
-    Delta; under b = +50 (r = 1 for both) s6 moves by exactly its Delta; under the saturating parameters
+    Delta; under b = +50 (r = 1 for both: (y - 1/2)(r - 1/2)^T is +1/4 against -1/4 everywhere) s6 moves
+    by exactly its Delta; under the saturating parameters
     s1 moves by ~sqrt(2/3) of its Delta (two of the three hidden units switch off; the third stays at a
     mean-field fixed point at 1), and s4, s5, s7 by ~0.97 of theirs (xi = 1/4 against xi ~ 1/180 with
     r ~ 0, the corners of their boxes)."""

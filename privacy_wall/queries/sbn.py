@@ -28,10 +28,13 @@ centred at the middle of the box its entries lie in, so each is a signed block w
                                                  Delta4 = sqrt(J) / (4 S) (Eq. 81).
   s5 = xi_n r_n^T - 1/8           (J x K)        entries xi_nj r_nk in [0, 1/4]: C5 = sqrt(J K) / 8,
                                                  Delta5 = sqrt(J K) / (4 S) (Eq. 82).
-  s6 = (y_n - 1/2) r_n^T          (J x K)        entries in [-1/2, 1/2]: C6 = sqrt(J K) / 2,
-                                                 Delta6 = sqrt(J K) / S. The paper's z (y - 1/2)^T
-                                                 transposed; releasing it directly beats releasing y z^T
-                                                 (non-negative, C = sqrt(J K): sqrt(2 J K) / S) plus s1.
+  s6 = (y_n - 1/2) (r_n - 1/2)^T  (J x K)        entries in [-1/4, 1/4]: C6 = sqrt(J K) / 4,
+                                                 Delta6 = sqrt(J K) / (2 S). The paper's z (y - 1/2)^T
+                                                 (transposed) is s6 + s3 1^T / 2 (postprocess): r centred
+                                                 at its box's middle halves the diameter of the entries'
+                                                 box ([-1/2, 1/2] for (y - 1/2) r^T, Delta sqrt(J K) / S;
+                                                 y z^T, non-negative, C = sqrt(J K): sqrt(2 J K) / S), so
+                                                 a quarter of the noise variance on the weights' drive.
   s7 = xi_nj triu(<z_n z_n^T>)    (J x K(K+1)/2) <z_n z_n^T> = r_n r_n^T + diag(r_n - r_n^2) (z binary): its
        - 1/8                                     upper triangle with the diagonal, row-major per j, entries
                                                  r_nk (diagonal) and r_nk r_nl, so xi_nj times them lies in
@@ -46,9 +49,11 @@ non-negative blocks (C = a sqrt(d), Delta = sqrt(2) C / S) s4, s5 and s7 would g
 at a/2 (C = a sqrt(d) / 2, signed, Delta = 2 C / S = a sqrt(d) / S) they get exactly the box's diameter.
 (The "- 1/8" is subtracted from every entry.) Each Delta is (nearly) attained: the audit in
 tests/test_query_sbn.py reaches 0.90 (s1) to 1.0 (s3, s6) of them with the all-ones and all-zeros images under
-saturating parameters. postprocess adds the public centres back.
+saturating parameters. postprocess adds the public centres back, and s3 / 2 to s6 (a function of released
+values only).
 
-Together with the public prior these are the natural-parameter updates of q(w^_j) = N (paper Appendix
+With s6 as postprocess returns it, <(y_n - 1/2) r_n^T>, and together with the public prior these are the
+natural-parameter updates of q(w^_j) = N (paper Appendix
 Sec. 5, with w_j and c_j in one Gaussian per visible unit): precision_j = prior + N [[s7_j, s5_j],
 [s5_j^T, s4_j]], precision_j mean_j = N (s6_j, s3_j); and of q(b): precision = 1/nu_b + N <xi^(1)>,
 precision mean = N s1.
@@ -189,7 +194,7 @@ class SigmoidBeliefNetworkQuery:
             "s3": math.sqrt(j) / 2.0,
             "s4": math.sqrt(j) / 8.0,
             "s5": math.sqrt(j * k) / 8.0,
-            "s6": math.sqrt(j * k) / 2.0,
+            "s6": math.sqrt(j * k) / 4.0,
             "s7": math.sqrt(j * k * (k + 1) / 2.0) / 8.0,
         }
 
@@ -230,7 +235,7 @@ class SigmoidBeliefNetworkQuery:
             centred_r = r - 0.5
             centred_y = y - 0.5
             packed = packed_hidden_moment(r)
-            norm_r = np.linalg.norm(r, axis=1)
+            norm_r = np.linalg.norm(centred_r, axis=1)
             norm_y = np.linalg.norm(centred_y, axis=1)
             f1 = clip_factors(np.linalg.norm(centred_r, axis=1), bounds["s1"])
             f3 = clip_factors(norm_y, bounds["s3"])
@@ -243,20 +248,22 @@ class SigmoidBeliefNetworkQuery:
                 "s3": centred_y.T @ f3,
                 "s4": (xi - PG_CENTRE).T @ f4,
                 "s5": ((xi * f5[:, None]).T @ r - PG_CENTRE * f5.sum()).reshape(-1),
-                "s6": ((centred_y * f6[:, None]).T @ r).reshape(-1),
+                "s6": ((centred_y * f6[:, None]).T @ centred_r).reshape(-1),
                 "s7": ((xi * f7[:, None]).T @ packed - PG_CENTRE * f7.sum()).reshape(-1),
             }
 
     def postprocess(self, noised_means: dict[str, Array], dimension: int) -> dict[str, Array]:
         """Data-independent: add the centre 1/8 back to s4, s5, s7 (so they are batch means of xi_n,
-        xi_n r_n^T and xi_nj <z_n z_n^T>); reshape s5, s6 to J x K and mirror s7 to J x K x K. s1 and s3 stay
-        centred (the M-step uses r - 1/2 and y - 1/2)."""
+        xi_n r_n^T and xi_nj <z_n z_n^T>); add s3 / 2 to each column of s6 (then the batch mean of
+        (y_n - 1/2) r_n^T: released values only); reshape s5, s6 to J x K and mirror s7 to J x K x K. s1 and
+        s3 stay centred (the M-step uses r - 1/2 and y - 1/2)."""
         j, k = dimension, self.hidden
+        s3 = noised_means["s3"]
         return {
             "s1": noised_means["s1"],
             "s3": noised_means["s3"],
             "s4": noised_means["s4"] + PG_CENTRE,
             "s5": noised_means["s5"].reshape(j, k) + PG_CENTRE,
-            "s6": noised_means["s6"].reshape(j, k),
+            "s6": noised_means["s6"].reshape(j, k) + s3[:, None] / 2.0,
             "s7": mirror_packed(noised_means["s7"].reshape(j, k * (k + 1) // 2) + PG_CENTRE, k),
         }

@@ -13,17 +13,29 @@ s4 = <xi>, s5 = <xi r^T>, s6 = <(y - 1/2) r^T>, s7 = <xi_j <z z^T>>; see privacy
   D_j = [[s7_j, s5_j], [s5_j^T, s4_j]],
 with the per-entry variances of the noise they carry (`NoiseVariances`, from the releases' public noise_std:
 v_t = (1 - rho_t)^2 v_{t-1} + rho_t^2 N^2 std^2), and q(w^_j) is read from the averages (issue 35):
-  nu(w^_j) = ((shrink_columns(A1[:, :K]), A1[:, K]),  P0 + psd(shrink_precision(A2)))
+  c drive   g = denoise_frequencies(A1[:, K])            (empirical-Bayes posterior means of the frequencies)
+  W drive   shrink_columns(A1[:, :K] - g <r>^T) + g <r>^T   (<r> = s1 + 1/2 from the running N s1 of q(b))
+  nu(w^_j) = ((W drive, g),  P0 + psd_floor(shrink_precision(A2)))
   nu(b)_t  = (1 - rho_t) nu(b)_{t-1} + rho_t (N s1,  1 / b_variance + N <xi^(1)>),
   <xi^(1)_k> = E[PG(1, sqrt(<b_k^2>))] (Eq. 68),
-where P0 = diag(1/w_variance, ..., 1/c_variance) and psd() projects to the PSD cone, so every precision stays
->= P0. shrink_columns switches off a hidden unit whose weights the noise cannot support (positive-part
-James-Stein per column of N s6); shrink_precision moves the noisy data precision toward a PSD target pooled
-over the J pixels, whose c-c entries are those the released s3 implies for a model without hidden units (so a
-fit that noise overwhelms falls back to c_j = logit(pixel frequency), the per-pixel means, instead of below
-them). Both read only released values and public noise scales (post-processing) and are the identity at
-sigma = 0, where this is the paper's update. <xi^(1)> uses the current q(b): it depends on the released
-posterior only and needs no noise (the paper's s2).
+where P0 = diag(1/w_variance, ..., 1/c_variance), so every precision stays >= P0.
+- denoise_frequencies: the released pixel frequencies' noise is what the fallback (the per-pixel means)
+  pays; a prior estimated from all J pixels (nonparametric maximum likelihood) and the posterior mean
+  reduce it and keep the frequencies in [0, 1].
+- shrink_columns switches off a hidden unit whose weights the noise cannot support (positive-part
+  James-Stein per column), applied to the covariance part of N s6 only: N s3_j <r_k> is what a model
+  without hidden structure implies (w = 0 solves the M-step then), large whatever the noise, and shrinking
+  the sum kept pure-noise columns. A switched-off unit has drive and data precision 0.
+- shrink_precision moves the noisy data precision toward a PSD target pooled over the J pixels, whose c-c
+  entries are those the released s3 implies for a model without hidden units (so a fit that noise
+  overwhelms falls back to c_j = logit(pixel frequency), the per-pixel means, instead of below them).
+- psd_floor raises the eigenvalues of what is left to the spectral edge of its noise, 2 lambda
+  sqrt((K + 1) v) (a (K + 1) x (K + 1) symmetric noise matrix of entry variance v has its eigenvalues
+  within ~2 sqrt((K + 1) v); lambda the shrinkage factor): directions the noise can fake are not inverted
+  (a projection to 0 left only P0 there, and the noise of the drive, N std, became weights of hundreds).
+All read only released values and public noise scales (post-processing) and are the identity at sigma = 0,
+where this is the paper's update. <xi^(1)> uses the current q(b): it depends on the released posterior only
+and needs no noise (the paper's s2).
 The expected natural parameters for the next E-step are <b>, <W> and <w^_j w^_j^T> = Sigma_j + mu_j mu_j^T.
 
 Reconstruction of public binary rows: q(z | y) by the same fixed-iteration E-step (plug-in point estimates
@@ -52,16 +64,21 @@ DEFAULT_HIDDEN = 50
 class NoiseVariances:
     """Per-entry variances of the release noise left in the running averages (public: from the releases'
     noise_std, N and the step sizes). `w` (K,): column k of N s6; `diagonal`: N s5 (= the diagonal of N s7);
-    `off`: the off-diagonal entries of N s7; `s4`: N s4. All zero without noise."""
+    `off`: the off-diagonal entries of N s7; `s4`: N s4; `s3`: N s3 (the pixel frequencies' drive); `w_raw`:
+    N s6 before the clip |s6_jk| <= <r_k> / 2 (the clip bounds the variance but not the shift of what is
+    left after subtracting N s3 <r_k>, so the shrinkage of that covariance uses w_raw). All zero without
+    noise."""
 
     w: Array
     diagonal: float = 0.0
     off: float = 0.0
     s4: float = 0.0
+    s3: float = 0.0
+    w_raw: float = 0.0
 
     def is_zero(self) -> bool:
         """No noise in the averages (every release so far at sigma = 0)."""
-        return not (np.any(self.w > 0) or self.diagonal > 0 or self.off > 0 or self.s4 > 0)
+        return not (np.any(self.w > 0) or self.diagonal > 0 or self.off > 0 or self.s4 > 0 or self.s3 > 0)
 
     def mixed(self, new: NoiseVariances, rho: float) -> NoiseVariances:
         """The variance of (1 - rho) old + rho new for independent noises: (1 - rho)^2 v + rho^2 v_new."""
@@ -71,6 +88,8 @@ class NoiseVariances:
             a * self.diagonal + b * new.diagonal,
             a * self.off + b * new.off,
             a * self.s4 + b * new.s4,
+            a * self.s3 + b * new.s3,
+            a * self.w_raw + b * new.w_raw,
         )
 
 
@@ -120,11 +139,12 @@ def _gaussian_moments(eta1: Array, eta2: Array) -> tuple[Array, Array]:
     return mean, covariance
 
 
-def _project_psd(matrices: Array) -> Array:
-    """Batched nearest (Frobenius) PSD matrices of the symmetric parts."""
+def _project_psd(matrices: Array, floor: float = 0.0) -> Array:
+    """Batched symmetric parts with their eigenvalues raised to at least `floor` (0: the nearest PSD
+    matrices in Frobenius norm)."""
     sym = (matrices + np.swapaxes(matrices, -1, -2)) / 2.0
     eigenvalues, vectors = np.linalg.eigh(sym)
-    projected: Array = np.einsum("jak,jk,jbk->jab", vectors, np.maximum(eigenvalues, 0.0), vectors)
+    projected: Array = np.einsum("jak,jk,jbk->jab", vectors, np.maximum(eigenvalues, floor), vectors)
     return projected
 
 
@@ -171,16 +191,20 @@ def release_noise(
 ) -> NoiseVariances:
     """Per-entry noise variances of one release's N (s6, s3) and N D after `project_statistics`.
 
-    s6_jk is clipped to |s6_jk| <= <r_k> / 2, and a value confined to [-a, a] has variance <= a^2, so
-    column k's is N^2 min(std6^2, <r_k>^2 / 4). s5 and diag(s7) are combined with weights
+    s6 is released centred (privacy_wall.queries.sbn) and postprocess adds s3 / 2: std6^2 + std3^2 / 4 per
+    entry. s6_jk is clipped to |s6_jk| <= <r_k> / 2, and a value confined to [-a, a] has variance <= a^2, so
+    column k's is N^2 min(std6^2 + std3^2 / 4, <r_k>^2 / 4). s5 and diag(s7) are combined with weights
     (K + 1, 2) / (K + 3): N^2 ((K + 1)^2 std5^2 + 4 std7^2) / (K + 3)^2. Zero when noise_std is None."""
-    std = dict.fromkeys(("s4", "s5", "s6", "s7"), 0.0) if noise_std is None else noise_std
+    std = dict.fromkeys(("s3", "s4", "s5", "s6", "s7"), 0.0) if noise_std is None else noise_std
     k = statistics["s1"].shape[0]
     n2 = float(population) ** 2
     on = np.clip(statistics["s1"], -0.5, 0.5) + 0.5
-    w = n2 * np.minimum(std["s6"] ** 2, on**2 / 4.0)
+    raw = n2 * (std["s6"] ** 2 + std["s3"] ** 2 / 4.0)
+    w = np.minimum(raw, n2 * on**2 / 4.0)
     diagonal = n2 * ((k + 1) ** 2 * std["s5"] ** 2 + 4.0 * std["s7"] ** 2) / (k + 3) ** 2
-    return NoiseVariances(w, diagonal, n2 * std["s7"] ** 2, n2 * std["s4"] ** 2)
+    return NoiseVariances(
+        w, diagonal, n2 * std["s7"] ** 2, n2 * std["s4"] ** 2, n2 * std["s3"] ** 2, float(raw)
+    )
 
 
 def shrink_columns(drive: Array, variance: Array) -> Array:
@@ -213,6 +237,38 @@ def _shrink_factor(residual: Array, variance: float) -> float:
         return 1.0
     energy = float(np.mean(residual**2)) if residual.size else 0.0
     return max(0.0, 1.0 - variance / energy) if energy > 0 else 0.0
+
+
+#: Support of the empirical-Bayes prior of the pixel frequencies (denoise_frequencies): a public grid.
+FREQUENCY_GRID = np.linspace(0.0, 1.0, 201)
+#: EM rounds of the prior's weights (a fixed count: no convergence test).
+FREQUENCY_EM_ROUNDS = 200
+
+
+def denoise_frequencies(drive_c: Array, variance: float, population: int) -> Array:
+    """Empirical-Bayes posterior means of the pixel frequencies p_j = s3_j + 1/2 from the noisy running
+    average N s3 (entry noise variance `variance`, public): p^_j = p_j + N(0, v / N^2) independently, a
+    prior g on FREQUENCY_GRID estimated from all J pixels at once (Kiefer-Wolfowitz nonparametric maximum
+    likelihood, by EM on its weights), and E[p_j | p^_j] under g, returned as the drive N (E[p_j] - 1/2).
+    The posterior mean is what the log-loss of a pixel's prediction asks for; with many pixels nearly always
+    off (or on), g puts its mass there and pulls their noisy frequencies back into [0, 1] instead of
+    clipping them. Post-processing of released values; the identity when v = 0."""
+    if variance <= 0 or drive_c.size == 0:
+        return drive_c
+    n = float(population)
+    observed = drive_c / n + 0.5
+    scale = np.sqrt(variance) / n
+    log_lik = -0.5 * ((observed[:, None] - FREQUENCY_GRID[None, :]) / scale) ** 2
+    likelihood = np.exp(log_lik - log_lik.max(axis=1, keepdims=True))  # rows rescaled: weights unchanged
+    weights = np.full(FREQUENCY_GRID.size, 1.0 / FREQUENCY_GRID.size)
+    for _ in range(FREQUENCY_EM_ROUNDS):
+        posterior = likelihood * weights
+        posterior /= posterior.sum(axis=1, keepdims=True)
+        weights = posterior.mean(axis=0)
+    posterior = likelihood * weights
+    posterior /= posterior.sum(axis=1, keepdims=True)
+    denoised: Array = n * (posterior @ FREQUENCY_GRID - 0.5)
+    return denoised
 
 
 def implied_s4(drive_c: Array, population: int) -> Array:
@@ -312,18 +368,35 @@ class SigmoidBeliefNetwork:
         return self._state(data_eta1, data_eta2, noise, b_eta1, b_eta2, {}, 1)  # no noise: N unused
 
     def effective_parameters(
-        self, data_eta1: Array, data_eta2: Array, noise: NoiseVariances, population: int
+        self,
+        data_eta1: Array,
+        data_eta2: Array,
+        noise: NoiseVariances,
+        population: int,
+        hidden_drive: Array | None = None,
     ) -> tuple[Array, Array]:
         """q(w^_j)'s natural parameters from the running averages (post-processing of released values):
-        (shrink_columns(N s6), N s3) and P0 + psd(shrink_precision(N D))."""
+        the c drive N s3 denoised (denoise_frequencies); the weights' drive N s6 split into the part a
+        model without hidden structure implies, N s3_j <r_k> (<r_k> = s1_k + 1/2 from `hidden_drive`, the
+        running N s1), and the covariance N (s6 - s3 <r>^T), which alone is shrunk per column
+        (shrink_columns: the first part is large whatever the noise, and shrinking the sum would keep noise
+        columns); P0 + psd(shrink_precision(N D)). A unit whose covariance column is shrunk to 0 is off: its
+        drive and its data precision are 0, so q(w_.k) is the prior."""
         k = self.hidden
         eta1 = data_eta1.copy()
-        eta1[:, :k] = shrink_columns(data_eta1[:, :k], noise.w)
         if noise.is_zero():  # exact releases: N D is PSD already (a mean of xi_nj <z^ z^^T>), no projection
             return eta1, data_eta2 + self.prior_precision()
-        alive = np.any(eta1[:, :k] != 0, axis=0) | (noise.w <= 0)
-        shrunk, factor = shrink_precision(data_eta2, data_eta1[:, k], population, noise, alive)
-        eta2 = _project_psd(shrunk) if factor > 0 else shrunk  # lambda = 0: PSD already
+        n = float(population)
+        eta1[:, k] = denoise_frequencies(data_eta1[:, k], noise.s3, population)
+        drive_b = np.zeros(k) if hidden_drive is None else hidden_drive
+        on = np.clip(drive_b / n + 0.5, 0.0, 1.0)
+        implied = eta1[:, k : k + 1] * on[None, :]  # N s3_j <r_k>, from the denoised s3
+        shrunk = shrink_columns(data_eta1[:, :k] - implied, np.where(noise.w > 0, noise.w_raw, 0.0))
+        alive = np.any(shrunk != 0, axis=0) | (noise.w <= 0)
+        eta1[:, :k] = np.where(alive[None, :], shrunk + implied, 0.0)
+        shrunk_eta2, factor = shrink_precision(data_eta2, eta1[:, k], population, noise, alive)
+        floor = 2.0 * factor * np.sqrt((k + 1) * max(noise.off, noise.diagonal, noise.s4))
+        eta2 = _project_psd(shrunk_eta2, floor) if factor > 0 else shrunk_eta2  # lambda = 0: PSD already
         eta2 += self.prior_precision()
         return eta1, eta2
 
@@ -337,7 +410,7 @@ class SigmoidBeliefNetwork:
         statistics: dict[str, Array],
         population: int,
     ) -> SbnState:
-        eta1, eta2 = self.effective_parameters(data_eta1, data_eta2, noise, population)
+        eta1, eta2 = self.effective_parameters(data_eta1, data_eta2, noise, population, b_eta1)
         mean, covariance = _gaussian_moments(eta1, eta2)
         return SbnState(
             eta1,
