@@ -19,11 +19,12 @@ Sections:
   held-out completion perplexity: epsilon 1, 2.4, 10, 100 (delta 1e-4, sigma by the `pld` accountant) and
   sigma = 0, on the README's job (the bundled corpus, K = 50, S = 2,000, T = 20, N_w = 500, a = 0.1) and on
   planted-topic corpora shaped like it (V = 5,000, ~50 tokens, K = 20) of growing D at S / D = 0.05, T = 20.
-- --full: the paper's scale (D = 400,000, V = 8,000, K = 50, S = 20,000, N_w = 500, T = 20, sigma = 1.24)
-  on a synthetic corpus: wall time and peak RSS.
+- --full: the paper's scale (D = 400,000, V = 5,000, K = 50, S = 20,000, N_w = 500, T = 20, sigma = 1.24)
+  on a synthetic corpus: seconds per iteration and peak RSS, beside scikit-learn's online LDA updates on
+  minibatches of the same size from the same corpus (the ratio of seconds per iteration).
 
     python -m bench.lda [--quick] [--seeds N] [--out DIR]
-    python -m bench.lda --full [--out DIR]
+    python -m bench.lda --full [--sklearn-batches N] [--out DIR]
     python -m bench.lda --whole-process [--repeats R]   # `vips fit --local` as a process vs scikit-learn
     python -m bench.lda --sweep [--sweep-sizes 2786,10000]  # private LDA vs the unigram baseline
 
@@ -35,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import resource
 import sys
 import time
@@ -109,7 +111,10 @@ class SyntheticSetting:
 
 PRIVATE_SETTING = SyntheticSetting(documents=100_000, vocabulary=8_000, topics=50, mean_length=300.0)
 QUICK_PRIVATE_SETTING = SyntheticSetting(documents=100_000, vocabulary=2_000, topics=20, mean_length=100.0)
-FULL_SETTING = SyntheticSetting(documents=400_000, vocabulary=8_000, topics=50, mean_length=300.0)
+FULL_SETTING = SyntheticSetting(documents=400_000, vocabulary=5_000, topics=50, mean_length=300.0)
+#: --full generates its corpus in pieces (seeds 1, 2, ...) and joins their arrays one at a time, so that
+#: generation peaks near 1.5 times the corpus (one call to generate_corpus holds it about three times).
+FULL_PIECES = 8
 FULL_BATCH = 20_000
 FULL_SIGMA = 1.24
 
@@ -622,28 +627,106 @@ def peak_rss_gb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
 
 
-def full_mode(sigma: float = FULL_SIGMA) -> str:
+def full_corpus(setting: SyntheticSetting) -> tuple[Counts, Evaluation]:
+    """The --full training corpus (FULL_PIECES pieces of planted-topic documents, seeds 1, 2, ...; int32
+    CSR, built array by array) and its held-out evaluation set (seed 0 of the test generator's stream)."""
+    truth = planted_topics(setting.topics, setting.vocabulary, seed=0)
+    sizes = [len(part) for part in np.array_split(np.arange(setting.documents), FULL_PIECES)]
+    pieces = [
+        sp.csr_array(
+            generate_corpus(
+                size, truth, mean_length=setting.mean_length, alpha=setting.alpha, seed=1 + piece
+            ).counts
+        )
+        for piece, size in enumerate(sizes)
+    ]
+    offsets = np.cumsum([0] + [int(piece.nnz) for piece in pieces])
+    indptr = np.concatenate(
+        [[0]] + [np.asarray(piece.indptr[1:], dtype=np.int64) + offsets[i] for i, piece in enumerate(pieces)]
+    )
+    data = np.empty(int(offsets[-1]), dtype=np.int32)
+    indices = np.empty(int(offsets[-1]), dtype=np.int32)
+    for i in range(len(pieces)):
+        piece, pieces[i] = pieces[i], sp.csr_array((1, 1))  # released as soon as it is copied
+        data[offsets[i] : offsets[i + 1]] = piece.data
+        indices[offsets[i] : offsets[i + 1]] = piece.indices
+        del piece
+    counts = sp.csr_array((data, indices, indptr), shape=(setting.documents, setting.vocabulary))
+    test = generate_corpus(
+        setting.test_documents, truth, mean_length=setting.mean_length, alpha=setting.alpha, seed=2
+    )
+    return counts, Evaluation.of(test.counts, 1.0 / setting.topics)
+
+
+def sklearn_minibatch_seconds(
+    counts: Counts, topics: int, batches: int, seed: int = 0
+) -> tuple[list[float], list[float]]:
+    """Seconds of each of scikit-learn's online LDA updates (`partial_fit`, learning_method "online") on
+    `batches` minibatches of FULL_BATCH documents drawn as VIPS draws them (uniformly, without replacement,
+    independently per iteration), with VIPS's step sizes (learning_offset tau0, learning_decay kappa),
+    total_samples D and alpha = eta = 1/K; one BLAS thread. Each update includes the row selection.
+    Returns wall and CPU seconds per update."""
+    from sklearn.decomposition import LatentDirichletAllocation as SkLda
+
+    model = SkLda(
+        n_components=topics,
+        learning_method="online",
+        batch_size=FULL_BATCH,
+        learning_offset=PRIVATE_TAU0,
+        learning_decay=PRIVATE_KAPPA,
+        total_samples=counts.shape[0],
+        doc_topic_prior=1.0 / topics,
+        topic_word_prior=1.0 / topics,
+        random_state=seed,
+    )
+    matrix = sp.csr_matrix(counts)
+    rng = np.random.default_rng(seed)
+    seconds: list[float] = []
+    cpu: list[float] = []
+    with threadpool_limits(1):
+        for t in range(batches):
+            start, start_cpu = time.perf_counter(), time.process_time()
+            rows = np.sort(rng.choice(counts.shape[0], size=FULL_BATCH, replace=False))
+            model.partial_fit(matrix[rows])
+            seconds.append(time.perf_counter() - start)
+            cpu.append(time.process_time() - start_cpu)
+            log(f"  scikit-learn minibatch {t + 1}: {seconds[-1]:.1f} s ({cpu[-1]:.1f} s CPU)")
+    return seconds, cpu
+
+
+def full_mode(sigma: float = FULL_SIGMA, sklearn_batches: int = PRIVATE_ITERATIONS) -> str:
+    """The paper's scale in process: corpus, store, 20 private releases through the gate with their M-steps
+    (one BLAS thread), then scikit-learn's online LDA on `sklearn_batches` minibatches of the same size
+    from the same corpus (0: skipped). Peak RSS is the whole process's (corpus generation included) when
+    the fit ends, before scikit-learn runs."""
     setting = FULL_SETTING
     start = time.perf_counter()
-    data = synthetic_data(setting)
+    train, evaluation = full_corpus(setting)
     generated = time.perf_counter() - start
-    log(f"full: generated D = {setting.documents} (nnz {data.train.nnz}) in {generated:.0f} s")
+    generation_rss = peak_rss_gb()
+    log(f"full: generated D = {setting.documents} (nnz {train.nnz}) in {generated:.0f} s")
     start = time.perf_counter()
-    store = InMemoryBowStore("full", data.train, public=False)
+    store = InMemoryBowStore("full", train, public=False)
     stored = time.perf_counter() - start
     times: list[float] = []
-    last = time.perf_counter()
+    cpu: list[float] = []
+    last, last_cpu = time.perf_counter(), time.process_time()
 
     def tick(t: int, _state: LdaState) -> None:
-        nonlocal last
-        now = time.perf_counter()
+        nonlocal last, last_cpu
+        now, now_cpu = time.perf_counter(), time.process_time()
         times.append(now - last)
-        log(f"  iteration {t}: {now - last:.1f} s, peak RSS {peak_rss_gb():.2f} GB")
-        last = now
+        cpu.append(now_cpu - last_cpu)
+        log(
+            f"  iteration {t}: {now - last:.2f} s ({now_cpu - last_cpu:.2f} s CPU), "
+            f"peak RSS {peak_rss_gb():.2f} GB"
+        )
+        last, last_cpu = now, now_cpu
 
+    load = " / ".join(f"{value:.1f}" for value in os.getloadavg())
     with threadpool_limits(1):
         fit = vips_fit(
-            data.train,
+            train,
             topics=setting.topics,
             sigma=sigma,
             batch_size=FULL_BATCH,
@@ -657,23 +740,35 @@ def full_mode(sigma: float = FULL_SIGMA) -> str:
             on_iteration=tick,
             store=store,
         )
-    completion = data.evaluation.completion(fit.state.lam)
-    unigram = unigram_perplexity(data.train, data.evaluation.held_out)
+    fit_rss = peak_rss_gb()
+    vips_iteration = float(np.median(times))
+    sklearn_seconds, sklearn_cpu = sklearn_minibatch_seconds(train, setting.topics, sklearn_batches)
+    completion = evaluation.completion(fit.state.lam)
+    unigram = unigram_perplexity(train, evaluation.held_out)
     lines = [
         "| quantity | value |",
         "|---|---|",
         f"| corpus | D = {setting.documents:,}, V = {setting.vocabulary:,}, K = {setting.topics}, "
-        f"{data.train.nnz:,} non-zeros, mean length {setting.mean_length:g} |",
+        f"{train.nnz:,} non-zeros, mean length {setting.mean_length:g} |",
         f"| schedule | S = {FULL_BATCH:,}, T = {PRIVATE_ITERATIONS}, N_w = {DOC_LENGTH}, a = {CLIP}, "
-        f"sigma = {sigma:.4g}, {INNER_ITERATIONS} inner iterations |",
+        f"sigma = {sigma:.4g}, {INNER_ITERATIONS} inner iterations, one thread |",
         f"| epsilon (delta = {PRIVATE_DELTA:g}) | {fit.epsilon:.3f} |",
-        f"| corpus generation | {generated:.0f} s |",
+        f"| corpus generation | {generated:.0f} s (peak RSS {generation_rss:.2f} GB) |",
         f"| store construction (bound checks) | {stored:.1f} s |",
-        f"| fit wall time (20 releases + M-steps) | {fit.seconds:.0f} s ({fit.seconds / 60:.1f} min) |",
-        f"| per iteration (median) | {np.median(times):.1f} s |",
-        f"| peak RSS (whole process) | {peak_rss_gb():.2f} GB |",
-        f"| held-out completion perplexity | {completion:.1f} (unigram {unigram:.1f}) |",
+        f"| fit wall time ({PRIVATE_ITERATIONS} releases + M-steps) | {fit.seconds:.1f} s |",
+        f"| VIPS per iteration (median; load average at start {load}) | {vips_iteration:.2f} s "
+        f"({np.median(cpu):.2f} s of CPU, both threads) |",
+        f"| peak RSS (whole process, at the fit's end) | {fit_rss:.2f} GB |",
     ]
+    if sklearn_seconds:
+        median, median_cpu = float(np.median(sklearn_seconds)), float(np.median(sklearn_cpu))
+        lines += [
+            f"| scikit-learn online LDA per minibatch of {FULL_BATCH:,} (median of {len(sklearn_seconds)}) "
+            f"| {median:.2f} s ({median_cpu:.2f} s of CPU) |",
+            f"| ratio (scikit-learn / VIPS, seconds per iteration) | {median / vips_iteration:.2f}x "
+            f"(CPU: {median_cpu / float(np.median(cpu)):.2f}x) |",
+        ]
+    lines.append(f"| held-out completion perplexity | {completion:.1f} (unigram {unigram:.1f}) |")
     return "\n".join(lines) + "\n"
 
 
@@ -852,6 +947,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=None,
         help="--full: calibrate sigma to this epsilon (default: the paper's sigma 1.24)",
     )
+    parser.add_argument(
+        "--sklearn-batches",
+        type=int,
+        default=PRIVATE_ITERATIONS,
+        help="--full: scikit-learn online LDA updates timed on minibatches of the same size (0: none)",
+    )
     parser.add_argument("--seeds", type=int, default=None, help="wikipedia repeats (5; 1 with --quick)")
     parser.add_argument("--wikipedia-only", action="store_true", help="skip the private section")
     parser.add_argument(
@@ -913,7 +1014,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             sigma = calibrate_sigma(
                 args.full_epsilon, FULL_BATCH, FULL_SETTING.documents, PRIVATE_ITERATIONS, PRIVATE_DELTA
             )
-        table = full_mode(sigma)
+        table = full_mode(sigma, args.sklearn_batches)
         print(table)
         (args.out / "lda_full.md").write_text(
             f"Produced by `python -m bench.lda --full`.\n\n{table}", encoding="utf-8"

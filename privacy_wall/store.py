@@ -170,7 +170,7 @@ class InMemoryBowStore:
         counts.sum_duplicates()
         check_bow_bounds(counts)
         counts.eliminate_zeros()
-        self.counts = counts.astype(np.int32)
+        self.counts = counts.astype(np.int32, copy=False)  # int32 already (ingestion's, generators'): shared
         self._info = DatasetInfo(self.name, "bow", int(counts.shape[0]), int(counts.shape[1]), self.public)
 
     @classmethod
@@ -258,7 +258,10 @@ def check_bow_bounds(counts: sp.csr_array) -> None:
     Raises BoundViolation naming the first offending document (row) index, never its values.
     """
     data = np.asarray(counts.data)
-    bad = ~np.isfinite(data) | (data < 0) | (data > MAX_COUNT) | (np.floor(data) != data)
+    if np.issubdtype(data.dtype, np.integer):  # whole and finite already: no float64 copy of a large corpus
+        bad = (data < 0) | (data > MAX_COUNT)
+    else:
+        bad = ~np.isfinite(data) | (data < 0) | (data > MAX_COUNT) | (np.floor(data) != data)
     if bad.any():
         entry = int(np.argmax(bad))
         row = int(np.searchsorted(np.asarray(counts.indptr), entry, side="right")) - 1

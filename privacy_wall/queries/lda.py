@@ -33,8 +33,13 @@ distinct words (so little padding is needed): a fixed number per chunk for resam
 width N_w is public), as many as fit a memory budget otherwise. A chunk's exp(E[log beta]) columns are
 gathered once into a padded (documents x K x words) array that stays in cache for all inner iterations,
 so each iteration is two batched matrix-vector products, a digamma and an exp; there is no dense S x V
-matrix and no Python loop per document. As for any sparse E-step, the running time grows with the
-number of distinct words in the batch; the released values do not depend on the chunking.
+matrix and no Python loop per document. The wall's query runs those products in float32 (`fit_chunks`,
+single; LdaQuery's float32_iterations) and everything after the last iteration (normaliser, contribution,
+norm, clipping, the sum) in float64; evaluation outside the wall (`fit_documents`) stays float64. The
+resampling searches each document's uniforms in sorted order (the same tokens; sorted keys make numpy's
+search cache-friendly). As for any sparse E-step, the running time grows with the number of distinct
+words in the batch; the released values do not depend on the chunking (with float32 iterations, up to
+float32 rounding: a document's products then depend on its chunk's padded width at ~1e-7 relative).
 
 Numerics: phi is invariant to rescaling exp(E[log beta_kv]) per word v and exp(E[log theta_dk]) per
 document d, so both are shifted to a maximum of 1 before exponentiating; a word whose normaliser still
@@ -68,6 +73,9 @@ BLOCK = "s"
 #: Normalisers sum_k E_dk B_kv below this are treated as 0 (the word is dropped from the document). With
 #: counts <= 2^31 the ratios n / normaliser stay below ~1e260, far from overflow.
 PHI_NORM_FLOOR = 1e-250
+#: The same floor for the float32 inner iterations of `fit_chunks(..., single=True)`: n / floor <= 2.1e28,
+#: so sums of ratios over any document stay finite in float32.
+SINGLE_NORM_FLOOR = 1e-19
 
 #: Budget of float64 elements for a chunk's padded (documents x K x words) array: 2^19 (4 MB) keeps it in
 #: the L2/L3 cache across the inner iterations.
@@ -75,6 +83,9 @@ CHUNK_ELEMENTS = 2**19
 MAX_CHUNK_DOCUMENTS = 4096
 MIN_ADAPTIVE_CHUNK = 32
 WIDTH_RATIO = 1.5
+
+#: (document, word) entries (padded) gathered before the query scatters them into its K x V total.
+SCATTER_ENTRIES = 2**18
 
 #: Documents per chunk of the resampling's sorted search (bounds its temporary arrays; any fixed value).
 RESAMPLE_CHUNK = 1024
@@ -138,13 +149,24 @@ def resample_documents(counts: Counts, length: int, rng: np.random.Generator) ->
         # Row r's cumulative distribution, shifted by its chunk position r: non-decreasing overall.
         grid = local + within / totals[local]
         targets = np.flatnonzero(nonempty)
-        queries = targets[:, None] + uniforms[start + targets]
-        found = np.searchsorted(grid, queries, side="right")
-        # Rounding can put a query on its row's upper edge: keep every token inside its own row.
-        first = (indptr[start + targets] - lo)[:, None]
-        last = (indptr[start + targets + 1] - 1 - lo)[:, None]
-        found = np.clip(found, first, last)
-        drawn[lo:hi] += np.bincount(found.ravel(), minlength=hi - lo)
+        # Token n of row r is entry found_n = #{grid <= q_n} (then kept inside row r). Only the counts are
+        # kept, so each row's uniforms are sorted: the queries of the chunk's rows, one block of `length`
+        # after another, are then non-decreasing overall (row r's lie in [r, r + 1]), and
+        # below_j = #{queries < grid_j} = #{n : found_n <= j} comes from one search of the grid in them.
+        # Within row r (block from b_r), #{n of r : found_n <= j} = clip(below_j - b_r, 0, length), forced
+        # to `length` at the row's last entry (tokens past it stay in the row) and 0 before its first
+        # entry: the differences are exactly the counts the token-by-token search gives.
+        queries = (targets[:, None] + np.sort(uniforms[start + targets], axis=1)).ravel()
+        below = np.searchsorted(queries, grid, side="left")
+        block = np.zeros(stop - start, dtype=np.int64)
+        block[targets] = np.arange(targets.shape[0], dtype=np.int64) * length
+        upto = np.clip(below - block[local], 0, length)
+        first = indptr[start + targets] - lo
+        upto[indptr[start + targets + 1] - 1 - lo] = length
+        previous = np.empty_like(upto)
+        previous[1:] = upto[:-1]
+        previous[first] = 0
+        drawn[lo:hi] += upto - previous
     out = sp.csr_array((drawn, counts.indices.copy(), indptr.copy()), shape=counts.shape)
     out.eliminate_zeros()
     return out
@@ -206,7 +228,7 @@ class ChunkFit:
     words (c x m): padded word ids (V for padding); counts (c x m): n_dv (0 for padding);
     topic_word (c x K x m): B gathered at the words; doc_topic (c x K): E_dk = exp(digamma(gamma_dk) -
     max_k digamma(gamma_dk)); gamma (c x K); ratio (c x m): n_dv / sum_k E_dk B_vk, the final phi being
-    phi_{dvk} = E_dk B_vk ratio_dv / n_dv.
+    phi_{dvk} = E_dk B_vk ratio_dv / n_dv. The consumer owns the arrays (LdaQuery scales topic_word in place).
     """
 
     documents: IntArray
@@ -229,15 +251,31 @@ def _dirichlet_exp(gamma: Array, out: Array, row_max: Array) -> None:
 
 
 def fit_chunks(
-    counts: Counts, table: Array, alpha: float, iterations: int, documents_per_chunk: int | None
+    counts: Counts,
+    table: Array,
+    alpha: float,
+    iterations: int,
+    documents_per_chunk: int | None,
+    *,
+    single: bool = False,
 ) -> Iterator[ChunkFit]:
     """The E-step over all non-empty documents of `counts` (canonical, non-negative), chunk by chunk.
 
     `table` is `shifted_topic_word(...)[0]`. Documents are visited in order of their number of distinct
     words (stable), so chunks need little padding; each document's result depends only on its own row.
+
+    `single`: the inner iterations' two matrix-vector products (and the ratios n / normaliser between them)
+    run in float32, on a float32 copy of the chunk's gathered table, about twice as fast; gamma, the
+    digamma and the exp stay in float64 (with the exact alpha), and the final normaliser, ratio and every
+    field of the ChunkFit are computed in float64 from the float64 table, as without `single`. A float32
+    normaliser is floored at SINGLE_NORM_FLOOR, so every float32 value stays finite (ratios <= 2^31 / 1e-19
+    ~ 2.1e28, their sum over at most 2^31 words <= 4.6e37 < 3.4e38). The iterates then differ from the
+    float64 ones by float32 rounding (about 1e-6 relative on gamma), and so does the contribution.
     """
     topics = table.shape[1]
     padding_word = table.shape[0] - 1
+    work = np.float32 if single else np.float64
+    floor = SINGLE_NORM_FLOOR if single else PHI_NORM_FLOOR
     indptr = np.asarray(counts.indptr, dtype=np.int64)
     indices = np.asarray(counts.indices, dtype=np.int64)
     data = np.asarray(counts.data, dtype=np.float64)
@@ -264,26 +302,37 @@ def fit_chunks(
         n = n.reshape(c, width)
         # The SDDMM-style gather, once per chunk: c x K x width (words last: the faster gemv layout).
         topic_word = np.ascontiguousarray(table[words].transpose(0, 2, 1))
+        work_topic_word = topic_word.astype(np.float32) if single else topic_word
+        work_n = n.astype(work) if single else n
 
         # The iterations reuse these buffers (in place: the same operations, no allocation per step);
         # each 3-d one has a 2-d view of its own for the elementwise steps.
         doc_topic = np.ones((c, 1, topics))
         theta = doc_topic[:, 0, :]
-        normaliser = np.empty((c, 1, width))
+        work_doc_topic = np.ones((c, 1, topics), dtype=work) if single else doc_topic
+        work_theta = work_doc_topic[:, 0, :]
+        normaliser = np.empty((c, 1, width), dtype=work)
         norm = normaliser[:, 0, :]
-        ratio = np.empty((c, width, 1))
+        ratio = np.empty((c, width, 1), dtype=work)
         weight = ratio[:, :, 0]
-        sums = np.empty((c, topics, 1))
+        sums = np.empty((c, topics, 1), dtype=work)
         gamma = np.full((c, topics), alpha)
         row_max = np.empty((c, 1))
         for _ in range(iterations):
-            np.matmul(doc_topic, topic_word, out=normaliser)
-            np.maximum(norm, PHI_NORM_FLOOR, out=norm)
-            np.divide(n, norm, out=weight)
-            np.matmul(topic_word, ratio, out=sums)
+            np.matmul(work_doc_topic, work_topic_word, out=normaliser)
+            np.maximum(norm, floor, out=norm)
+            np.divide(work_n, norm, out=weight)
+            np.matmul(work_topic_word, ratio, out=sums)
             np.multiply(sums[:, :, 0], theta, out=gamma)
             gamma += alpha
             _dirichlet_exp(gamma, theta, row_max)
+            if single:
+                np.copyto(work_theta, theta, casting="same_kind")
+        if single:
+            del work_topic_word, work_n, work_doc_topic, normaliser, ratio, sums
+            normaliser = np.empty((c, 1, width))
+            norm = normaliser[:, 0, :]
+            weight = np.empty((c, width))
         np.matmul(doc_topic, topic_word, out=normaliser)
         np.divide(n, np.maximum(norm, PHI_NORM_FLOOR), out=weight)
         yield ChunkFit(documents, words, n, topic_word, theta, gamma, weight, norm)
@@ -347,7 +396,10 @@ class LdaQuery:
     docstring); inner_iterations, the fixed number of E-step iterations per document (default 30: on
     Wikipedia paragraphs and on synthetic 500-token documents, theta is then within a mean L1 distance of
     0.003 of its fixed point); clip a in (0, 1] (default 0.1, the paper's; 1 is the theory bound N_w).
-    documents_per_chunk overrides the E-step's chunking (results do not depend on it).
+    documents_per_chunk overrides the E-step's chunking (results do not depend on it). float32_iterations
+    (default True) runs the inner iterations' matrix-vector products in float32 (`fit_chunks`, single):
+    the contribution, its clipping and the released sum are still computed in float64 from the final
+    gamma, so the bound and the sensitivity are those of any E-step; False gives the float64 iterates.
     """
 
     name = "lda"
@@ -362,6 +414,7 @@ class LdaQuery:
         clip: float = 0.1,
         max_document_length: int | None = None,
         documents_per_chunk: int | None = None,
+        float32_iterations: bool = True,
     ) -> None:
         if not _whole(topics) or topics < 1:
             raise ValueError("topics must be a whole number >= 1")
@@ -395,6 +448,7 @@ class LdaQuery:
         self.max_document_length = length
         self.bound = self.clip * length
         self._documents_per_chunk = documents_per_chunk
+        self.single = bool(float32_iterations)
 
     def blocks(self, dimension: int) -> tuple[Block, ...]:
         return (Block(BLOCK, self.bound, nonnegative_or_psd=True),)
@@ -425,24 +479,41 @@ class LdaQuery:
         words = counts.shape[1]
         table, _ = shifted_topic_word(np.asarray(params[PARAM], dtype=np.float64))
         # total[v, k] = sum_d c_d sum over d's entries of word v of ratio * E_dk; s = B * total (then K x V).
+        # The chunks' (weights, words, E) are gathered and scattered into total SCATTER_ENTRIES at a time
+        # (one sparse product for many chunks: scipy's per-call cost is then paid a few times per batch).
         total = np.zeros((words + 1, self.topics))
+        pending: list[tuple[Array, IntArray, Array]] = []
+        held = 0
+
+        def scatter() -> None:
+            nonlocal held
+            weights = np.concatenate([w.ravel() for w, _, _ in pending])
+            ids = np.concatenate([v.ravel() for _, v, _ in pending])
+            widths = np.concatenate([np.full(w.shape[0], w.shape[1], dtype=np.int64) for w, _, _ in pending])
+            indptr = np.concatenate([[0], np.cumsum(widths)])
+            doc_topic = np.concatenate([e for _, _, e in pending])
+            matrix = sp.csr_array((weights, ids, indptr), shape=(doc_topic.shape[0], words + 1))
+            total[...] += matrix.T @ doc_topic
+            pending.clear()
+            held = 0
+
         per_chunk = self.documents_per_chunk(words)
-        for chunk in fit_chunks(counts, table, self.alpha, self.inner_iterations, per_chunk):
+        for chunk in fit_chunks(
+            counts, table, self.alpha, self.inner_iterations, per_chunk, single=self.single
+        ):
             # s^d entries: ratio_dv E_dk B_vk = n_dv phi_dvk, each <= n_dv, so their squares stay finite.
-            contribution = chunk.topic_word * chunk.doc_topic[:, :, None]
+            # In place: the chunk's topic_word is not used again (no c x K x m allocation per chunk).
+            contribution = chunk.topic_word
+            contribution *= chunk.doc_topic[:, :, None]
             contribution *= chunk.ratio[:, None, :]
             norms = np.sqrt(np.einsum("dkm,dkm->d", contribution, contribution))
             weights = chunk.ratio * clip_factors(norms, self.bound)[:, None]
-            c = chunk.documents.shape[0]
-            scatter = sp.csr_array(
-                (
-                    weights.ravel(),
-                    chunk.words.ravel(),
-                    np.arange(0, c * weights.shape[1] + 1, weights.shape[1]),
-                ),
-                shape=(c, words + 1),
-            )
-            total += scatter.T @ chunk.doc_topic
+            pending.append((weights, chunk.words, chunk.doc_topic))
+            held += weights.size
+            if held >= SCATTER_ENTRIES:
+                scatter()
+        if pending:
+            scatter()
         s = (table * total)[:words].T
         return {BLOCK: np.ascontiguousarray(s).ravel()}
 
