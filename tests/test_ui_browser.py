@@ -214,8 +214,11 @@ def test_an_admin_sees_every_dataset_and_may_set_budgets(browser: Browser, site:
     assert set(page.locator("table.datasets tbody td a").all_inner_texts()) == {"synth", "docs", "digits"}
     page.get_by_role("link", name="digits", exact=True).click()
     page.wait_for_url(f"{site.service.url}/ui/datasets/digits")
-    assert page.locator("form.budget-form input[name=epsilon]").count() == 1
+    # a public dataset takes no epsilon cap: its form sets the delta alone
+    assert page.locator("form.budget-form input[name=epsilon]").count() == 0
+    assert page.locator("form.budget-form input[name=delta]").count() == 1
     text = page.inner_text("section.budget")
+    assert "takes no epsilon cap" in text
     # public, no cap; its sigma-0 jobs have no finite epsilon: "unbounded" spent, nothing held back
     assert "no cap" in text and "unbounded" in text and "nan" not in text
     page.context.close()
