@@ -55,6 +55,12 @@ def _json_or_none(response: httpx.Response) -> Any:
         return None
 
 
+def _raise_unless_success(response: httpx.Response, body: Any) -> None:
+    """ApiError for any status but 2xx, with the answer's readable detail and its decoded body."""
+    if not response.is_success:
+        raise ApiError(response.status_code, _detail(body, response.reason_phrase or "error"), body)
+
+
 def _detail(body: Any, fallback: str) -> str:
     """FastAPI's `detail`: a message, or a list of validation errors rendered as `field: message`."""
     detail = body.get("detail") if isinstance(body, dict) else None
@@ -91,6 +97,13 @@ class VipsClient:
     def from_env(cls, environ: Mapping[str, str] | None = None) -> VipsClient:
         env = os.environ if environ is None else environ
         return cls(env.get("VIPS_URL") or DEFAULT_URL, env.get("VIPS_API_KEY") or None)
+
+    @property
+    def key_id(self) -> str | None:
+        """The id of the key this client sends (service.keys.split_key), None without a well-formed one."""
+        from service.keys import split_key  # not at import: the client needs no database code to start
+
+        return None if self._api_key is None else split_key(self._api_key)
 
     def close(self) -> None:
         self._http.close()
@@ -133,8 +146,7 @@ class VipsClient:
                 method, path, json=json, params=query, headers=self._headers(auth, extra_headers)
             )
         body = _json_or_none(response)
-        if not response.is_success:
-            raise ApiError(response.status_code, _detail(body, response.reason_phrase or "error"), body)
+        _raise_unless_success(response, body)
         return body, response
 
     @contextmanager
@@ -143,8 +155,7 @@ class VipsClient:
         with self._transport_errors(), self._http.stream("GET", path, headers=self._headers()) as response:
             if not response.is_success:
                 response.read()
-                body = _json_or_none(response)
-                raise ApiError(response.status_code, _detail(body, response.reason_phrase or "error"), body)
+                _raise_unless_success(response, _json_or_none(response))
             yield response
 
     def _headers(self, auth: bool = True, extra: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -89,15 +89,46 @@ def _server(port: int, start: Callable[[], None]) -> bool:
     return _wait_for(port)
 
 
+def _compiler() -> bool:
+    return bool(shutil.which("cc") or shutil.which("gcc"))
+
+
+def _chromium() -> bool:
+    return CHROMIUM.exists()
+
+
+def _compose_if_ci() -> bool:
+    return not os.environ.get("CI") or _compose()
+
+
+#: What a Debian package provides: (is it here, the package, what to say when it is not).
+PACKAGED: tuple[tuple[Callable[[], bool], str, str], ...] = (
+    (_compiler, "build-essential", "a C compiler (Debian: apt-get install build-essential)"),
+    (
+        _chromium,
+        "chromium",
+        f"Debian's chromium at {CHROMIUM}, for the browser tests (apt-get install chromium)",
+    ),
+    (
+        _compose_if_ci,
+        "docker-compose",
+        "Docker Compose, which tests/test_deployment.py needs under CI (apt-get install docker-compose)",
+    ),
+)
+
+
 def missing() -> list[str]:
-    """Each prerequisite this machine lacks, with what provides it."""
+    """Each prerequisite this machine lacks, with what provides it. Missing packages are installed in one
+    apt-get run (as root on Debian) before they are named."""
     lacking: list[str] = []
     if sys.version_info < (3, 11):  # noqa: UP036 (this runs under the system python, before .venv)
         lacking.append(f"Python 3.11+ (this is {sys.version.split()[0]}): set PYTHON=python3.11 for make")
     if importlib.util.find_spec("ensurepip") is None:
         lacking.append("Python's venv module with pip (Debian: apt-get install python3-venv)")
-    if not (shutil.which("cc") or shutil.which("gcc")) and not _apt_install("build-essential"):
-        lacking.append("a C compiler (Debian: apt-get install build-essential)")
+    absent = [(present, package, message) for present, package, message in PACKAGED if not present()]
+    if absent:
+        _apt_install(*(package for _, package, _ in absent))
+    lacking += [message for present, _, message in absent if not present()]
     if not _server(5432, _start_postgresql):
         lacking.append(
             "PostgreSQL on 127.0.0.1:5432 accepting the postgres user without a password (Debian: apt-get "
@@ -107,12 +138,6 @@ def missing() -> list[str]:
     if not _server(6379, _start_redis):
         lacking.append(
             "Redis on 127.0.0.1:6379 (Debian: apt-get install redis-server; `redis-server` starts it)"
-        )
-    if not CHROMIUM.exists() and not _apt_install("chromium"):
-        lacking.append(f"Debian's chromium at {CHROMIUM}, for the browser tests (apt-get install chromium)")
-    if os.environ.get("CI") and not _compose() and not (_apt_install("docker-compose") and _compose()):
-        lacking.append(
-            "Docker Compose, which tests/test_deployment.py needs under CI (apt-get install docker-compose)"
         )
     return lacking
 

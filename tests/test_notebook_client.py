@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -138,6 +139,9 @@ def test_errors_are_the_clis(setup: Setup) -> None:
 def test_a_cancelled_job_raises_job_failed_and_tables_are_dataframes(setup: Setup) -> None:
     with setup.client() as client:
         job = client.submit(DATASET, "blr", sigma=50.0, iterations=5000, batch_size=10)
+        give_up = time.monotonic() + 60  # one charged iteration first: the ledger's tables then hold rows
+        while client.job(job["id"])["iteration"] < 1 and time.monotonic() < give_up:
+            time.sleep(0.1)
         assert client.cancel(job["id"])["cancel_requested"]
         with pytest.raises(JobFailed, match=f"job {job['id']} cancelled"):
             client.wait(job["id"], timeout=60)

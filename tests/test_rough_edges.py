@@ -432,7 +432,7 @@ def test_budget_show_and_fit_wait_tell_an_analyst_both_what_is_left(
             job = api.submit().json()
             finish(api.engine, job["id"])
             analyst = VipsClient("http://testserver", api.keys["analyst"], http=api.client)
-            line = remote._budget_left(analyst, analyst.job(job["id"]))
+            line = remote.budget_left(analyst, analyst.job(job["id"]))
             assert "dataset priv has epsilon" in line and "your key's quota has epsilon 1 left of 1" in line
             largest = re.search(
                 r"the largest next job of this schedule that fits both: epsilon ([\d.]+)", line

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from service.client import DEFAULT_URL, ApiTimeout, VipsClient
 from service.job_status import TERMINAL
-from vips.commands.remote import _budget_left
+from vips.commands.remote import budget_left
 from vips.progress import epsilon_text, fit_progress
 
 if TYPE_CHECKING:
@@ -201,7 +201,7 @@ class Client:
             ) from None
         if job["status"] != "succeeded":
             raise JobFailed(job)
-        self._say(_budget_left(self.api, job))
+        self._say(budget_left(self.api, job))
         return job
 
     def estimator(

@@ -87,7 +87,8 @@ def _ledger_state(conn: Any, dataset: str, delta: float) -> tuple[Any, ...]:
     count, last = conn.execute(
         select(func.count(), func.max(charges.c.id)).where(charges.c.dataset == dataset)
     ).one()
-    return (dataset, count, last, configured_accountant().version, delta)
+    # The database too: the caches are per process, and one process may serve several (the tests do).
+    return (str(conn.engine.url), dataset, count, last, configured_accountant().version, delta)
 
 
 def spend_plot(

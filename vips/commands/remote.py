@@ -7,7 +7,6 @@ import argparse
 import json
 import math
 import os
-import re
 import sys
 import time
 import uuid
@@ -96,17 +95,10 @@ def run_budget_show(args: argparse.Namespace) -> int:
     return 0
 
 
-def _own_key_id(api: VipsClient) -> str | None:
-    """The id of the key the client sends (vips_<ID>_<secret>): its own row of the ledger by key."""
-    key = getattr(api, "_api_key", None) or ""
-    found = re.fullmatch(r"vips_([A-Za-z0-9]+)_.+", key)
-    return None if found is None else found.group(1)
-
-
 def _own_quota(api: VipsClient, dataset: str) -> dict[str, Any] | None:
     """This key's quota on the dataset and what it has left ({"key_id", "epsilon", "epsilon_reserved",
     "epsilon_remaining"}), or None when it has none or may not read it (only analysts have quotas)."""
-    own = _own_key_id(api)
+    own = api.key_id
     if own is None:
         return None
     try:
@@ -323,7 +315,7 @@ def _wait_and_end(api: VipsClient, job: dict[str, Any], timeout: float | None, o
         note(f"posterior written to {output}")
     else:
         note(f"posterior not saved: download it with `vips posterior {job['id'][:8]} -o posterior.json`")
-    note(_budget_left(api, job))
+    note(budget_left(api, job))
     return 0
 
 
@@ -336,7 +328,7 @@ def run_wait(args: argparse.Namespace) -> int:
         return _wait_and_end(api, api.job(args.job), args.timeout, args.output)
 
 
-def _budget_left(api: VipsClient, job: dict[str, Any]) -> str:
+def budget_left(api: VipsClient, job: dict[str, Any]) -> str:
     """What the job spent, what the dataset's budget has left (if this key may read the budget) and, for a
     key with a quota on it, what the quota has left, with the largest next job of this schedule that fits
     both (the service's dry-run quote)."""
