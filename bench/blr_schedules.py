@@ -12,7 +12,8 @@ sigma calibrated by the PLD accountant to the target epsilon at delta = 1e-5 for
   a fixed threshold of 2 noise stds, the issue-12 step (shrink_h 0) and the paper's update (noise_aware 0).
 - heldout: Telco churn (never used to tune anything): VIPS-BLR (both M-steps) at the Adult-best schedule
   and at T 10, S N against DPVI with its usual schedule (T 1000, S N/50) at epsilon 0.1, 0.3 and 1.
-- versus (issue 35 item 3): on Adult, Telco and the synthetic data of bench/compare_algorithms.py, at
+- versus (issue 35 item 3): on Adult, Telco and the synthetic data of bench/compare_algorithms.py (the
+  tuning sets) and on MLC churn (held out: worker/datasets/mlc_churn.py; --versus-data picks), at
   epsilon 0.1, 0.3 and 1, VIPS-BLR with only epsilon (the estimator: the service's schedule and the
   default M-step), VIPS-BLR as it was before (the issue-12 step, shrink_h 0, at the old rule's T: 3 up to
   epsilon x N = 50,000, else 10; S = N) and DPVI with only epsilon (T 1000, S N/50); mean +- standard
@@ -43,6 +44,7 @@ from privacy_wall.ledger import InMemoryLedger
 from privacy_wall.queries.blr import LogisticRegressionQuery
 from privacy_wall.store import InMemoryTabularStore
 from worker.datasets.adult import TabularData, load_adult
+from worker.datasets.mlc_churn import load_mlc_churn
 from worker.datasets.telco import load_telco
 from worker.estimator import DPVILogisticRegression, VIPSLogisticRegression
 from worker.models.blr import BayesianLogisticRegression, predict_proba
@@ -191,6 +193,8 @@ VERSUS_DATA: dict[str, Callable[[], tuple[TabularData, TabularData]]] = {
     "adult": lambda: (load_adult("train"), load_adult("test")),
     "telco": lambda: (load_telco("train"), load_telco("test")),
     "synthetic": synthetic_split,
+    # held out from all tuning (issue 35): measured once, after the M-step and the rule were final
+    "mlc_churn": lambda: (load_mlc_churn("train"), load_mlc_churn("test")),
 }
 
 
@@ -205,12 +209,13 @@ def estimator_auc(make: Callable[[], Any], train: TabularData, test: TabularData
     return test_auc(model.predict_proba, test)
 
 
-def versus_section(seeds: int) -> list[Row]:
+def versus_section(seeds: int, names: Sequence[str] = tuple(VERSUS_DATA)) -> list[Row]:
     """Per dataset and epsilon: VIPS-BLR with only epsilon, VIPS-BLR before (issue-12 step at the old
-    rule's T, S = N) and DPVI with only epsilon (its usual T 1000, S N/50)."""
+    rule's T, S = N) and DPVI with only epsilon (the service's rule: T 1000, S max(N/50, 100)); where N/50
+    is under 100, also DPVI at exactly its usual S = N/50."""
     rows = []
-    for name, load in VERSUS_DATA.items():
-        train, test = load()
+    for name in names:
+        train, test = VERSUS_DATA[name]()
         population = train.features.shape[0]
         for epsilon in HELDOUT_EPSILONS:
             t_old = old_rule_iterations(epsilon, population)
@@ -231,6 +236,10 @@ def versus_section(seeds: int) -> list[Row]:
                     test,
                 ),
             }
+            if population // 50 < 100:  # the rule's min_batch raised S above N/50
+                fits[("DPVI (usual)", "T = 1000, S = N/50")] = functools.partial(
+                    dpvi_auc, train, test, epsilon
+                )
             for (method, setting), fit in fits.items():
                 rows.append(repeated(f"versus {name}", method, setting, epsilon, seeds, fit))
     return rows
@@ -238,7 +247,7 @@ def versus_section(seeds: int) -> list[Row]:
 
 def versus_table(rows: Sequence[Row]) -> str:
     """Mean +- standard error (std / sqrt(runs)) per dataset, epsilon and method, side by side."""
-    methods = ["VIPS-BLR (auto)", "VIPS-BLR (before)", "DPVI (auto)"]
+    methods = ["VIPS-BLR (auto)", "VIPS-BLR (before)", "DPVI (auto)", "DPVI (usual)"]
     lines = [
         "| data | epsilon | " + " | ".join(methods) + " | runs |",
         "|---|---|" + "---|" * len(methods) + "---|",
@@ -281,6 +290,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=5, help="repeats per setting (5)")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "out")
     parser.add_argument("--no-shrink-h", action="store_true", help="the grid with shrink_h=False")
+    parser.add_argument(
+        "--versus-data", default=",".join(VERSUS_DATA), help="the versus section's datasets (all)"
+    )
     args = parser.parse_args(argv)
     sections = args.sections.split(",")
     train, test = load_adult("train"), load_adult("test")
@@ -298,7 +310,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "heldout" in sections:
         rows += heldout_section(args.seeds, schedules)
     if "versus" in sections:
-        versus = versus_section(args.seeds)
+        versus = versus_section(args.seeds, args.versus_data.split(","))
         rows += versus
         text += ["## VIPS-BLR against DPVI, each with only epsilon", "", versus_table(versus), ""]
     text += ["## All rows", "", markdown(rows), ""]

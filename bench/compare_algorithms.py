@@ -13,6 +13,8 @@ target epsilon for each algorithm's own schedule; private fits cannot be seeded,
 - telco and synthetic (logistic data of known weights, d = 20): the same with only epsilon. Both were used,
   with Adult, to choose VIPS-BLR's default M-step and schedule (issue 35; docs/schedules.md), so they are
   no longer held out for VIPS-BLR.
+- mlc_churn: MLC telecom churn (worker/datasets/mlc_churn.py; N 3,500, d 17), the same methods: held out
+  from every choice of VIPS-BLR's M-step and schedule (issue 35).
 - fig6: the VIPS paper's Fig. 6 setting: sampling rate q = 0.004 (S = 130), T = 100, delta = 1e-3,
   sigma in {0, 1, 6, 12}: VIPS-BLR (rho_t = (1 + t)^-0.7) vs DPVI with a small step size (0.05, the
   kind a fixed-budget comparison uses) and with the step size tuned here (0.5).
@@ -39,6 +41,7 @@ from sklearn.linear_model import Ridge
 
 from bench.adult_blr import Row, diffprivlib_row, log, markdown, sklearn_row, test_auc
 from worker.datasets.adult import TabularData, load_adult
+from worker.datasets.mlc_churn import load_mlc_churn
 from worker.datasets.regression import RegressionSplit, load_regression
 from worker.datasets.telco import load_telco
 from worker.estimator import (
@@ -51,7 +54,7 @@ from worker.estimator import (
 )
 
 EPSILONS: tuple[float, ...] = (0.1, 0.3, 1.0, 3.0)
-SECTIONS: tuple[str, ...] = ("adult", "telco", "synthetic", "fig6", "regression")
+SECTIONS: tuple[str, ...] = ("adult", "telco", "synthetic", "mlc_churn", "fig6", "regression")
 #: The other tabular datasets' methods (Telco, synthetic): VIPS both ways, DPVI and DP-SEP.
 TELCO_METHODS: tuple[str, ...] = ("VIPS-BLR (auto)", "VIPS-BLR (T 10)", "DPVI (auto)", "DP-SEP")
 #: The synthetic section: N rows of d features in the unit ball, labels from a known logistic model.
@@ -406,6 +409,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         if "synthetic" in sections
         else []
     )
+    churn = (
+        adult_section(
+            load_mlc_churn("train"),
+            load_mlc_churn("test"),
+            seeds,
+            epsilons,
+            section="mlc_churn",
+            methods=TELCO_METHODS,
+        )
+        if "mlc_churn" in sections
+        else []
+    )
     fig6 = fig6_section(train, test, seeds) if "fig6" in sections else []
     split = load_regression("auto")
     regression = regression_section(split, seeds, epsilons) if "regression" in sections else []
@@ -413,7 +428,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     flags = (" --quick" if args.quick else "") + (
         f" --sections {args.sections}" if sections != set(SECTIONS) else ""
     )
-    parts = [markdown(rows) for rows in (adult, telco, synthetic, fig6) if rows]
+    parts = [markdown(rows) for rows in (adult, telco, synthetic, churn, fig6) if rows]
     if regression:
         parts.append(regression_markdown(regression, split))
     text = f"Produced by `python -m bench.compare_algorithms{flags}` in {elapsed:.0f} s.\n\n"

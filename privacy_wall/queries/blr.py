@@ -27,6 +27,7 @@ coordinates (x = (cos t, sin t, 0), x' = (sin t, cos t, 0) with sin 2t = +-1/4 g
 from __future__ import annotations
 
 import numpy as np
+from scipy.linalg.blas import dsyrk
 
 from privacy_wall.mechanisms import clip_factors, project_psd, symmetric_from_upper, upper_triangle
 from privacy_wall.queries.base import Array, Block, chunked_sums
@@ -68,8 +69,10 @@ class LogisticRegressionQuery:
     def clipped_sums(
         self, batch: Batch, params: dict[str, Array], rng: np.random.Generator
     ) -> dict[str, Array]:
-        """Per-record clipped contributions summed chunk by chunk (base.chunked_sums)."""
-        return chunked_sums(batch, lambda rows: self._chunk_sums(rows, params))
+        """Per-record clipped contributions summed chunk by chunk (base.chunked_sums); s2's chunks are
+        summed as upper triangles (the lower is never computed) and packed once."""
+        sums = chunked_sums(batch, lambda rows: self._chunk_sums(rows, params))
+        return {"s1": sums["s1"], "s2": upper_triangle(sums["s2"])}
 
     def _chunk_sums(self, batch: Batch, params: dict[str, Array]) -> dict[str, Array]:
         x, y = batch.features, batch.labels
@@ -95,8 +98,11 @@ class LogisticRegressionQuery:
             s1_weights = centred * clip_factors(np.abs(centred) * np.sqrt(sq_norms), S1_BOUND)
             s2_weights = xi * clip_factors(xi * sq_norms, S2_BOUND)  # ||xi x x^T||_F = xi ||x||^2
             s1 = x.T @ s1_weights
-            s2 = (x * s2_weights[:, None]).T @ x
-        return {"s1": s1, "s2": upper_triangle(s2)}
+            # sum_n w_n x_n x_n^T (w_n >= 0) as the rank-S update (sqrt(w) x)^T (sqrt(w) x): BLAS syrk
+            # fills only the upper triangle, half the products of (w x)^T x; upper_triangle packs it.
+            scaled = x * np.sqrt(s2_weights)[:, None]
+            s2 = dsyrk(1.0, scaled.T, trans=0, lower=0)
+        return {"s1": s1, "s2": s2}
 
     def postprocess(self, noised_means: dict[str, Array], dimension: int) -> dict[str, Array]:
         s2 = project_psd(symmetric_from_upper(noised_means["s2"], dimension))

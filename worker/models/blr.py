@@ -25,6 +25,8 @@ two off):
   (Bickel and Levina 2008). The error that matters is that of H w (the mean solves H w = z), whose
   expectation weighs entry (i, j)'s squared error by E[w_i^2] + E[w_j^2]; so t minimises SURE with those
   weights, E[w_j^2] taken from a first pass at the unweighted threshold (weighted_sure_threshold).
+  (Both passes share one sort of the entries; the first needs only E[w_i^2] = mu_i^2 + Sigma_ii, read
+  from its eigendecomposition without forming Sigma: bench.blr_iteration.)
   (With the exact H and the same noisy z, VIPS-BLR's test AUC rose by 0.01-0.04 at epsilon 0.1-0.3 on
   Adult and synthetic data: H's noise, not z's, held it back at small epsilon x N; docs/schedules.md.)
 - The wall projects each release of s2 to PSD, which adds about k sqrt(d) tau_t I to a release whose
@@ -44,11 +46,13 @@ Prediction (probit approximation): p(y=1|x) ~= sigmoid(mu^T x / sqrt(1 + pi x^T 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 from scipy.special import expit
 
 from worker.models.base import Array
@@ -105,21 +109,40 @@ def gaussian_moments(nu1: Array, nu2: Array) -> tuple[Array, Array]:
     return covariance @ nu1, covariance
 
 
-def noise_aware_moments(
-    z: Array, data_precision: Array, prior_precision: float, noise_variance: float
-) -> tuple[Array, Array]:
-    """(mean, covariance) of w ~ N(0, a^-1 I) given z | w ~ N(H w, H + v I) (module docstring):
-    per eigenpair (h, u) of H, precision a + h^2 / (h + v) and mean (h / (h + v)) u^T z / precision."""
+def _noise_aware_eigen(
+    data_precision: Array, prior_precision: float, noise_variance: float
+) -> tuple[Array, Array, Array]:
+    """(eigenvectors of H, gains h / (h + v), posterior precisions a + h^2 / (h + v)): one
+    eigendecomposition, from which noise_aware_moments and noise_aware_mean_and_variances read."""
     symmetric = (data_precision + data_precision.T) / 2.0
     eigenvalues, vectors = np.linalg.eigh(symmetric)
     h = np.maximum(eigenvalues, 0.0)  # H is PSD (an average of PSD releases); clear rounding below 0
     denominator = h + noise_variance
     safe = np.where(denominator > 0, denominator, 1.0)
     gain = np.where(denominator > 0, h / safe, 0.0)
-    precision = prior_precision + gain * h
+    return vectors, gain, prior_precision + gain * h
+
+
+def noise_aware_moments(
+    z: Array, data_precision: Array, prior_precision: float, noise_variance: float
+) -> tuple[Array, Array]:
+    """(mean, covariance) of w ~ N(0, a^-1 I) given z | w ~ N(H w, H + v I) (module docstring):
+    per eigenpair (h, u) of H, precision a + h^2 / (h + v) and mean (h / (h + v)) u^T z / precision."""
+    vectors, gain, precision = _noise_aware_eigen(data_precision, prior_precision, noise_variance)
     mean: Array = vectors @ (gain * (vectors.T @ z) / precision)
     covariance: Array = (vectors / precision) @ vectors.T
     return mean, covariance
+
+
+def noise_aware_second_moments(
+    z: Array, data_precision: Array, prior_precision: float, noise_variance: float
+) -> Array:
+    """E[w_i^2] = mu_i^2 + Sigma_ii under noise_aware_moments' posterior, without forming Sigma
+    (Sigma_ii = sum_k V_ik^2 / precision_k)."""
+    vectors, gain, precision = _noise_aware_eigen(data_precision, prior_precision, noise_variance)
+    mean = vectors @ (gain * (vectors.T @ z) / precision)
+    second: Array = (vectors**2) @ (1.0 / precision) + mean**2
+    return second
 
 
 #: Mean of the positive part of the semicircle law of radius 2: a PSD projection of symmetric noise with
@@ -135,19 +158,23 @@ def soft_threshold_off_diagonal(matrix: Array, threshold: float) -> Array:
     return shrunk
 
 
-def sure_threshold(values: Array, std: float) -> float:
+def sure_threshold(values: Array, std: float, order: NDArray[np.intp] | None = None) -> float:
     """The soft threshold t minimising Stein's unbiased risk estimate for values = signal + N(0, std^2):
     SURE(t) = n std^2 - 2 std^2 #{|x_i| <= t} + sum_i min(x_i^2, t^2) (Donoho and Johnstone 1995),
-    over t in {0} and the |x_i|."""
-    return weighted_sure_threshold(values, np.ones_like(values, dtype=np.float64), std)
+    over t in {0} and the |x_i|. order: argsort(|values|) if already known."""
+    return weighted_sure_threshold(values, np.ones_like(values, dtype=np.float64), std, order)
 
 
-def weighted_sure_threshold(values: Array, weights: Array, std: float) -> float:
+def weighted_sure_threshold(
+    values: Array, weights: Array, std: float, order: NDArray[np.intp] | None = None
+) -> float:
     """The soft threshold t minimising Stein's unbiased estimate of the weighted risk
     E sum_i w_i (soft_t(x_i) - mu_i)^2 for values x_i = mu_i + N(0, std^2) and fixed weights w_i >= 0:
     SURE_w(t) = sum_i w_i (std^2 - 2 std^2 [|x_i| <= t] + min(x_i^2, t^2)) (each term is SURE for one
-    coordinate, unbiased on its own), over t in {0} and the |x_i|; all weights 1 is sure_threshold."""
-    order = np.argsort(np.abs(values))  # ties: the last of a group has the least risk, whatever the order
+    coordinate, unbiased on its own), over t in {0} and the |x_i|; all weights 1 is sure_threshold.
+    order: argsort(|values|) if already known (the M-step's two passes sort the same values)."""
+    if order is None:  # ties: the last of a group has the least risk, whatever the order
+        order = np.argsort(np.abs(values))
     magnitudes = np.abs(values)[order]
     weight = np.asarray(weights, dtype=np.float64)[order]
     if magnitudes.shape[0] == 0 or std <= 0:
@@ -157,6 +184,15 @@ def weighted_sure_threshold(values: Array, weights: Array, std: float) -> float:
     risks = -2 * std**2 * below + np.cumsum(weight * magnitudes**2) + (below[-1] - below) * magnitudes**2
     best = int(np.argmin(risks))
     return float(magnitudes[best]) if risks[best] < 0.0 else 0.0  # SURE_w(0) - std^2 sum w = 0
+
+
+@functools.lru_cache(maxsize=8)
+def _off_diagonal_indices(dimension: int) -> tuple[NDArray[np.intp], NDArray[np.intp]]:
+    """np.triu_indices(dimension, k=1), computed once per dimension (read-only arrays)."""
+    rows, cols = np.triu_indices(dimension, k=1)
+    rows.flags.writeable = False
+    cols.flags.writeable = False
+    return rows, cols
 
 
 def pooled_mean(mean: Array, variance: float, value: Array, value_variance: float) -> tuple[Array, float]:
@@ -213,12 +249,20 @@ class BayesianLogisticRegression:
         if self.noise_aware and sigma_1 > 0:
             nu1, z_noise = pooled_mean(state.nu1, state.nu1_noise_variance, population * s1, sigma_1**2)
             excess = ridge - ridge_scale * float(np.sqrt(h_noise))
-            shrunk = self._shrunk(data_precision, h_noise, excess)
+            if self.shrink_h and self.threshold is None:  # SURE weighted by E[w_i^2] + E[w_j^2] of a
+                # first pass at the unweighted threshold; the off-diagonal entries are sorted once.
+                off = data_precision[_off_diagonal_indices(s1.shape[0])]
+                order = np.argsort(np.abs(off))
+                std = float(np.sqrt(h_noise))
+                first = self._shrunk(data_precision, excess, sure_threshold(off, std, order))
+                second = noise_aware_second_moments(nu1, first, prior_term, z_noise)
+                rows, cols = _off_diagonal_indices(s1.shape[0])
+                weights = second[rows] + second[cols]
+                threshold = weighted_sure_threshold(off, weights, std, order)
+            else:
+                threshold = 0.0 if self.threshold is None else self.threshold * float(np.sqrt(h_noise))
+            shrunk = self._shrunk(data_precision, excess, threshold)
             mean, covariance = noise_aware_moments(nu1, shrunk, prior_term, z_noise)
-            if self.shrink_h and self.threshold is None:  # SURE weighted by E[w_i^2] + E[w_j^2] of this pass
-                second = np.diag(covariance) + mean**2
-                shrunk = self._shrunk(data_precision, h_noise, excess, second)
-                mean, covariance = noise_aware_moments(nu1, shrunk, prior_term, z_noise)
         else:
             nu1 = (1 - rho) * state.nu1 + rho * population * s1
             z_noise = (1 - rho) ** 2 * state.nu1_noise_variance + (rho * sigma_1) ** 2
@@ -227,37 +271,15 @@ class BayesianLogisticRegression:
         averages = (nu1, data_precision, prior_term, z_noise, h_noise, ridge)
         return self._with_q(averages, mean, covariance, statistics)
 
-    def _shrunk(
-        self,
-        data_precision: Array,
-        noise_variance: float,
-        excess_ridge: float,
-        second_moments: Array | None = None,
-    ) -> Array:
-        """H with its off-diagonal entries soft-thresholded and the projections' excess ridge removed from
-        its diagonal (module docstring); H itself when shrink_h is off. second_moments: E[w_i^2] that
-        weigh SURE (None: unweighted)."""
+    def _shrunk(self, data_precision: Array, excess_ridge: float, threshold: float) -> Array:
+        """H with its off-diagonal entries soft-thresholded at threshold and the projections' excess ridge
+        removed from its diagonal (module docstring); H itself when shrink_h is off."""
         if not self.shrink_h:
             return data_precision
-        threshold = self._threshold(data_precision, noise_variance, second_moments)
         shrunk = soft_threshold_off_diagonal(data_precision, threshold)
         diagonal = np.diag_indices_from(shrunk)
         shrunk[diagonal] -= max(excess_ridge, 0.0)
         return shrunk
-
-    def _threshold(
-        self, data_precision: Array, noise_variance: float, second_moments: Array | None = None
-    ) -> float:
-        """c tau, or SURE's threshold for H's off-diagonal entries when c is None, each entry (i, j)
-        weighted by second_moments[i] + second_moments[j] when given."""
-        if self.threshold is not None:
-            return self.threshold * float(np.sqrt(noise_variance))
-        rows, cols = np.triu_indices(data_precision.shape[0], k=1)
-        std = float(np.sqrt(noise_variance))
-        if second_moments is None:
-            return sure_threshold(data_precision[rows, cols], std)
-        weights = second_moments[rows] + second_moments[cols]
-        return weighted_sure_threshold(data_precision[rows, cols], weights, std)
 
     def _with_q(
         self,

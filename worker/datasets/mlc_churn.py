@@ -1,0 +1,99 @@
+"""MLC telecom churn (5,000 customers) with public, data-independent preprocessing.
+
+The held-out tabular dataset of issue 35: no method, default or schedule was chosen on it (Adult, Telco
+and the synthetic data are the tuning sets). Label 1 means the customer left ("churn" = "yes"). Every
+constant below was fixed from the data dictionary (the column names and their units, the category levels)
+before any fit on the rows:
+
+- international_plan and voice_mail_plan (yes/no) are 0/1 features; area_code is one-hot over its three
+  levels; state (51 levels) is left out (a one-hot block four times the size of the rest);
+- the *_charge columns are left out: the data dictionary defines each as the tariff times the minutes of
+  the same period, a duplicate of a kept column;
+- the counts and minutes are scaled by fixed round bounds and clipped: account length [0, 250] days,
+  voice-mail messages [0, 60], day/evening/night minutes [0, 400] and calls [0, 200], international
+  minutes and calls [0, 25], customer service calls [0, 10];
+- a constant intercept 1 first; each row divided by the fixed maximum norm sqrt(1 + 11 + 2 + 1).
+
+There is no official test split: `load_mlc_churn` splits by a fixed public permutation (seed 0),
+70% / 30%. Source and licence: worker/datasets/data/README.md.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import math
+from importlib import resources
+from typing import Literal
+
+import numpy as np
+from numpy.typing import NDArray
+
+from worker.datasets.adult import TabularData
+
+__all__ = ["BINARY", "CATEGORICAL", "NUMERIC_BOUNDS", "feature_names", "load_mlc_churn"]
+
+NUMERIC_BOUNDS: dict[str, float] = {
+    "account_length": 250.0,
+    "number_vmail_messages": 60.0,
+    "total_day_minutes": 400.0,
+    "total_day_calls": 200.0,
+    "total_eve_minutes": 400.0,
+    "total_eve_calls": 200.0,
+    "total_night_minutes": 400.0,
+    "total_night_calls": 200.0,
+    "total_intl_minutes": 25.0,
+    "total_intl_calls": 25.0,
+    "number_customer_service_calls": 10.0,
+}
+"""Fixed public upper bounds (the lower bound is 0) per numeric column."""
+
+BINARY: tuple[str, ...] = ("international_plan", "voice_mail_plan")
+"""yes/no columns."""
+
+CATEGORICAL: dict[str, tuple[str, ...]] = {
+    "area_code": ("area_code_408", "area_code_415", "area_code_510"),
+}
+"""Levels from the data dictionary."""
+
+_NORM_DIVISOR = math.sqrt(1 + len(NUMERIC_BOUNDS) + len(BINARY) + len(CATEGORICAL)) * (1.0 + 1e-12)
+_FILE = "mlc_churn.csv.gz"
+_TRAIN_FRACTION = 0.7
+
+
+def feature_names() -> list[str]:
+    """Intercept, numeric columns, 0/1 columns, then one-hot levels, in the order of the features."""
+    names = ["intercept", *NUMERIC_BOUNDS, *BINARY]
+    for column, levels in CATEGORICAL.items():
+        names.extend(f"{column}={level}" for level in levels)
+    return names
+
+
+def _encode(rows: list[dict[str, str]]) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    n = len(rows)
+    blocks: list[NDArray[np.float64]] = [np.ones((n, 1))]
+    for column, high in NUMERIC_BOUNDS.items():
+        raw = np.array([float(row[column]) for row in rows])
+        blocks.append(np.clip(raw / high, 0.0, 1.0)[:, None])
+    blocks.append(np.array([[1.0 if row[column] == "yes" else 0.0 for column in BINARY] for row in rows]))
+    for column, levels in CATEGORICAL.items():
+        lookup = {level: j for j, level in enumerate(levels)}
+        codes = np.array([lookup[row[column]] for row in rows], dtype=np.intp)
+        blocks.append(np.eye(len(levels))[codes])
+    labels = np.array([1.0 if row["churn"] == "yes" else 0.0 for row in rows])
+    return np.hstack(blocks) / _NORM_DIVISOR, labels
+
+
+def load_mlc_churn(split: Literal["train", "test"]) -> TabularData:
+    """The bundled MLC churn data, encoded (||x|| <= 1), split 70/30 by a fixed public permutation."""
+    if split not in ("train", "test"):
+        raise ValueError("split must be 'train' or 'test'")
+    resource = resources.files("worker.datasets").joinpath("data").joinpath(_FILE)
+    with resource.open("rb") as raw:
+        text = gzip.decompress(raw.read()).decode("utf-8")
+    features, labels = _encode(list(csv.DictReader(io.StringIO(text))))
+    order = np.random.default_rng(0).permutation(labels.shape[0])
+    cut = round(_TRAIN_FRACTION * labels.shape[0])
+    rows = order[:cut] if split == "train" else order[cut:]
+    return TabularData(features[rows], labels[rows], feature_names())
