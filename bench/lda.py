@@ -191,6 +191,8 @@ def vips_fit(
     on_iteration: Callable[[int, LdaState], None] | None = None,
     store: InMemoryBowStore | None = None,
     passes: bool = False,
+    unigram_share: float = 0.0,
+    unigram_clip: float = 1.0,
 ) -> VipsFit:
     """VIPS-LDA through the gate (public and seeded at sigma = 0; `passes`: shuffled passes instead of
     uniform minibatches, sigma = 0 only); seconds exclude on_iteration's time."""
@@ -204,6 +206,8 @@ def vips_fit(
         clip=clip,
         inner_iterations=INNER_ITERATIONS,
         max_document_length=longest,
+        unigram_share=unigram_share,
+        unigram_clip=unigram_clip,
     )
     excluded = 0.0
 
@@ -602,6 +606,78 @@ def sweep_section(sizes: Sequence[int]) -> list[SweepRow]:
     return rows
 
 
+#: --sweep-unigram (issue 36): the wall's unigram block with share 0.9 of the release's budget, per-document
+#: count clip 3, T 5 at S = D (chosen on the bundled corpus only; single fits, bench/README.md).
+UNIGRAM_SHARE = 0.9
+UNIGRAM_CLIP = 3.0
+UNIGRAM_ITERATIONS = 5
+UNIGRAM_EPSILONS = (0.5, 1.0, 2.0, 5.0, 10.0)
+
+
+def dirichlet_corpus(documents: int, seed: int) -> tuple[Counts, Counts]:
+    """The held-out stand-in (never tuned on): a generator unlike worker.datasets.synthetic_lda's. 30
+    topics drawn from Dirichlet(0.02) over V = 5,000 words, each mixed half and half with a Zipf(1.1)
+    background over a shuffled vocabulary; theta ~ Dirichlet(0.3); lengths 1 + Poisson(59). Returns
+    (train, test) with 1,000 test documents."""
+    rng = np.random.default_rng(1000 + seed)
+    vocabulary, topics = SWEEP_VOCABULARY, 30
+    background = np.zeros(vocabulary)
+    background[rng.permutation(vocabulary)] = 1.0 / np.arange(1, vocabulary + 1) ** 1.1
+    background /= background.sum()
+    beta = 0.5 * rng.dirichlet(np.full(vocabulary, 0.02), size=topics) + 0.5 * background
+    corpus = generate_corpus(documents + 1000, beta / beta.sum(axis=1, keepdims=True), mean_length=60.0,
+                             alpha=0.3, seed=seed)  # fmt: skip
+    counts = sp.csr_array(corpus.counts)
+    return sp.csr_array(counts[:documents]), sp.csr_array(counts[documents:])
+
+
+def unigram_sweep_section(seeds: int) -> list[SweepRow]:
+    """Private LDA with the unigram block at UNIGRAM_EPSILONS (and sigma 0), `seeds` fits each, on the
+    bundled corpus (K 50) and on the held-out stand-in (D 3,000, K 20), against the training unigram."""
+    wiki = load_wikipedia()
+    corpora = [("bundled Wikipedia", wiki.train, wiki.test, README_TOPICS)]
+    train, test = dirichlet_corpus(3000, 0)
+    corpora.append(("held-out stand-in (Dirichlet topics)", train, test, SWEEP_TOPICS))
+    rows = []
+    for name, train, test, topics in corpora:
+        evaluation = Evaluation.of(test, 1.0 / topics)
+        documents = int(train.shape[0])
+        unigram = unigram_perplexity(train, evaluation.held_out)
+        test_unigram = unigram_perplexity(evaluation.observed, evaluation.held_out)
+        private_store = InMemoryBowStore(name, train, public=False)
+        public_store = InMemoryBowStore(name, train, public=True)
+        for target in (*UNIGRAM_EPSILONS, math.inf):
+            sigma = (
+                0.0
+                if math.isinf(target)
+                else calibrate_sigma(target, documents, documents, UNIGRAM_ITERATIONS, SWEEP_DELTA)
+            )
+            for _ in range(seeds if sigma > 0 else 1):
+                fit = vips_fit(
+                    train,
+                    topics=topics,
+                    sigma=sigma,
+                    batch_size=documents,
+                    iterations=UNIGRAM_ITERATIONS,
+                    doc_length=DOC_LENGTH,
+                    clip=CLIP,
+                    tau0=0.0,
+                    kappa=1.0,
+                    delta=SWEEP_DELTA,
+                    seed=0,
+                    store=public_store if sigma == 0 else private_store,
+                    unigram_share=UNIGRAM_SHARE,
+                    unigram_clip=UNIGRAM_CLIP,
+                )
+                row = SweepRow(
+                    name, documents, documents, topics, fit.epsilon, sigma,
+                    evaluation.completion(fit.state.lam), unigram, test_unigram,
+                )  # fmt: skip
+                log(f"  {name}: eps {_eps(row.epsilon)}: {row.completion:.1f}, unigram {unigram:.1f}")
+                rows.append(row)
+    return rows
+
+
 def sweep_markdown(rows: Sequence[SweepRow]) -> str:
     lines = [
         "| corpus | D | S | K | epsilon (delta 1e-4) | sigma | completion perplexity | unigram (training "
@@ -972,6 +1048,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=",".join(str(size) for size in SWEEP_SIZES),
         help="--sweep: the synthetic corpora's sizes, comma-separated (default %(default)s; empty: none)",
     )
+    parser.add_argument(
+        "--sweep-unigram",
+        type=int,
+        default=0,
+        metavar="SEEDS",
+        help="only the unigram-block sweep (issue 36): epsilon 0.5-10 and sigma 0, SEEDS fits each, on the "
+        "bundled corpus and on a held-out synthetic stand-in",
+    )
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "out")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -983,6 +1067,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(table)
         (args.out / "lda_process.md").write_text(
             f"Produced by `python -m bench.lda --whole-process --repeats {args.repeats}`.\n\n{table}\n",
+            encoding="utf-8",
+        )
+        return 0
+    if args.sweep_unigram:
+        table = sweep_markdown(unigram_sweep_section(args.sweep_unigram))
+        print(table)
+        (args.out / "lda_sweep_unigram.md").write_text(
+            f"Produced by `python -m bench.lda --sweep-unigram {args.sweep_unigram}`.\n\n{table}",
             encoding="utf-8",
         )
         return 0

@@ -317,3 +317,36 @@ def test_completion_perplexity_is_the_direct_formula() -> None:
     assert completion_perplexity(lam, observed, held_out, 0.5, iterations=40) == pytest.approx(
         expected, rel=1e-12
     )
+
+
+def test_unigram_m_step_is_post_processing_and_falls_back_to_the_unigram() -> None:
+    """With the unigram block, the M-step reads only the released (s, u), their noise stds and public
+    facts (replaying the same releases gives the same state), and when s is pure noise every topic is the
+    averaged unigram."""
+    rng = np.random.default_rng(5)
+    topics, words, population = 4, 300, 1000
+    truth = rng.dirichlet(np.full(words, 0.3))
+    model = LatentDirichletAllocation(topics=topics)
+    releases = [
+        (
+            {"s": rng.normal(0.0, 1.0, size=(topics, words)), "u": truth * 50 + rng.normal(0, 0.01, words)},
+            {"s": 1.0, "u": 0.01},
+        )
+        for _ in range(5)
+    ]
+
+    def replay() -> object:
+        state = model.initial_state(words)
+        for t, (statistics, stds) in enumerate(releases, start=1):
+            state = model.m_step(state, statistics, population, 1.0 / t, stds)
+        return state
+
+    first, second = replay(), replay()
+    np.testing.assert_array_equal(first.lam, second.lam)  # type: ignore[attr-defined]
+    beta = topic_word_probabilities(first.lam)  # type: ignore[attr-defined]
+    # The M-step's unigram: the inverse-variance mean of u, plus one noise std of it, normalised.
+    u_bar = np.mean([statistics["u"] for statistics, _ in releases], axis=0)
+    unigram = np.maximum(u_bar, 0) + 0.01 / math.sqrt(len(releases))
+    unigram /= unigram.sum()
+    for k in range(topics):
+        assert np.abs(beta[k] - unigram).sum() < 0.02

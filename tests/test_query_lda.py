@@ -482,3 +482,62 @@ def test_queries_never_modify_the_batch() -> None:
     np.testing.assert_array_equal(batch.counts.data, before[0])
     np.testing.assert_array_equal(batch.counts.indices, before[1])
     np.testing.assert_array_equal(batch.counts.indptr, before[2])
+
+
+# --------------------------------------------------------------------------------------------------------
+# The unigram block (issue 36): one release of (s, u) with joint sensitivity 1.
+
+
+def _normalised_change(query: LdaQuery, before: Batch, after: Batch, params: Params, size: int) -> float:
+    """||(s, u) change|| with each block divided by its declared Delta_b (what the gate noises at J)."""
+    total = 0.0
+    sums = [query.clipped_sums(b, params, np.random.default_rng(COUPLING_SEED)) for b in (before, after)]
+    for block in query.blocks(V):
+        change = (sums[1][block.name] - sums[0][block.name]) / size
+        total += float(np.sum(change**2)) / block.sensitivity(size) ** 2
+    return math.sqrt(total)
+
+
+@pytest.mark.parametrize("share", [0.1, 0.5, 0.9])
+def test_unigram_block_reaches_and_never_exceeds_joint_sensitivity_one(share: float) -> None:
+    """The module docstring's proof: the normalised (s, u) moves by at most 1 = the declared J; a
+    one-word document replaced by another one-word document (disjoint supports, both clips reached)
+    reaches it; random replacements never exceed it."""
+    query = LdaQuery(K, doc_length=N_W, clip=CLIP, unigram_share=share, unigram_clip=2.0)
+    assert [b.name for b in query.blocks(V)] == ["s", "u"]
+    assert query.joint_sensitivity(V) == 1.0
+    rng = np.random.default_rng(36)
+    size = 8
+    params = {"expected_log_beta": np.log(rng.dirichlet(np.ones(V), size=K))}
+    rest = random_documents(rng, size - 1).counts
+    assert rest is not None
+
+    def with_first(record: Batch) -> Batch:
+        assert record.counts is not None
+        return Batch.of_documents(sp.csr_array(sp.vstack([record.counts, rest], format="csr")))
+
+    reached = _normalised_change(
+        query, with_first(single_word(0, 5)), with_first(single_word(1, 7)), params, size
+    )
+    assert reached == pytest.approx(1.0, rel=1e-9)
+    batch = random_documents(rng, size)
+    for _ in range(200):
+        other = random_documents(rng, 1)
+        i = int(rng.integers(size))
+        assert batch.counts is not None and other.counts is not None
+        replaced = Batch.of_documents(
+            sp.csr_array(sp.vstack([batch.counts[:i], other.counts, batch.counts[i + 1 :]], format="csr"))
+        )
+        assert _normalised_change(query, batch, replaced, params, size) <= 1.0 + SENSITIVITY_SLACK
+
+
+def test_unigram_block_is_the_clipped_counts_and_keeps_negatives() -> None:
+    query = LdaQuery(K, doc_length=N_W, clip=CLIP, unigram_share=0.5, unigram_clip=5.0)
+    batch = documents([{0: 3.0, 1: 4.0}, {2: 10.0}, {}])
+    u = query.clipped_sums(batch, {"expected_log_beta": np.zeros((K, V))}, np.random.default_rng(0))["u"]
+    np.testing.assert_allclose(u, [3.0, 4.0, 5.0, 0.0, 0.0, 0.0])  # norm 5 kept, norm 10 halved
+    noised = {"s": -np.ones(K * V), "u": -np.ones(V)}
+    out = query.postprocess(noised, V)
+    assert out["s"].shape == (K, V) and (out["s"] == -1).all() and (out["u"] == -1).all()
+    with pytest.raises(ValueError, match="unigram_share"):
+        LdaQuery(K, unigram_share=1.0)

@@ -20,6 +20,19 @@ One block "s" (K x V, flattened row-major): per-record bound C = a N_w, non-nega
 replace-one Delta = sqrt(2) a N_w / S (docs/design.md section 2; the paper's N / S is the add/remove bound).
 Post-processing sets negative entries of the noised mean to zero.
 
+Optional unigram block "u" (unigram_share w in (0, 1); 0, the default, releases s alone as above). Each
+document also contributes its own word counts n_d (V-vector, the sanitized counts before resampling),
+clipped to L2 norm C_u [unigram_clip]: non-negative, so replace-one moves the batch mean by at most
+sqrt(2) C_u / S. The two blocks are declared with inflated bounds C_s / sqrt(1 - w) and C_u / sqrt(w),
+so each normalised block (block b divided by its declared Delta_b) moves by at most sqrt(1 - w) resp.
+sqrt(w) under any replacement, and the concatenation by at most sqrt((1 - w) + w) = 1 whatever the
+replacement: the query declares joint sensitivity J = 1 (<= sqrt(2)). The noise stds are then
+sigma sqrt(2) C_s / (S sqrt(1 - w)) on s and sigma sqrt(2) C_u / (S sqrt(w)) on u: the share w splits one
+Gaussian mechanism's budget between them, and the release stays one event at multiplier sigma. The bound
+is reached by replacing a document that reaches both clips with one on disjoint words that does too
+(tests/test_query_lda.py). With the unigram block, post-processing keeps s's negative entries (the
+M-step averages raw releases; setting them to 0 would bias the average upwards).
+
 Keeping documents as they are (doc_length = 0) makes the per-document bound the document's length,
 which nothing bounds on private data. Such a query must be built with `max_document_length` L, declares
 C = a L and clips every contribution to it, so a release stays differentially private at the declared
@@ -69,6 +82,7 @@ IntArray = NDArray[np.int64]
 
 PARAM = "expected_log_beta"
 BLOCK = "s"
+UNIGRAM_BLOCK = "u"
 
 #: Normalisers sum_k E_dk B_kv below this are treated as 0 (the word is dropped from the document). With
 #: counts <= 2^31 the ratios n / normaliser stay below ~1e260, far from overflow.
@@ -415,6 +429,8 @@ class LdaQuery:
         max_document_length: int | None = None,
         documents_per_chunk: int | None = None,
         float32_iterations: bool = True,
+        unigram_share: float = 0.0,
+        unigram_clip: float = 1.0,
     ) -> None:
         if not _whole(topics) or topics < 1:
             raise ValueError("topics must be a whole number >= 1")
@@ -431,6 +447,10 @@ class LdaQuery:
         doc_length, inner_iterations = int(doc_length), int(inner_iterations)
         if not (0 < clip <= 1):
             raise ValueError("clip must be in (0, 1]")
+        if not (0 <= unigram_share < 1):
+            raise ValueError("unigram_share must be in [0, 1)")
+        if not (unigram_clip > 0 and math.isfinite(unigram_clip)):
+            raise ValueError("unigram_clip must be a finite number > 0")
         if doc_length == 0:
             if max_document_length is None or not _whole(max_document_length) or max_document_length < 1:
                 raise ValueError(
@@ -449,9 +469,21 @@ class LdaQuery:
         self.bound = self.clip * length
         self._documents_per_chunk = documents_per_chunk
         self.single = bool(float32_iterations)
+        self.unigram_share = float(unigram_share)
+        self.unigram_clip = float(unigram_clip)
 
     def blocks(self, dimension: int) -> tuple[Block, ...]:
-        return (Block(BLOCK, self.bound, nonnegative_or_psd=True),)
+        if self.unigram_share == 0:
+            return (Block(BLOCK, self.bound, nonnegative_or_psd=True),)
+        # Declared bounds inflated by 1 / sqrt(share): see the module docstring (J = 1).
+        return (
+            Block(BLOCK, self.bound / math.sqrt(1.0 - self.unigram_share), nonnegative_or_psd=True),
+            Block(UNIGRAM_BLOCK, self.unigram_clip / math.sqrt(self.unigram_share), nonnegative_or_psd=True),
+        )
+
+    def joint_sensitivity(self, dimension: int) -> float:
+        """1: one block (s alone), or the unigram split of the module docstring."""
+        return 1.0
 
     def validate_params(self, params: dict[str, Array], dimension: int) -> None:
         if set(params) != {PARAM}:
@@ -474,6 +506,17 @@ class LdaQuery:
         if batch.counts is None:
             raise ValueError("lda needs bag-of-words documents")
         counts = sanitize_counts(batch.counts)
+        unigram: Array | None = None
+        if self.unigram_share > 0:
+            data = np.asarray(counts.data, dtype=np.float64)
+            rows = np.repeat(np.arange(counts.shape[0]), np.diff(counts.indptr))
+            norms = np.sqrt(np.bincount(rows, weights=data * data, minlength=counts.shape[0]))
+            factors = clip_factors(norms, self.unigram_clip)
+            unigram = np.bincount(
+                counts.indices,
+                weights=data * np.repeat(factors, np.diff(counts.indptr)),
+                minlength=counts.shape[1],
+            ).astype(np.float64)
         if self.doc_length > 0:
             counts = resample_documents(counts, self.doc_length, rng)
         words = counts.shape[1]
@@ -515,8 +558,15 @@ class LdaQuery:
         if pending:
             scatter()
         s = (table * total)[:words].T
+        if unigram is not None:
+            return {BLOCK: np.ascontiguousarray(s).ravel(), UNIGRAM_BLOCK: unigram}
         return {BLOCK: np.ascontiguousarray(s).ravel()}
 
     def postprocess(self, noised_means: dict[str, Array], dimension: int) -> dict[str, Array]:
+        if self.unigram_share > 0:
+            return {
+                BLOCK: np.asarray(noised_means[BLOCK]).reshape(self.topics, dimension),
+                UNIGRAM_BLOCK: np.asarray(noised_means[UNIGRAM_BLOCK]).reshape(dimension),
+            }
         s = np.maximum(noised_means[BLOCK], 0.0).reshape(self.topics, dimension)
         return {BLOCK: s}

@@ -7,6 +7,19 @@ Topics beta_k ~ Dirichlet(eta 1_V), q(beta_k) = Dirichlet(lambda_k) [lam]. From 
 Expected natural parameters for the next E-step: E[log beta_kv] = digamma(lambda_kv) - digamma(sum_v
 lambda_kv). Everything here runs on released values or public documents only: top words, topic
 proportions of new documents (the E-step with a fixed number of iterations) and held-out perplexity.
+
+With the wall's unigram block (privacy_wall.queries.lda, unigram_share > 0) the release also carries u,
+the batch mean of each document's clipped word counts, and s keeps its negative entries. The M-step then
+(post-processing: it reads only the released s and u, their noise stds, D, K, V and the public seed):
+  - averages the u releases with inverse-variance weights; the unigram p_u is max(u_bar, 0) plus one noise
+    std of u_bar per word, normalised;
+  - mixes the raw D s as above into X (rho_t), tracking X's per-entry noise variance v from the stds;
+  - per topic, n_k = sum_v X_kv, r = X_k - n_k p_u, and the topic's counts are m_k p_u + soft(r, t), with
+    m_k = n_k floored at 3 noise stds of that sum and the universal threshold t = sqrt(v) sqrt(2 log(K V)),
+    all floored at 0: when s is pure noise nothing survives the threshold and every topic is the unigram;
+    at sigma = 0 (v = 0) the counts are X itself;
+  - lambda = eta + those counts; the next E-step's E[log beta] is that of lambda times the initial state's
+    Gamma(100, 1/100) jitter (public_params), which keeps the topics apart.
 """
 
 from __future__ import annotations
@@ -33,6 +46,12 @@ class LdaState:
 
     lam: Array
     statistics: dict[str, Array]
+    #: With the unigram block: the raw mixed D s (K x V) and its per-entry noise variance, the
+    #: inverse-variance sums of the u releases, and the initial jitter (module docstring).
+    raw: Array | None = None
+    raw_variance: float = 0.0
+    unigram_sum: Array | None = None
+    unigram_weight: float = 0.0
 
     @property
     def topics(self) -> int:
@@ -93,6 +112,10 @@ class LatentDirichletAllocation:
         return LdaState(rng.gamma(100.0, 0.01, size=(self.topics, dimension)), {})
 
     def public_params(self, state: LdaState) -> dict[str, Array]:
+        if state.raw is not None:  # the unigram M-step: the E-step sees lambda times the initial jitter
+            return {
+                "expected_log_beta": expected_log_beta(state.lam * self.initial_state(state.lam.shape[1]).lam)
+            }
         return {"expected_log_beta": expected_log_beta(state.lam)}
 
     def m_step(
@@ -104,9 +127,49 @@ class LatentDirichletAllocation:
         noise_std: Mapping[str, float] | None = None,
     ) -> LdaState:
         s = np.asarray(statistics["s"], dtype=np.float64).reshape(state.lam.shape)
+        if "u" in statistics:
+            return self._unigram_m_step(state, statistics, population, rho, noise_std or {})
         lam_hat = self.topic_word_prior + population * s
         lam = (1.0 - rho) * state.lam + rho * lam_hat
         return LdaState(lam, {"s": s})
+
+    def _unigram_m_step(
+        self,
+        state: LdaState,
+        statistics: dict[str, Array],
+        population: int,
+        rho: float,
+        noise_std: Mapping[str, float],
+    ) -> LdaState:
+        """The M-step with the unigram block (module docstring)."""
+        topics, words = state.lam.shape
+        s = np.asarray(statistics["s"], dtype=np.float64).reshape(topics, words)
+        u = np.asarray(statistics["u"], dtype=np.float64).reshape(words)
+        s_std, u_std = float(noise_std.get("s", 0.0)), float(noise_std.get("u", 0.0))
+        x = population * s
+        if state.raw is None:
+            raw, variance = x, (population * s_std) ** 2
+        else:
+            raw = (1.0 - rho) * state.raw + rho * x
+            variance = (1.0 - rho) ** 2 * state.raw_variance + (rho * population * s_std) ** 2
+        # Inverse-variance average of u (equal weights when noiseless).
+        weight = 1.0 / u_std**2 if u_std > 0 else 1.0
+        unigram_sum = weight * u + (0.0 if state.unigram_sum is None else state.unigram_sum)
+        unigram_weight = weight + state.unigram_weight
+        u_bar = unigram_sum / unigram_weight
+        u_bar_std = math.sqrt(1.0 / unigram_weight) if u_std > 0 else 0.0
+        p_u = np.maximum(u_bar, 0.0) + max(u_bar_std, 1e-12 * float(np.abs(u_bar).max(initial=1.0)))
+        p_u /= p_u.sum()
+        # A topic's token mass; its counts start from the mass floored at 3 noise stds of that sum (a topic
+        # whose mass is noise is the unigram), the residual is taken against the mass itself.
+        total = raw.sum(axis=1, keepdims=True)
+        mass = np.maximum(total, 3.0 * math.sqrt(variance * words))
+        residual = raw - total * p_u[None, :]
+        threshold = math.sqrt(variance) * math.sqrt(2.0 * math.log(max(2, topics * words)))
+        shrunk = np.sign(residual) * np.maximum(np.abs(residual) - threshold, 0.0)
+        counts = np.maximum(mass * p_u[None, :] + shrunk, 0.0)
+        lam = self.topic_word_prior + counts
+        return LdaState(lam, {"s": s, "u": u}, raw, variance, unigram_sum, unigram_weight)
 
     def posterior(self, state: LdaState) -> dict[str, Any]:
         """Natural parameters E[log beta], the last released s, the variational lambda, and per topic its
