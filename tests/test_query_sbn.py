@@ -9,10 +9,18 @@ import numpy as np
 import pytest
 
 import privacy_wall.queries.sbn as sbn_query
+from privacy_wall.gate import Gate
+from privacy_wall.ledger import InMemoryLedger
 from privacy_wall.mechanisms import upper_triangle
-from privacy_wall.queries.sbn import PG_CENTRE, SigmoidBeliefNetworkQuery, hidden_posterior
+from privacy_wall.queries.base import joint_sensitivity
+from privacy_wall.queries.sbn import (
+    PG_CENTRE,
+    SigmoidBeliefNetworkQuery,
+    frequency_copy_names,
+    hidden_posterior,
+)
 from privacy_wall.store import Batch, InMemoryBinaryStore, RowStore
-from tests.contracts import Params, QueryContract
+from tests.contracts import Params, QueryContract, assert_noise_is_calibrated
 
 J = 4  # visible units (the data dimension)
 K = 3  # hidden units
@@ -58,9 +66,10 @@ def pack_blocks(statistics: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 class TestSbnQuery(QueryContract):
     dimension = J
+    copies = 1  # frequency_copies: s3 released this many times
 
     def make_query(self) -> SigmoidBeliefNetworkQuery:
-        return SigmoidBeliefNetworkQuery(K, INNER)
+        return SigmoidBeliefNetworkQuery(K, INNER, self.copies)
 
     def make_batch(self, rng: np.random.Generator, size: int) -> Batch:
         density = rng.uniform(0.1, 0.9, size=(size, 1))  # some nearly empty and nearly full images
@@ -153,7 +162,7 @@ class TestSbnQuery(QueryContract):
             "s5": math.sqrt(J * K) / (4.0 * s),  # xi r^T in [0, 1/4]^(J x K)
             "s6": math.sqrt(J * K) / (2.0 * s),  # (y - 1/2) (r - 1/2)^T in [-1/4, 1/4]^(J x K)
             "s7": math.sqrt(J * K * (K + 1) / 2) / (4.0 * s),  # xi triu(<z z^T>) in [0, 1/4]^(J x K(K+1)/2)
-        }
+        } | dict.fromkeys(frequency_copy_names(self.copies), math.sqrt(J) / s)  # copies of s3
 
     def make_store(self, name: str, rows: Batch, *, public: bool) -> RowStore:
         return InMemoryBinaryStore(name, rows.features, public=public)
@@ -173,12 +182,56 @@ class TestSbnQuery(QueryContract):
             name: value + rng.normal(scale=noise_std[name], size=value.shape)
             for name, value in exact_means.items()
         }
+        copies = ("s3", *frequency_copy_names(self.copies))
+        averaged = dict(noisy, s3=np.mean([noisy[name] for name in copies], axis=0))  # postprocess's s3
         back = self.released_blocks(self.make_query().postprocess(noisy, J))
-        for name, value in noisy.items():
-            np.testing.assert_allclose(back[name], value, rtol=0, atol=1e-15, err_msg=name)
+        for name, value in averaged.items():
+            expected = averaged["s3"] if name in copies else value
+            np.testing.assert_allclose(back[name], expected, rtol=0, atol=1e-15, err_msg=name)
 
     def released_blocks(self, statistics: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        return pack_blocks(statistics)
+        packed = pack_blocks(statistics)
+        return packed | dict.fromkeys(frequency_copy_names(self.copies), statistics["s3"])
+
+
+class TestSbnQueryFrequencyCopies(TestSbnQuery):
+    """The same contract with s3 released in 3 copies (frequency_copies): every copy is a block of its own
+    with s3's bound, each reaches its Delta, and the joint release (sqrt(B), B = 8) holds them all."""
+
+    copies = 3
+
+    def test_gate_noise_is_calibrated_end_to_end(self) -> None:
+        """The real gate, S = N: each block's noise_std is sigma sqrt(B) Delta_b, and the postprocessed s3
+        (the mean of its 3 copies) carries noise of std sigma sqrt(B) Delta3 / sqrt(3)."""
+        query = self.make_query()
+        rng = np.random.default_rng(107)
+        rows = self.calibration_rows(rng)
+        population = rows.size
+        gate = Gate(self.make_store("calibration", rows, public=False), InMemoryLedger(delta=1e-5))
+        params = self.calibration_params()
+        exact = self._means(query, rows, params)
+        deltas = self._deltas(query, population)
+        expected = self._expected_stds(query, deltas, self.calibration_sigma, exact)
+        copies = ("s3", *frequency_copy_names(self.copies))
+        scales = {name: expected[name] for name in deltas if name not in copies}
+        scales["s3"] = expected["s3"] / math.sqrt(self.copies)
+        noise: dict[str, list[np.ndarray]] = {name: [] for name in scales}
+        for t in range(1, self.calibration_releases + 1):
+            release = gate.release(
+                query,
+                params,
+                job_id="calibration",
+                iteration=t,
+                sigma=self.calibration_sigma,
+                batch_size=population,
+            )
+            for name in deltas:
+                assert release.noise_std[name] == pytest.approx(expected[name], rel=1e-12)
+            released = self.released_blocks(release.statistics)
+            for name in scales:
+                noise[name].append(released[name] - exact[name])
+        for name, scale in scales.items():
+            assert_noise_is_calibrated(np.array(noise[name]), scale, f"gate, block {name}")
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -188,8 +241,8 @@ class TestSbnQuery(QueryContract):
 def test_postprocess_layout() -> None:
     """s7 comes back as J symmetric K x K matrices whose upper triangles are the released block plus the
     centre 1/8; s4 and s5 get the centre back too, s6 gets s3 / 2 in each column (the released
-    <(y - 1/2)(r - 1/2)^T> becomes <(y - 1/2) r^T>), s1 and s3 are unchanged."""
-    query = SigmoidBeliefNetworkQuery(K, INNER)
+    <(y - 1/2)(r - 1/2)^T> becomes <(y - 1/2) r^T>), s1 and s3 are unchanged (one copy of s3)."""
+    query = SigmoidBeliefNetworkQuery(K, INNER, frequency_copies=1)
     rng = np.random.default_rng(300)
     means = {
         "s1": rng.normal(size=K),
@@ -279,6 +332,54 @@ def test_query_refuses_bad_constructor_arguments() -> None:
     for hidden, inner in ((0, 5), (3, 0), (True, 5), (3, 2.5)):
         with pytest.raises(ValueError):
             SigmoidBeliefNetworkQuery(hidden, inner)  # type: ignore[arg-type]
+    for copies in (0, 65, True, 2.0):
+        with pytest.raises(ValueError, match="frequency_copies"):
+            SigmoidBeliefNetworkQuery(K, INNER, copies)  # type: ignore[arg-type]
+
+
+def test_frequency_copies_weight_the_pixel_frequencies() -> None:
+    """k copies of s3 in the joint release are the release with s3 weighted by sqrt(k): the gate's noise
+    per normalised coordinate is sqrt(5 + k) sigma, so the postprocessed s3 (the copies' mean) has
+    std sqrt(5 + k) sigma Delta3 / sqrt(k) and every other block sqrt(5 + k) sigma Delta_b. Adversarial
+    pair: all-ones against all-zeros moves every copy by exactly Delta3 (so the copies' joint move reaches
+    sqrt(k) and the concatenation's stays <= sqrt(B) = sqrt(5 + k)); random pairs never exceed either."""
+    copies = 4
+    query = SigmoidBeliefNetworkQuery(K, INNER, copies)
+    names = [block.name for block in query.blocks(J)]
+    assert names == ["s1", "s3", "s4", "s5", "s6", "s7", "s3_2", "s3_3", "s3_4"]
+    deltas = {block.name: block.sensitivity(1) for block in query.blocks(J)}
+    joint = joint_sensitivity(query, J)
+    assert joint == pytest.approx(math.sqrt(5 + copies), rel=1e-15)
+    rng = np.random.default_rng(310)
+
+    def normalised_move(a: Batch, b: Batch, params: Params) -> dict[str, float]:
+        x = query.clipped_sums(a, params, rng)
+        y = query.clipped_sums(b, params, rng)
+        return {name: float(np.linalg.norm(x[name] - y[name])) / deltas[name] for name in deltas}
+
+    ones, zeros = record([1.0] * J), record([0.0] * J)
+    moves = normalised_move(ones, zeros, saturating_params(30.0))
+    copy_moves = [moves[name] for name in ("s3", *frequency_copy_names(copies))]
+    np.testing.assert_allclose(copy_moves, 1.0, rtol=1e-12)
+    assert math.hypot(*copy_moves) == pytest.approx(math.sqrt(copies), rel=1e-12)
+    assert math.hypot(*moves.values()) <= joint * (1 + 1e-12)
+    contract = TestSbnQuery()
+    for params in contract.make_params(rng):
+        for _ in range(20):
+            a, b = contract.random_record(rng), contract.random_record(rng)
+            moved = normalised_move(a, b, params)
+            assert max(moved.values()) <= 1 + 1e-12
+            assert math.hypot(*moved.values()) <= joint * (1 + 1e-12)
+            for name in frequency_copy_names(copies):
+                assert moved[name] == moved["s3"]
+    means = {
+        name: rng.normal(size=value.shape) for name, value in query.clipped_sums(ones, params, rng).items()
+    }
+    out = query.postprocess(means, J)
+    expected = np.mean([means[name] for name in ("s3", *frequency_copy_names(copies))], axis=0)
+    np.testing.assert_allclose(out["s3"], expected, rtol=1e-15)
+    np.testing.assert_allclose(out["s6"], means["s6"].reshape(J, K) + expected[:, None] / 2.0, rtol=1e-15)
+    assert set(out) == {"s1", "s3", "s4", "s5", "s6", "s7"}
 
 
 def test_validation_errors_name_the_parameter_not_values() -> None:

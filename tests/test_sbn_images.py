@@ -4,6 +4,7 @@ unit off at the first E-step, and private fits that fall back to the per-pixel m
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from scipy import ndimage
 
 from privacy_wall.accounting import calibrate_sigma
@@ -15,8 +16,10 @@ from worker.models.sbn import (
     SbnState,
     SigmoidBeliefNetwork,
     denoise_frequencies,
+    frequency_noise_std,
     pixel_mean_metrics,
     reconstruction_metrics,
+    release_noise,
     shrink_columns,
     shrink_precision,
 )
@@ -133,6 +136,41 @@ def test_the_shrinkage_is_post_processing_and_the_identity_without_noise() -> No
     std = {name: 0.1 for name in release}
     first, second = (model.m_step(state, release, 1000, 0.5, std) for _ in range(2))
     np.testing.assert_array_equal(first.wc_eta2, second.wc_eta2)
+    np.testing.assert_array_equal(first.wc_mean, second.wc_mean)
+
+
+def test_the_frequency_copies_noise_is_read_from_the_public_noise_scales() -> None:
+    """With s3 released in k copies (privacy_wall.queries.sbn, frequency_copies), the M-step's noise
+    variance of N s3 is N^2 std^2 / k, from the releases' public noise_std alone (the copies' names and
+    scales), and s6's share (std3^2 / 4) uses the same; an M-step reads the postprocessed release (the
+    copies' mean) and those scales only, and is the same for the same inputs."""
+    std = {
+        "s1": 0.1,
+        "s3": 0.3,
+        "s3_2": 0.3,
+        "s3_3": 0.3,
+        "s3_4": 0.3,
+        "s4": 0.1,
+        "s5": 0.1,
+        "s6": 0.2,
+        "s7": 0.1,
+    }
+    assert frequency_noise_std(std) == pytest.approx(0.15, rel=1e-15)
+    assert frequency_noise_std({"s3": 0.3}) == pytest.approx(0.3, rel=1e-15)
+    model = SigmoidBeliefNetwork(hidden=4)
+    assert model.frequency_copies == 4 and model.query().frequency_copies == 4
+    rng = np.random.default_rng(1)
+    rows = digits_28(50)[:, :64]
+    state = model.initial_state(64)
+    query = model.query()
+    sums = query.clipped_sums(Batch(rows), model.public_params(state), rng)
+    assert {"s3_2", "s3_3", "s3_4"} <= set(sums)
+    release = query.postprocess({name: value / 50 for name, value in sums.items()}, 64)
+    assert set(release) == {"s1", "s3", "s4", "s5", "s6", "s7"}
+    noise = release_noise(release, std, 1000)
+    assert noise.s3 == pytest.approx(1000**2 * 0.15**2, rel=1e-14)
+    assert noise.w_raw == pytest.approx(1000**2 * (0.2**2 + 0.15**2 / 4), rel=1e-14)
+    first, second = (model.m_step(state, release, 1000, 0.5, std) for _ in range(2))
     np.testing.assert_array_equal(first.wc_mean, second.wc_mean)
 
 

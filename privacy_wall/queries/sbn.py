@@ -58,6 +58,21 @@ Sec. 5, with w_j and c_j in one Gaussian per visible unit): precision_j = prior 
 [s5_j^T, s4_j]], precision_j mean_j = N (s6_j, s3_j); and of q(b): precision = 1/nu_b + N <xi^(1)>,
 precision mean = N s1.
 
+Weighting the pixel frequencies (frequency_copies = k, public, fixed per job; issue 35). s3 is released k
+times: blocks s3, s3_2, ..., s3_k, identical sums of the same clipped contributions (y_n - 1/2), each with
+C3 and Delta3 = sqrt(J) / S. Sensitivity: the release is the gate's one Gaussian mechanism over B = 5 + k
+blocks, each divided by its Delta_b; a replacement moves each normalised block by at most 1 (its own bound,
+every copy exactly as s3 does), so the concatenation moves by at most sqrt(B) = sqrt(5 + k), the gate's
+default J (no smaller joint sensitivity is declared). All-ones against all-zeros moves every copy by exactly
+1, so the copies alone reach sqrt(k) of it (tests/test_query_sbn.py). Noise: N(0, (5 + k) sigma^2) per
+normalised coordinate; postprocess averages the copies (post-processing), so s3 gets std
+sqrt(5 + k) sigma Delta3 / sqrt(k) and every other block sqrt(5 + k) sigma Delta_b. This is the jointly
+clipped release with s3 scaled by sqrt(k) (sensitivity sqrt(5 + k)), written as copies so that every block
+the gate sees keeps a Delta that a replacement reaches. Against k = 1 (sqrt(6) for every block), s3's noise
+variance is (5 + k) / (6 k) times as large (k = 4: 0.375) and the others' (5 + k) / 6 (k = 4: 1.5): the
+fallback to the pixel frequencies, which is what a private fit is worth at small epsilon x N, pays s3's
+noise only.
+
 Any finite public parameters are accepted; overflow and non-PSD moments cannot push a record outside its
 bounds (NaN is mapped to a value inside them), and floating-point warnings are silenced because a warning's
 presence would depend on the data.
@@ -85,6 +100,14 @@ CHUNK_ROWS = 1024
 PG_CENTRE = 0.125
 
 PARAM_NAMES = frozenset({"b_mean", "w_mean", "second_moment"})
+
+#: Copies of s3 in each release (frequency_copies; module docstring, "Weighting the pixel frequencies").
+DEFAULT_FREQUENCY_COPIES = 4
+
+
+def frequency_copy_names(copies: int) -> tuple[str, ...]:
+    """Block names of the extra copies of s3: s3_2, ..., s3_k (none for k = 1)."""
+    return tuple(f"s3_{i}" for i in range(2, copies + 1))
 
 
 def _bernoulli_mean(logits: Array) -> Array:
@@ -174,7 +197,12 @@ class SigmoidBeliefNetworkQuery:
 
     name = "sbn"
 
-    def __init__(self, hidden: int, inner_iterations: int = DEFAULT_INNER_ITERATIONS) -> None:
+    def __init__(
+        self,
+        hidden: int,
+        inner_iterations: int = DEFAULT_INNER_ITERATIONS,
+        frequency_copies: int = DEFAULT_FREQUENCY_COPIES,
+    ) -> None:
         if isinstance(hidden, bool) or not isinstance(hidden, int) or hidden < 1:
             raise ValueError("hidden must be an integer >= 1")
         if (
@@ -183,13 +211,21 @@ class SigmoidBeliefNetworkQuery:
             or inner_iterations < 1
         ):
             raise ValueError("inner_iterations must be an integer >= 1")
+        if (
+            isinstance(frequency_copies, bool)
+            or not isinstance(frequency_copies, int)
+            or not 1 <= frequency_copies <= 64
+        ):
+            raise ValueError("frequency_copies must be an integer in [1, 64]")
         self.hidden = hidden
         self.inner_iterations = inner_iterations
+        self.frequency_copies = frequency_copies
 
     def bounds(self, dimension: int) -> dict[str, float]:
-        """Per-record L2 bounds C_b of the six released blocks (module docstring)."""
+        """Per-record L2 bounds C_b of the released blocks (module docstring): six statistics, s3 in
+        frequency_copies identical blocks."""
         j, k = dimension, self.hidden
-        return {
+        out = {
             "s1": math.sqrt(k) / 2.0,
             "s3": math.sqrt(j) / 2.0,
             "s4": math.sqrt(j) / 8.0,
@@ -197,9 +233,11 @@ class SigmoidBeliefNetworkQuery:
             "s6": math.sqrt(j * k) / 4.0,
             "s7": math.sqrt(j * k * (k + 1) / 2.0) / 8.0,
         }
+        out.update(dict.fromkeys(frequency_copy_names(self.frequency_copies), out["s3"]))
+        return out
 
     def blocks(self, dimension: int) -> tuple[Block, ...]:
-        """Six signed blocks (contributions centred in their boxes): Delta_b = 2 C_b / S."""
+        """Signed blocks (contributions centred in their boxes): Delta_b = 2 C_b / S."""
         return tuple(Block(name, bound) for name, bound in self.bounds(dimension).items())
 
     def validate_params(self, params: dict[str, Array], dimension: int) -> None:
@@ -225,7 +263,10 @@ class SigmoidBeliefNetworkQuery:
             self._chunk_sums(y[start : start + CHUNK_ROWS], params, bounds)
             for start in range(0, max(y.shape[0], 1), CHUNK_ROWS)
         ]
-        return {name: np.sum([part[name] for part in parts], axis=0) for name in parts[0]}
+        sums = {name: np.sum([part[name] for part in parts], axis=0) for name in parts[0]}
+        for name in frequency_copy_names(self.frequency_copies):
+            sums[name] = sums["s3"].copy()
+        return sums
 
     def _chunk_sums(self, y: Array, params: dict[str, Array], bounds: dict[str, float]) -> dict[str, Array]:
         r, xi = hidden_posterior(
@@ -253,15 +294,21 @@ class SigmoidBeliefNetworkQuery:
             }
 
     def postprocess(self, noised_means: dict[str, Array], dimension: int) -> dict[str, Array]:
-        """Data-independent: add the centre 1/8 back to s4, s5, s7 (so they are batch means of xi_n,
-        xi_n r_n^T and xi_nj <z_n z_n^T>); add s3 / 2 to each column of s6 (then the batch mean of
-        (y_n - 1/2) r_n^T: released values only); reshape s5, s6 to J x K and mirror s7 to J x K x K. s1 and
-        s3 stay centred (the M-step uses r - 1/2 and y - 1/2)."""
+        """Data-independent: s3 is the mean of its frequency_copies released copies (equal noise
+        scales: the minimum-variance combination); add the centre 1/8 back to s4, s5, s7 (so they are batch
+        means of xi_n, xi_n r_n^T and xi_nj <z_n z_n^T>); add s3 / 2 to each column of s6 (then the batch
+        mean of (y_n - 1/2) r_n^T: released values only); reshape s5, s6 to J x K and mirror s7 to
+        J x K x K. s1 and s3 stay centred (the M-step uses r - 1/2 and y - 1/2)."""
         j, k = dimension, self.hidden
-        s3 = noised_means["s3"]
+        copies = ("s3", *frequency_copy_names(self.frequency_copies))
+        s3 = (
+            np.mean([noised_means[name] for name in copies], axis=0)
+            if len(copies) > 1
+            else noised_means["s3"]
+        )
         return {
             "s1": noised_means["s1"],
-            "s3": noised_means["s3"],
+            "s3": s3,
             "s4": noised_means["s4"] + PG_CENTRE,
             "s5": noised_means["s5"].reshape(j, k) + PG_CENTRE,
             "s6": noised_means["s6"].reshape(j, k) + s3[:, None] / 2.0,

@@ -21,7 +21,9 @@ v_t = (1 - rho_t)^2 v_{t-1} + rho_t^2 N^2 std^2), and q(w^_j) is read from the a
 where P0 = diag(1/w_variance, ..., 1/c_variance), so every precision stays >= P0.
 - denoise_frequencies: the released pixel frequencies' noise is what the fallback (the per-pixel means)
   pays; a prior estimated from all J pixels (nonparametric maximum likelihood) and the posterior mean
-  reduce it and keep the frequencies in [0, 1].
+  reduce it and keep the frequencies in [0, 1]. The release already weights s3 (frequency_copies, default
+  4: s3 is the mean of k released copies, its noise scale frequency_noise_std reads the copies' public
+  noise_std).
 - shrink_columns switches off a hidden unit whose weights the noise cannot support (positive-part
   James-Stein per column), applied to the covariance part of N s6 only: N s3_j <r_k> is what a model
   without hidden structure implies (w = 0 solves the M-step then), large whatever the noise, and shrinking
@@ -53,7 +55,12 @@ import numpy as np
 from scipy.special import expit
 
 from privacy_wall.queries.blr import polya_gamma_mean
-from privacy_wall.queries.sbn import DEFAULT_INNER_ITERATIONS, SigmoidBeliefNetworkQuery, hidden_posterior
+from privacy_wall.queries.sbn import (
+    DEFAULT_FREQUENCY_COPIES,
+    DEFAULT_INNER_ITERATIONS,
+    SigmoidBeliefNetworkQuery,
+    hidden_posterior,
+)
 from worker.models.base import Array
 
 #: The service's default number of hidden units (option "hidden").
@@ -195,7 +202,8 @@ def release_noise(
     entry. s6_jk is clipped to |s6_jk| <= <r_k> / 2, and a value confined to [-a, a] has variance <= a^2, so
     column k's is N^2 min(std6^2 + std3^2 / 4, <r_k>^2 / 4). s5 and diag(s7) are combined with weights
     (K + 1, 2) / (K + 3): N^2 ((K + 1)^2 std5^2 + 4 std7^2) / (K + 3)^2. Zero when noise_std is None."""
-    std = dict.fromkeys(("s3", "s4", "s5", "s6", "s7"), 0.0) if noise_std is None else noise_std
+    std = dict.fromkeys(("s3", "s4", "s5", "s6", "s7"), 0.0) if noise_std is None else dict(noise_std)
+    std["s3"] = frequency_noise_std(std)
     k = statistics["s1"].shape[0]
     n2 = float(population) ** 2
     on = np.clip(statistics["s1"], -0.5, 0.5) + 0.5
@@ -205,6 +213,13 @@ def release_noise(
     return NoiseVariances(
         w, diagonal, n2 * std["s7"] ** 2, n2 * std["s4"] ** 2, n2 * std["s3"] ** 2, float(raw)
     )
+
+
+def frequency_noise_std(noise_std: Mapping[str, float]) -> float:
+    """The noise scale of the postprocessed s3, the mean of its k released copies s3, s3_2, ..., s3_k
+    (privacy_wall.queries.sbn.frequency_copy_names; independent noises of one scale): std / sqrt(k)."""
+    copies = [float(value) for name, value in noise_std.items() if name == "s3" or name.startswith("s3_")]
+    return float(np.sqrt(np.mean(np.square(copies)) / len(copies))) if copies else 0.0
 
 
 def shrink_columns(drive: Array, variance: Array) -> Array:
@@ -325,6 +340,7 @@ class SigmoidBeliefNetwork:
     init_scale: float = 1.0
     seed: int = 0
     inner_iterations: int = DEFAULT_INNER_ITERATIONS
+    frequency_copies: int = DEFAULT_FREQUENCY_COPIES
     name: str = "sbn"
 
     def __post_init__(self) -> None:
@@ -342,7 +358,7 @@ class SigmoidBeliefNetwork:
 
     def query(self) -> SigmoidBeliefNetworkQuery:
         """The wall's query that pairs with this model."""
-        return SigmoidBeliefNetworkQuery(self.hidden, self.inner_iterations)
+        return SigmoidBeliefNetworkQuery(self.hidden, self.inner_iterations, self.frequency_copies)
 
     def prior_precision(self) -> Array:
         """P0 = diag(1/w_variance (K times), 1/c_variance) of q(w^_j)."""
