@@ -23,7 +23,7 @@ from privacy_wall.sqlengine import reading
 from service.budgets import ensure_budget, finite
 from service.errors import Conflict, Loc, SpecError
 from service.job_storage import MIB, key_stored_bytes, storage_problem
-from service.options import MODEL_KINDS, algorithm_problem, option_problem, schedule_problem
+from service.options import MODEL_KINDS, algorithm_problem, option_problem, schedule_problem, typed_options
 from service.pricing import pricing_slot
 from service.quotas import QuotaExceeded, quota_quote, tighter
 from service.resources import Resources, estimate, resource_errors
@@ -99,6 +99,7 @@ def check_spec(spec: JobCreate, dataset: Row[Any], settings: ServiceSettings) ->
         iterations=spec.iterations,
         batch_size=spec.batch_size,
         max_iterations=settings.max_iterations,
+        options=spec.options,
     )
     resources = job_resources(spec, dataset, schedule)  # the estimate needs a valid spec
     errors = resource_errors(
@@ -113,12 +114,17 @@ def check_spec(spec: JobCreate, dataset: Row[Any], settings: ServiceSettings) ->
     return schedule, resources
 
 
+def job_options(spec: JobCreate, schedule: Schedule) -> dict[str, float]:
+    """The options a job runs with: those it gives and, for the rest, those its schedule chose."""
+    return {**schedule.options, **spec.options}
+
+
 def job_resources(spec: JobCreate, dataset: Row[Any], schedule: Schedule) -> Resources:
     """The job's worker memory, release and stored bytes from the dataset's public shape."""
     return estimate(
         spec.model,
         spec.algorithm,
-        spec.options,
+        job_options(spec, schedule),
         int(dataset.dimension),
         schedule.batch_size,
         schedule.iterations,
@@ -141,7 +147,7 @@ def plan_job(engine: Engine, spec: JobCreate, dataset: Row[Any], settings: Servi
         else:
             assert spec.sigma is not None
             sigma = spec.sigma
-        conflict = schedule_problem(spec.model, spec.options, sigma)
+        conflict = schedule_problem(spec.model, job_options(spec, schedule), sigma)
         if conflict is not None:
             raise SpecError([(("options", conflict[0]), conflict[1])])
         eps = job_epsilon(sigma, batch_size, population, iterations, budget.delta) if sigma > 0 else None
@@ -213,6 +219,7 @@ def quote_job(
             batch_size=plan.batch_size,
             auto=list(plan.schedule.auto),
             why=plan.schedule.why,
+            options=typed_options(spec.model, plan.schedule.options, spec.algorithm),
         ),
         sigma=plan.sigma,
         delta=plan.delta,

@@ -26,6 +26,7 @@ _NON_NEGATIVE = OptionSpec(lambda v: v >= 0, "must be >= 0")
 _POSITIVE = OptionSpec(lambda v: v > 0, "must be > 0")
 _UNIT_INTERVAL = OptionSpec(lambda v: 0 <= v <= 1, "must be in [0, 1]")
 _CLIP_FRACTION = OptionSpec(lambda v: 0 < v <= 1, "must be in (0, 1]")
+_SHARE = OptionSpec(lambda v: 0 <= v < 1, "must be in [0, 1)")
 
 #: The dataset kind each model fits.
 MODEL_KINDS = {"blr": "tabular", "linreg": "regression", "lda": "bow", "sbn": "binary"}
@@ -43,8 +44,13 @@ MODEL_OPTIONS: dict[str, dict[str, OptionSpec]] = {
         "eta": _POSITIVE,
         "doc_length": _whole(0, 100_000),
         "clip": _CLIP_FRACTION,
+        # The unigram fallback (privacy_wall.queries.lda): the release's share for the word frequencies
+        # (0: topic statistics alone) and each document's clip for them.
+        "unigram_share": _SHARE,
+        "unigram_clip": _POSITIVE,
     },
-    "sbn": {"hidden": _whole(1, 500)},
+    # frequency_copies: the copies of the pixel frequencies in each release (privacy_wall.queries.sbn).
+    "sbn": {"hidden": _whole(1, 500), "frequency_copies": _whole(1, 64)},
 }
 #: The models each algorithm fits (docs/design.md section 5: DPVI and DP-SEP are alternatives for regression).
 ALGORITHM_MODELS: dict[str, tuple[str, ...]] = {

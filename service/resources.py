@@ -49,6 +49,7 @@ SBN_CHUNK_ROWS = 1024  # privacy_wall.queries.sbn.CHUNK_ROWS
 LDA_RESAMPLE_CHUNK = 1024  # privacy_wall.queries.lda.RESAMPLE_CHUNK
 LDA_CHUNK_ELEMENTS = 2**19  # privacy_wall.queries.lda.CHUNK_ELEMENTS
 SBN_DEFAULT_HIDDEN = 50  # worker.models.sbn.DEFAULT_HIDDEN
+SBN_DEFAULT_FREQUENCY_COPIES = 4  # privacy_wall.queries.sbn.DEFAULT_FREQUENCY_COPIES
 LDA_DEFAULTS = {"topics": 10, "doc_length": 500}  # worker.models.registry.LDA_DEFAULTS
 DPVI_DEFAULT_DRAWS = 1
 
@@ -146,34 +147,37 @@ def dpsep_footprint(d: int, s: int, logistic: bool) -> Footprint:
     )
 
 
-def lda_footprint(v: int, s: int, topics: int, doc_length: int) -> Footprint:
+def lda_footprint(v: int, s: int, topics: int, doc_length: int, unigram: bool = False) -> Footprint:
     """LDA (K topics, V words, N_w tokens per document): the K x V arrays, i.e. lambda, the last release,
     E[log beta], the query's table and totals, means, noise, noised and clipped copies (9 K V); the
     resampling's S x N_w uniforms plus 4 arrays of min(S, 1024) x N_w per chunk of documents; the
-    resampled counts (2 S min(V, N_w)); and the E-step's padded chunks (4 x 2^19). Release s (K V).
-    Posterior: E[log beta], the statistics and lambda twice (4 K V) plus K x 10 top words."""
+    resampled counts (2 S min(V, N_w)); and the E-step's padded chunks (4 x 2^19). Release s (K V), with
+    the unigram fallback also u (V). Posterior: E[log beta], the statistics and lambda twice (4 K V) plus
+    K x 10 top words."""
     tokens = doc_length if doc_length > 0 else v
     resample = s * doc_length + 4 * min(s, LDA_RESAMPLE_CHUNK) * doc_length
     kv = topics * v
     working = 9 * kv + resample + 2 * s * min(v, tokens) + 4 * LDA_CHUNK_ELEMENTS
     driver: Loc = ("options", "doc_length") if resample > 9 * kv else ("options", "topics")
     why = f"{topics} topics x {v} words, {s} documents x doc_length {doc_length}"
-    return Footprint(working, kv, 4 * kv + 10 * topics, driver, why)
+    release = kv + (v if unigram else 0)
+    return Footprint(working, release, 4 * kv + 10 * topics, driver, why)
 
 
-def sbn_footprint(j: int, s: int, hidden: int) -> Footprint:
+def sbn_footprint(j: int, s: int, hidden: int, frequency_copies: int = 1) -> Footprint:
     """SBN (J pixels, K hidden units; Q = (K + 1)^2, P = K (K + 1) / 2, chunks of C = min(S, 1024) rows):
     the J Q blocks, i.e. precision, covariance and running data precision of the state, E[w w^T], its
     symmetrised copy, the M-step's new average, its shrinkage target and residual, and the PSD projection
     (9 J Q); the packed J P arrays of the E-step and the gate (sums per chunk,
     means, noise: (3 + ceil(S / C)) J P); the last release's and the E-step's J K^2 (2 J K^2); per chunk
-    C (2 K^2 + 2 P); the batch (3 S J). Release s1 (K), s3, s4 (J), s5, s6 (J K), s7 mirrored (J K^2).
+    C (2 K^2 + 2 P); the batch (3 S J). Release s1 (K), s3 (J, frequency_copies times), s4 (J), s5, s6
+    (J K), s7 mirrored (J K^2).
     Posterior: three J Q matrices, four J (K + 1) blocks, the statistics, and vectors (6 K + 2 J)."""
     k = hidden
     q, p = (k + 1) ** 2, k * (k + 1) // 2
     chunk = min(s, SBN_CHUNK_ROWS)
     chunks = -(-s // SBN_CHUNK_ROWS)
-    release = k + 2 * j + 2 * j * k + j * k * k
+    release = k + (1 + frequency_copies) * j + 2 * j * k + j * k * k
     working = 9 * j * q + (3 + chunks) * j * p + 2 * j * k * k + chunk * (2 * k * k + 2 * p) + 3 * s * j
     posterior = 3 * j * q + 4 * j * (k + 1) + release + 6 * k + 2 * j
     return Footprint(working, release, posterior, ("options", "hidden"), f"hidden {k} x {j} pixels")
@@ -192,9 +196,11 @@ def footprint(
         return linreg_footprint(d, s)
     if model == "lda":
         topics = int(options.get("topics", LDA_DEFAULTS["topics"]))
-        return lda_footprint(d, s, topics, int(options.get("doc_length", LDA_DEFAULTS["doc_length"])))
+        doc_length = int(options.get("doc_length", LDA_DEFAULTS["doc_length"]))
+        return lda_footprint(d, s, topics, doc_length, unigram=options.get("unigram_share", 0.0) > 0)
     if model == "sbn":
-        return sbn_footprint(d, s, int(options.get("hidden", SBN_DEFAULT_HIDDEN)))
+        copies = int(options.get("frequency_copies", SBN_DEFAULT_FREQUENCY_COPIES))
+        return sbn_footprint(d, s, int(options.get("hidden", SBN_DEFAULT_HIDDEN)), copies)
     return blr_footprint(d, s)
 
 

@@ -9,13 +9,19 @@ therefore keyed on epsilon x N ("the privacy scale"), and their rows come from g
 values win: a job that gives T or S keeps it and the rule fills only what is missing. A job that gives
 sigma instead of epsilon has no epsilon to choose by: it gets the rule's row for the largest scale (for
 VIPS-BLR the long-standing T 10, S N).
+
+A rule may also choose model options by the same privacy scale (for instance how many copies of the SBN's
+pixel frequencies each release carries): only options the job does not give, and only when it gives epsilon
+(a job that gives sigma keeps the model's defaults). They are public choices like T and S, stored with the
+job's options.
 """
 
 from __future__ import annotations
 
 import math
 import sys
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -29,6 +35,8 @@ class Rule:
     min_batch: int = 1
     max_batch: int | None = None
     source: str = ""
+    #: (largest epsilon x N of the row, model options it chooses), increasing; empty: the model's defaults.
+    options: tuple[tuple[float, Mapping[str, float]], ...] = ()
 
 
 #: The rules, one per (model, algorithm): docs/schedules.md has the table each was read off.
@@ -65,12 +73,14 @@ RULES: dict[tuple[str, str], Rule] = {
 
 @dataclass(frozen=True)
 class Schedule:
-    """T and S of a job, which of them the rule chose (`auto`) and why, in words for the quote."""
+    """T and S of a job, the model options the rule chose, which of them all the rule chose (`auto`) and
+    why, in words for the quote."""
 
     iterations: int
     batch_size: int
     auto: tuple[str, ...]
     why: str
+    options: dict[str, float] = field(default_factory=dict)
 
 
 def rule_for(model: str, algorithm: str) -> Rule:
@@ -83,6 +93,18 @@ def rule_for(model: str, algorithm: str) -> Rule:
 def rule_iterations(rule: Rule, scale: float) -> int:
     """T of the first row whose bound on epsilon x N is at least `scale`."""
     return next(iterations for bound, iterations in rule.iterations if scale <= bound)
+
+
+def rule_options(rule: Rule, scale: float, given: Mapping[str, float]) -> dict[str, float]:
+    """The options of the first row whose bound on epsilon x N is at least `scale`, less those given."""
+    row = next((options for bound, options in rule.options if scale <= bound), {})
+    return {name: float(value) for name, value in row.items() if name not in given}
+
+
+def rule_option_names(model: str, algorithm: str) -> frozenset[str]:
+    """The model options the rule of (model, algorithm) may choose."""
+    rule = RULES.get((model, algorithm))
+    return frozenset(name for _, options in rule.options for name in options) if rule else frozenset()
 
 
 def rule_batch(rule: Rule, population: int) -> int:
@@ -102,27 +124,34 @@ def choose_schedule(
     iterations: int | None = None,
     batch_size: int | None = None,
     max_iterations: int | None = None,
+    options: Mapping[str, float] | None = None,
 ) -> Schedule:
-    """The job's (T, S): given values kept, missing ones from the rule at epsilon x N (module docstring);
-    with no epsilon (sigma given), the rule's row for the largest scale."""
-    auto = tuple(
-        name for name, value in (("iterations", iterations), ("batch_size", batch_size)) if value is None
-    )
+    """The job's (T, S) and chosen model options: given values kept, missing ones from the rule at
+    epsilon x N (module docstring); with no epsilon (sigma given), the rule's row for the largest scale
+    and no options chosen (the model's defaults)."""
     rule = rule_for(model, algorithm)
     scale = math.inf if epsilon is None else epsilon * population
+    chosen_options = {} if epsilon is None else rule_options(rule, scale, options or {})
+    auto = tuple(
+        name for name, value in (("iterations", iterations), ("batch_size", batch_size)) if value is None
+    ) + tuple(chosen_options)
     chosen_t = rule_iterations(rule, scale) if iterations is None else iterations
     if max_iterations is not None and iterations is None:
         chosen_t = min(chosen_t, max_iterations)
     chosen_s = rule_batch(rule, population) if batch_size is None else batch_size
     if not auto:
         return Schedule(chosen_t, chosen_s, auto, "given")
+    takes = ", ".join(
+        [f"T = {chosen_t}", f"S = {chosen_s} of N = {population}"]
+        + [f"{name} = {value:g}" for name, value in chosen_options.items()]
+    )
     at = (
         "sigma given (no epsilon to choose by): its row for little noise"
         if epsilon is None
         else (f"at epsilon x N = {scale:.3g}")
     )
     why = (
-        f"auto ({', '.join(auto)}): {model} by {algorithm} {at} takes T = {chosen_t}, S = {chosen_s} of "
-        f"N = {population}, from {rule.source} (docs/schedules.md)"
+        f"auto ({', '.join(auto)}): {model} by {algorithm} {at} takes {takes}, from {rule.source} "
+        "(docs/schedules.md)"
     )
-    return Schedule(chosen_t, chosen_s, auto, why)
+    return Schedule(chosen_t, chosen_s, auto, why, chosen_options)

@@ -342,9 +342,13 @@ class ScheduleChoice(BaseModel):
     iterations: int
     batch_size: int
     auto: list[str] = Field(
-        description="the fields the server chose (iterations, batch_size); empty: all given"
+        description="the fields the server chose (iterations, batch_size, model options); empty: all given"
     )
     why: str = Field(description="the rule and the public facts it used, or 'given'")
+    options: dict[str, int | float] = Field(
+        default_factory=dict,
+        description="the model options the server chose (stored with the job's options); the job's own win",
+    )
 
 
 class JobQuote(BaseModel):

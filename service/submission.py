@@ -20,7 +20,7 @@ from privacy_wall import ledger_db
 from privacy_wall.accounting import configured_accountant
 from privacy_wall.ledger import BudgetExceeded
 from privacy_wall.sqlengine import reading
-from service.admission import Plan, refusal
+from service.admission import Plan, job_options, refusal
 from service.errors import BudgetRefused, Conflict, QueueUnavailable, RateLimited, StorageFull
 from service.job_end import end_job
 from service.job_reads import get_job
@@ -29,6 +29,7 @@ from service.keys import Principal
 from service.models import api_keys, jobs
 from service.queue import JobQueue
 from service.quotas import check_quota
+from service.schedules import rule_option_names
 from service.schemas import JobCreate
 
 log = logging.getLogger(__name__)
@@ -46,6 +47,10 @@ def previous_submission(engine: Engine, owner: Principal, key: str, spec: JobCre
         ).one_or_none()
     if job is None:
         return None
+    chosen = rule_option_names(spec.model, spec.algorithm)  # stored with the job when the rule chose them
+    stored_options = {
+        name: value for name, value in dict(job.options).items() if name in spec.options or name not in chosen
+    }
     asked = {
         "dataset": spec.dataset,
         "model": spec.model,
@@ -59,7 +64,8 @@ def previous_submission(engine: Engine, owner: Principal, key: str, spec: JobCre
         asked["batch_size"] = spec.batch_size
     if spec.sigma is not None:
         asked["sigma"] = spec.sigma
-    differs = [name for name, value in asked.items() if getattr(job, name) != value]
+    found = {**{name: getattr(job, name) for name in asked}, "options": stored_options}
+    differs = [name for name, value in asked.items() if found[name] != value]
     if differs:
         raise Conflict(
             f"Idempotency-Key {key!r} was used for job {job.id} with another {', '.join(differs)}; "
@@ -150,7 +156,7 @@ def submit_job(
                     owner=owner.key_id,
                     model=spec.model,
                     algorithm=spec.algorithm,
-                    options=dict(spec.options),
+                    options=job_options(spec, plan.schedule),
                     iterations=plan.iterations,
                     batch_size=plan.batch_size,
                     sigma=plan.sigma,

@@ -14,7 +14,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from service.schedules import RULES, choose_schedule, rule_batch, rule_for, rule_iterations
+from service.options import option_problem
+from service.schedules import RULES, Rule, choose_schedule, rule_batch, rule_for, rule_iterations
 from tests.dbservers import fresh_database
 from tests.test_api import Api, N, make_api
 from vips.cli import main
@@ -41,7 +42,17 @@ def test_every_rule_gives_a_valid_schedule_at_every_scale(model: str, algorithm:
             again = choose_schedule(model, algorithm, population, epsilon)
             assert chosen == again  # deterministic: a quote and its job agree
             assert chosen.iterations >= 1 and 1 <= chosen.batch_size <= population
-            assert chosen.auto == ("iterations", "batch_size") and chosen.why.startswith("auto")
+            assert chosen.auto == ("iterations", "batch_size", *chosen.options)
+            assert chosen.why.startswith("auto")
+            assert not problems(model, algorithm, chosen.options)  # every chosen option is a valid one
+            if epsilon is None:  # a job that gives sigma keeps the model's defaults
+                assert chosen.options == {}
+    option_bounds = [bound for bound, _ in rule.options]
+    assert option_bounds == sorted(option_bounds) and (not option_bounds or math.isinf(option_bounds[-1]))
+
+
+def problems(model: str, algorithm: str, options: dict[str, float]) -> list[str]:
+    return [p for name, value in options.items() if (p := option_problem(model, name, value, algorithm))]
 
 
 def test_vips_blr_makes_one_release_of_the_whole_batch_at_every_epsilon() -> None:
@@ -72,6 +83,18 @@ def test_given_values_win_and_the_rule_fills_the_rest() -> None:
     assert (only_t.iterations, only_t.batch_size, only_t.auto) == (300, 651, ("batch_size",))
     capped = choose_schedule("blr", "dpvi", 32_561, 0.3, max_iterations=500)
     assert capped.iterations == 500
+
+
+def test_a_rule_chooses_model_options_by_scale_and_given_ones_win(monkeypatch: pytest.MonkeyPatch) -> None:
+    rule = Rule(iterations=((math.inf, 2),), options=((1e3, {"a0": 5.0, "b0": 2.0}), (math.inf, {"a0": 1.0})))
+    monkeypatch.setitem(RULES, ("blr", "vips"), rule)
+    small = choose_schedule("blr", "vips", 1_000, 0.5)
+    assert small.options == {"a0": 5.0, "b0": 2.0} and small.auto == ("iterations", "batch_size", "a0", "b0")
+    assert "a0 = 5, b0 = 2" in small.why
+    assert choose_schedule("blr", "vips", 1_000, 2.0).options == {"a0": 1.0}
+    given = choose_schedule("blr", "vips", 1_000, 0.5, iterations=3, batch_size=10, options={"a0": 7.0})
+    assert given.options == {"b0": 2.0} and given.auto == ("b0",)
+    assert choose_schedule("blr", "vips", 1_000, None).options == {}
 
 
 # ---- through the service --------------------------------------------------------------------------------
@@ -110,6 +133,27 @@ def test_a_resubmission_of_an_automatic_schedule_replays_its_job(api: Api) -> No
     assert again.json()["id"] == first.json()["id"] and again.headers["Idempotent-Replayed"] == "true"
 
 
+def test_the_options_a_rule_chooses_are_quoted_stored_and_replayed(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Chosen options show in the quote, run with the job (its stored options) and a resubmission of the
+    same spec replays the job; the job's own options win."""
+    rule = Rule(iterations=((math.inf, 1),), options=((math.inf, {"a0": 3.0, "noise_aware": 0.0}),))
+    monkeypatch.setitem(RULES, ("blr", "vips"), rule)
+    quote = api.submit(iterations=None, batch_size=None, sigma=None, epsilon=1.0, dry_run=True).json()
+    assert quote["schedule"]["options"] == {"a0": 3.0, "noise_aware": 0}
+    assert quote["schedule"]["auto"] == ["iterations", "batch_size", "a0", "noise_aware"]
+    headers = {"Authorization": f"Bearer {api.keys['analyst']}", "Idempotency-Key": "auto-options"}
+    body = {"dataset": "priv", "model": "blr", "epsilon": 1.0, "options": {"a0": 2.0}}
+    first = api.client.post("/v1/jobs", json=body, headers=headers)
+    assert first.status_code == 202, first.text
+    assert first.json()["options"] == {"a0": 2.0, "noise_aware": 0}
+    again = api.client.post("/v1/jobs", json=body, headers=headers)
+    assert again.status_code == 202 and again.json()["id"] == first.json()["id"], again.text
+    other = api.client.post("/v1/jobs", json={**body, "options": {"a0": 4.0}}, headers=headers)
+    assert other.status_code == 409 and "options" in other.text
+
+
 # ---- the estimators and vips fit --local ----------------------------------------------------------------
 
 
@@ -140,3 +184,17 @@ def test_vips_fit_local_chooses_the_same_schedule(tmp_path: Path, capsys: Any) -
     line = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     expected = choose_schedule("blr", "vips", 1_000, 1.0)
     assert (line["iterations"], line["batch_size"]) == (expected.iterations, expected.batch_size)
+
+
+def test_the_options_a_rule_may_choose_reach_the_walls_query() -> None:
+    """frequency_copies and the unigram fallback are job options: model_setup hands them to the queries."""
+    from privacy_wall.queries.lda import LdaQuery
+    from privacy_wall.queries.sbn import SigmoidBeliefNetworkQuery
+    from worker.models.registry import model_setup
+
+    sbn = model_setup("sbn", {"frequency_copies": 2}, sigma=1.0).query
+    assert isinstance(sbn, SigmoidBeliefNetworkQuery) and sbn.frequency_copies == 2
+    lda = model_setup("lda", {"unigram_share": 0.8, "unigram_clip": 3.0}, sigma=1.0).query
+    assert isinstance(lda, LdaQuery) and (lda.unigram_share, lda.unigram_clip) == (0.8, 3.0)
+    default = model_setup("lda", {}, sigma=1.0).query
+    assert isinstance(default, LdaQuery) and default.unigram_share == 0.0

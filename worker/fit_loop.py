@@ -14,7 +14,7 @@ from privacy_wall.accounting import SubsampledGaussianEvent, calibrate_sigma, ge
 from privacy_wall.gate import Gate, PrivacyError
 from privacy_wall.ledger import InMemoryLedger
 from privacy_wall.store import RowStore
-from service.schedules import choose_schedule
+from service.schedules import choose_schedule, rule_for, rule_options
 from worker.models.registry import model_setup
 from worker.posterior import Privacy, build_posterior
 from worker.runner import LoopSettings, run_vips
@@ -68,6 +68,16 @@ def with_chosen(schedule: Schedule, model: str, algorithm: str, population: int)
     return replace(schedule, iterations=chosen.iterations, batch_size=chosen.batch_size)
 
 
+def with_chosen_options(
+    options: dict[str, float], model: str, algorithm: str, population: int, epsilon: float | None
+) -> dict[str, float]:
+    """`options` plus the model options the service's rule chooses for those missing (service.schedules:
+    from epsilon x N alone; none when epsilon is not given)."""
+    if epsilon is None:
+        return dict(options)
+    return {**rule_options(rule_for(model, algorithm), epsilon * max(population, 1), options), **options}
+
+
 def resolve_sigma(schedule: Schedule, batch_size: int, population: int) -> float:
     """The given sigma, or the smallest calibrated to the schedule's epsilon at its delta on its own."""
     if (schedule.epsilon is None) == (schedule.sigma is None):
@@ -104,6 +114,7 @@ def fit_store(
     charging `budget` (refused with BudgetExceeded before anything is computed when it would not fit);
     `extra` goes into the posterior document."""
     schedule = with_chosen(schedule, model, algorithm, population)
+    options = with_chosen_options(options, model, algorithm, population, schedule.epsilon)
     assert schedule.iterations is not None and schedule.batch_size is not None
     iterations, batch_size = schedule.iterations, int(schedule.batch_size)
     sigma = resolve_sigma(schedule, batch_size, max(population, 1))

@@ -100,11 +100,17 @@ def model_setup(
             doc_length=doc_length,
             clip=float(options.get("clip", LDA_DEFAULTS["clip"])),
             max_document_length=UNCLIPPED_DOCUMENT_LENGTH if doc_length == 0 else None,
+            unigram_share=float(options.get("unigram_share", 0.0)),
+            unigram_clip=float(options.get("unigram_clip", 1.0)),
         )
         return ModelSetup(lda, query)
+    from privacy_wall.queries.sbn import DEFAULT_FREQUENCY_COPIES
     from worker.models.sbn import DEFAULT_HIDDEN, SigmoidBeliefNetwork
 
-    sbn = SigmoidBeliefNetwork(hidden=int(options.get("hidden", DEFAULT_HIDDEN)))
+    sbn = SigmoidBeliefNetwork(
+        hidden=int(options.get("hidden", DEFAULT_HIDDEN)),
+        frequency_copies=int(options.get("frequency_copies", DEFAULT_FREQUENCY_COPIES)),
+    )
     return ModelSetup(sbn, sbn.query())
 
 
