@@ -469,17 +469,21 @@ class VIPSLatentDirichletAllocation(TransformerMixin, VipsEstimator):  # type: i
     scipy.sparse.csr_array accepts).
 
     doc_length N_w: documents are resampled to N_w tokens inside the wall (0 keeps them: sigma 0 only);
-    clip a: each document's contribution is clipped to a N_w.
+    clip a: each document's contribution is clipped to a N_w. unigram_share, unigram_clip: the unigram
+    fallback (privacy_wall.queries.lda); None: as the service chooses them with epsilon (service.schedules),
+    else the model's default (none).
     """
 
     model_name = "lda"
-    option_names = ("topics", "alpha", "eta", "doc_length", "clip")
+    option_names = ("topics", "alpha", "eta", "doc_length", "clip", "unigram_share", "unigram_clip")
 
     topics: int = 10
     alpha: float | None = None
     eta: float | None = None
     doc_length: int = 500
     clip: float = 0.1
+    unigram_share: float | None = None
+    unigram_clip: float | None = None
 
     def fit(
         self, counts: Any, y: object = None, *, dataset: str = "local", progress: Progress | None = None
@@ -537,12 +541,17 @@ class VIPSLatentDirichletAllocation(TransformerMixin, VipsEstimator):  # type: i
 
 @dataclass(kw_only=True, eq=False, repr=False)
 class VIPSSigmoidBeliefNetwork(DensityMixin, VipsEstimator):  # type: ignore[misc]
-    """Private sigmoid belief network by VIPS (Park et al. 2020, Alg. 6) on 0/1 rows."""
+    """Private sigmoid belief network by VIPS (Park et al. 2020, Alg. 6) on 0/1 rows.
+
+    frequency_copies: the copies of the pixel frequencies in each release (privacy_wall.queries.sbn); None:
+    as the service chooses it with epsilon (service.schedules), else the model's default.
+    """
 
     model_name = "sbn"
-    option_names = ("hidden",)
+    option_names = ("hidden", "frequency_copies")
 
     hidden: int = 50
+    frequency_copies: int | None = None
 
     def fit(
         self, Y: ArrayLike, y: object = None, *, dataset: str = "local", progress: Progress | None = None
