@@ -13,11 +13,14 @@ sigma calibrated by the PLD accountant to the target epsilon at delta = 1e-5 for
 - heldout: Telco churn (never used to tune anything): VIPS-BLR (both M-steps) at the Adult-best schedule
   and at T 10, S N against DPVI with its usual schedule (T 1000, S N/50) at epsilon 0.1, 0.3 and 1.
 - versus (issue 35 item 3): on Adult, Telco and the synthetic data of bench/compare_algorithms.py (the
-  tuning sets) and on MLC churn (held out: worker/datasets/mlc_churn.py; --versus-data picks), at
+  tuning sets) and on held-out data (MLC churn, worker/datasets/mlc_churn.py, spent once; credit scoring,
+  worker/datasets/credit.py, measured once after the intercept step; --versus-data picks), at
   epsilon 0.1, 0.3 and 1, VIPS-BLR with only epsilon (the estimator: the service's schedule and the
   default M-step), VIPS-BLR as it was before (the issue-12 step, shrink_h 0, at the old rule's T: 3 up to
   epsilon x N = 50,000, else 10; S = N) and DPVI with only epsilon (T 1000, S N/50); mean +- standard
-  error over the repeats.
+  error over the repeats. On the tuning sets (Adult, Telco, synthetic and the imbalanced synthetic data
+  of worker/datasets/imbalanced.py) also the default M-step without its intercept step (intercept=None)
+  at the rule's T 1, S = N.
 
     python -m bench.blr_schedules [--sections grid,mstep,heldout,versus] [--seeds N] [--out DIR]
 
@@ -44,6 +47,8 @@ from privacy_wall.ledger import InMemoryLedger
 from privacy_wall.queries.blr import LogisticRegressionQuery
 from privacy_wall.store import InMemoryTabularStore
 from worker.datasets.adult import TabularData, load_adult
+from worker.datasets.credit import load_credit
+from worker.datasets.imbalanced import imbalanced_split
 from worker.datasets.mlc_churn import load_mlc_churn
 from worker.datasets.telco import load_telco
 from worker.estimator import DPVILogisticRegression, VIPSLogisticRegression
@@ -193,9 +198,17 @@ VERSUS_DATA: dict[str, Callable[[], tuple[TabularData, TabularData]]] = {
     "adult": lambda: (load_adult("train"), load_adult("test")),
     "telco": lambda: (load_telco("train"), load_telco("test")),
     "synthetic": synthetic_split,
+    # MLC churn's shape (N 3,500, d 17, ~14% positives), generated: the intercept step's tuning stand-in
+    "imbalanced": imbalanced_split,
     # held out from all tuning (issue 35): measured once, after the M-step and the rule were final
     "mlc_churn": lambda: (load_mlc_churn("train"), load_mlc_churn("test")),
+    # held out from all tuning, including the intercept step's (issue 35): measured once, after it
+    "credit": lambda: (load_credit("train"), load_credit("test")),
 }
+
+
+#: Held-out datasets: measured once each, so the versus section runs no extra variant on them.
+HELD_OUT: frozenset[str] = frozenset({"mlc_churn", "credit"})
 
 
 def old_rule_iterations(epsilon: float, population: int) -> int:
@@ -236,6 +249,10 @@ def versus_section(seeds: int, names: Sequence[str] = tuple(VERSUS_DATA)) -> lis
                     test,
                 ),
             }
+            if name not in HELD_OUT:  # the default M-step without its intercept step, at the rule's T 1
+                fits[("VIPS-BLR (intercept None)", "T = 1, S = N")] = functools.partial(
+                    vips_auc, BayesianLogisticRegression(intercept=None), train, test, epsilon, 1, 1.0
+                )
             if population // 50 < 100:  # the rule's min_batch raised S above N/50
                 fits[("DPVI (usual)", "T = 1000, S = N/50")] = functools.partial(
                     dpvi_auc, train, test, epsilon
@@ -247,7 +264,13 @@ def versus_section(seeds: int, names: Sequence[str] = tuple(VERSUS_DATA)) -> lis
 
 def versus_table(rows: Sequence[Row]) -> str:
     """Mean +- standard error (std / sqrt(runs)) per dataset, epsilon and method, side by side."""
-    methods = ["VIPS-BLR (auto)", "VIPS-BLR (before)", "DPVI (auto)", "DPVI (usual)"]
+    methods = [
+        "VIPS-BLR (auto)",
+        "VIPS-BLR (intercept None)",
+        "VIPS-BLR (before)",
+        "DPVI (auto)",
+        "DPVI (usual)",
+    ]
     lines = [
         "| data | epsilon | " + " | ".join(methods) + " | runs |",
         "|---|---|" + "---|" * len(methods) + "---|",

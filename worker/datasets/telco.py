@@ -15,17 +15,14 @@ Source and licence: worker/datasets/data/README.md.
 
 from __future__ import annotations
 
-import csv
-import gzip
-import io
 import math
-from importlib import resources
 from typing import Literal
 
 import numpy as np
 from numpy.typing import NDArray
 
 from worker.datasets.adult import TabularData
+from worker.datasets.bundled import load_split
 
 __all__ = ["BINARY", "CATEGORICAL", "NUMERIC_BOUNDS", "feature_names", "load_telco"]
 
@@ -68,7 +65,6 @@ NUMERIC_BOUNDS: dict[str, tuple[float, float, bool]] = {
 
 _NORM_DIVISOR = math.sqrt(1 + len(NUMERIC_BOUNDS) + len(BINARY) + len(CATEGORICAL)) * (1.0 + 1e-12)
 _FILE = "telco_churn.csv.gz"
-_TRAIN_FRACTION = 0.7
 
 
 def feature_names() -> list[str]:
@@ -98,13 +94,4 @@ def _encode(rows: list[dict[str, str]]) -> tuple[NDArray[np.float64], NDArray[np
 
 def load_telco(split: Literal["train", "test"]) -> TabularData:
     """The bundled Telco churn data, encoded (||x|| <= 1), split 70/30 by a fixed public permutation."""
-    if split not in ("train", "test"):
-        raise ValueError("split must be 'train' or 'test'")
-    resource = resources.files("worker.datasets").joinpath("data").joinpath(_FILE)
-    with resource.open("rb") as raw:
-        text = gzip.decompress(raw.read()).decode("utf-8")
-    features, labels = _encode(list(csv.DictReader(io.StringIO(text))))
-    order = np.random.default_rng(0).permutation(labels.shape[0])
-    cut = round(_TRAIN_FRACTION * labels.shape[0])
-    rows = order[:cut] if split == "train" else order[cut:]
-    return TabularData(features[rows], labels[rows], feature_names())
+    return load_split(_FILE, _encode, feature_names(), split)
