@@ -19,6 +19,9 @@ Sections:
   held-out completion perplexity: epsilon 1, 2.4, 10, 100 (delta 1e-4, sigma by the `pld` accountant) and
   sigma = 0, on the README's job (the bundled corpus, K = 50, S = 2,000, T = 20, N_w = 500, a = 0.1) and on
   planted-topic corpora shaped like it (V = 5,000, ~50 tokens, K = 20) of growing D at S / D = 0.05, T = 20.
+- --sweep-unigram: the unigram fallback (issue 36) on the LDA schedule rule's rows (service.schedules: T and
+  unigram_share by epsilon x D, S = D) at epsilon 0.5-10 and sigma 0, on the bundled corpus, planted-topic
+  corpora and a stand-in from a third generator (`dirichlet_corpus`), against the training unigram.
 - --full: the paper's scale (D = 400,000, V = 5,000, K = 50, S = 20,000, N_w = 500, T = 20, sigma = 1.24)
   on a synthetic corpus: seconds per iteration and peak RSS, beside scikit-learn's online LDA updates on
   minibatches of the same size from the same corpus (the ratio of seconds per iteration).
@@ -27,6 +30,7 @@ Sections:
     python -m bench.lda --full [--sklearn-batches N] [--out DIR]
     python -m bench.lda --whole-process [--repeats R]   # `vips fit --local` as a process vs scikit-learn
     python -m bench.lda --sweep [--sweep-sizes 2786,10000]  # private LDA vs the unigram baseline
+    python -m bench.lda --sweep-unigram 2 [--unigram-sizes 3000,30000]  # the unigram fallback, LDA rule
 
 Fits run through the real pieces: an in-memory store, privacy_wall.gate.Gate, an InMemoryLedger and
 worker.runner.run_vips. Private fits cannot be seeded (OS CSPRNG): their repeats are independent runs.
@@ -65,6 +69,7 @@ from privacy_wall.queries.lda import (
     shifted_topic_word,
 )
 from privacy_wall.store import InMemoryBowStore
+from service.schedules import privacy_scale, rule_for, rule_iterations, rule_options, statistic_size
 from worker.datasets.synthetic_lda import generate_corpus, planted_topics
 from worker.datasets.wikipedia import load_wikipedia
 from worker.models.lda import (
@@ -524,6 +529,37 @@ class SweepRow:
         return self.completion < self.unigram
 
 
+def sweep_fit(
+    train: Counts,
+    *,
+    topics: int,
+    sigma: float,
+    batch_size: int,
+    iterations: int,
+    store: InMemoryBowStore,
+    unigram_share: float = 0.0,
+    unigram_clip: float = 1.0,
+) -> VipsFit:
+    """One fit of the sweeps (--sweep, --sweep-unigram): N_w DOC_LENGTH, a CLIP, the service's step sizes
+    (tau0 0, kappa 1), delta SWEEP_DELTA, model seed 0."""
+    return vips_fit(
+        train,
+        topics=topics,
+        sigma=sigma,
+        batch_size=batch_size,
+        iterations=iterations,
+        doc_length=DOC_LENGTH,
+        clip=CLIP,
+        tau0=0.0,
+        kappa=1.0,
+        delta=SWEEP_DELTA,
+        seed=0,
+        store=store,
+        unigram_share=unigram_share,
+        unigram_clip=unigram_clip,
+    )
+
+
 def _sweep_fits(
     corpus: str, train: Counts, evaluation: Evaluation, *, topics: int, batch_size: int, iterations: int
 ) -> list[SweepRow]:
@@ -542,18 +578,12 @@ def _sweep_fits(
             if math.isinf(target)
             else calibrate_sigma(target, batch_size, documents, iterations, SWEEP_DELTA)
         )
-        fit = vips_fit(
+        fit = sweep_fit(
             train,
             topics=topics,
             sigma=sigma,
             batch_size=batch_size,
             iterations=iterations,
-            doc_length=DOC_LENGTH,
-            clip=CLIP,
-            tau0=0.0,
-            kappa=1.0,
-            delta=SWEEP_DELTA,
-            seed=0,
             store=public_store if sigma == 0 else private_store,
         )
         row = SweepRow(
@@ -606,19 +636,28 @@ def sweep_section(sizes: Sequence[int]) -> list[SweepRow]:
     return rows
 
 
-#: --sweep-unigram (issue 36): the wall's unigram block with share 0.9 of the release's budget, per-document
-#: count clip 3, T 5 at S = D (chosen on the bundled corpus only; single fits, bench/README.md).
-UNIGRAM_SHARE = 0.9
-UNIGRAM_CLIP = 3.0
-UNIGRAM_ITERATIONS = 5
+#: --sweep-unigram (issue 36): the rows reported for service/schedules.py's ("lda", "vips") rule, by
+#: privacy scale epsilon x D: (largest scale of the row, iterations T, unigram_share w); S = D,
+#: unigram_clip 3 and doc_length 500 (N_w) in every row. Read off grids on the bundled corpus and on
+#: planted-topic corpora (D 3,000 and 30,000; docs/schedules.md, "LDA"); a job that gives sigma
+#: keeps T 10 and the model's defaults (w 0).
 UNIGRAM_EPSILONS = (0.5, 1.0, 2.0, 5.0, 10.0)
 
 
+def unigram_rule(scale: float) -> tuple[int, float, float]:
+    """(T, unigram_share, unigram_clip) the service's LDA rule chooses at `scale` (epsilon x D x 100,000 /
+    (K V): service.schedules); sigma 0 (an infinite scale) takes the largest finite scale's."""
+    rule = rule_for("lda", "vips")
+    scale = min(scale, sys.float_info.max)
+    options = rule_options(rule, scale, {})
+    return rule_iterations(rule, scale), options["unigram_share"], options.get("unigram_clip", 1.0)
+
+
 def dirichlet_corpus(documents: int, seed: int) -> tuple[Counts, Counts]:
-    """The held-out stand-in (never tuned on): a generator unlike worker.datasets.synthetic_lda's. 30
-    topics drawn from Dirichlet(0.02) over V = 5,000 words, each mixed half and half with a Zipf(1.1)
-    background over a shuffled vocabulary; theta ~ Dirichlet(0.3); lengths 1 + Poisson(59). Returns
-    (train, test) with 1,000 test documents."""
+    """The stand-in, a generator unlike worker.datasets.synthetic_lda's (a check on the LDA rule, not what
+    it was read off). 30 topics drawn from Dirichlet(0.02) over V = 5,000 words, each mixed half and half
+    with a Zipf(1.1) background over a shuffled vocabulary; theta ~ Dirichlet(0.3); lengths
+    1 + Poisson(59). Returns (train, test) with 1,000 test documents."""
     rng = np.random.default_rng(1000 + seed)
     vocabulary, topics = SWEEP_VOCABULARY, 30
     background = np.zeros(vocabulary)
@@ -631,13 +670,21 @@ def dirichlet_corpus(documents: int, seed: int) -> tuple[Counts, Counts]:
     return sp.csr_array(counts[:documents]), sp.csr_array(counts[documents:])
 
 
-def unigram_sweep_section(seeds: int) -> list[SweepRow]:
-    """Private LDA with the unigram block at UNIGRAM_EPSILONS (and sigma 0), `seeds` fits each, on the
-    bundled corpus (K 50) and on the held-out stand-in (D 3,000, K 20), against the training unigram."""
+def unigram_sweep_section(seeds: int, sizes: Sequence[int] = (3000,)) -> list[SweepRow]:
+    """Private LDA with the unigram block on the LDA rule's schedule at UNIGRAM_EPSILONS (and sigma 0 on
+    its last row), `seeds` fits each, against the training unigram: on the bundled corpus (K 50), then per
+    size D a planted-topic corpus (worker.datasets.synthetic_lda; V 5,000, ~50 tokens, K 20) and the
+    stand-in (`dirichlet_corpus`, K 20)."""
     wiki = load_wikipedia()
     corpora = [("bundled Wikipedia", wiki.train, wiki.test, README_TOPICS)]
-    train, test = dirichlet_corpus(3000, 0)
-    corpora.append(("held-out stand-in (Dirichlet topics)", train, test, SWEEP_TOPICS))
+    for documents in sizes:
+        setting = SyntheticSetting(
+            documents, SWEEP_VOCABULARY, SWEEP_TOPICS, SWEEP_MEAN_LENGTH, test_documents=1000
+        )
+        planted = synthetic_data(setting)
+        corpora.append(("planted topics", planted.train, planted.evaluation.counts, SWEEP_TOPICS))
+        train, test = dirichlet_corpus(documents, 0)
+        corpora.append(("stand-in (Dirichlet topics)", train, test, SWEEP_TOPICS))
     rows = []
     for name, train, test, topics in corpora:
         evaluation = Evaluation.of(test, 1.0 / topics)
@@ -647,33 +694,34 @@ def unigram_sweep_section(seeds: int) -> list[SweepRow]:
         private_store = InMemoryBowStore(name, train, public=False)
         public_store = InMemoryBowStore(name, train, public=True)
         for target in (*UNIGRAM_EPSILONS, math.inf):
+            size = statistic_size("lda", {"topics": topics}, int(train.shape[1]))
+            iterations, share, clip = unigram_rule(
+                privacy_scale(rule_for("lda", "vips"), target, documents, size)
+            )
             sigma = (
                 0.0
                 if math.isinf(target)
-                else calibrate_sigma(target, documents, documents, UNIGRAM_ITERATIONS, SWEEP_DELTA)
+                else calibrate_sigma(target, documents, documents, iterations, SWEEP_DELTA)
             )
             for _ in range(seeds if sigma > 0 else 1):
-                fit = vips_fit(
+                fit = sweep_fit(
                     train,
                     topics=topics,
                     sigma=sigma,
                     batch_size=documents,
-                    iterations=UNIGRAM_ITERATIONS,
-                    doc_length=DOC_LENGTH,
-                    clip=CLIP,
-                    tau0=0.0,
-                    kappa=1.0,
-                    delta=SWEEP_DELTA,
-                    seed=0,
+                    iterations=iterations,
                     store=public_store if sigma == 0 else private_store,
-                    unigram_share=UNIGRAM_SHARE,
-                    unigram_clip=UNIGRAM_CLIP,
+                    unigram_share=share,
+                    unigram_clip=clip,
                 )
                 row = SweepRow(
                     name, documents, documents, topics, fit.epsilon, sigma,
                     evaluation.completion(fit.state.lam), unigram, test_unigram,
                 )  # fmt: skip
-                log(f"  {name}: eps {_eps(row.epsilon)}: {row.completion:.1f}, unigram {unigram:.1f}")
+                log(
+                    f"  {name} D {documents}: eps {_eps(row.epsilon)} (T {iterations}, w {share}): "
+                    f"{row.completion:.1f}, unigram {unigram:.1f} ({fit.seconds:.0f} s)"
+                )
                 rows.append(row)
     return rows
 
@@ -1053,8 +1101,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         type=int,
         default=0,
         metavar="SEEDS",
-        help="only the unigram-block sweep (issue 36): epsilon 0.5-10 and sigma 0, SEEDS fits each, on the "
-        "bundled corpus and on a held-out synthetic stand-in",
+        help="only the unigram-block sweep (issue 36): epsilon 0.5-10 and sigma 0 on the LDA rule's "
+        "schedule, SEEDS fits each, on the bundled corpus and on planted-topic and stand-in corpora of "
+        "--unigram-sizes",
+    )
+    parser.add_argument(
+        "--unigram-sizes",
+        default="3000",
+        help="--sweep-unigram: the synthetic corpora's sizes, comma-separated (default %(default)s)",
     )
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "out")
     args = parser.parse_args(argv)
@@ -1071,10 +1125,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 0
     if args.sweep_unigram:
-        table = sweep_markdown(unigram_sweep_section(args.sweep_unigram))
+        unigram_sizes = [int(size) for size in args.unigram_sizes.split(",") if size.strip()]
+        table = sweep_markdown(unigram_sweep_section(args.sweep_unigram, unigram_sizes))
         print(table)
         (args.out / "lda_sweep_unigram.md").write_text(
-            f"Produced by `python -m bench.lda --sweep-unigram {args.sweep_unigram}`.\n\n{table}",
+            f"Produced by `python -m bench.lda --sweep-unigram {args.sweep_unigram} --unigram-sizes "
+            f"{args.unigram_sizes}`.\n\n{table}",
             encoding="utf-8",
         )
         return 0

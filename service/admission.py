@@ -100,6 +100,7 @@ def check_spec(spec: JobCreate, dataset: Row[Any], settings: ServiceSettings) ->
         batch_size=spec.batch_size,
         max_iterations=settings.max_iterations,
         options=spec.options,
+        dimension=int(dataset.dimension),
     )
     resources = job_resources(spec, dataset, schedule)  # the estimate needs a valid spec
     errors = resource_errors(

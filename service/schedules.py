@@ -23,6 +23,8 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from service.resources import LDA_DEFAULTS
+
 
 @dataclass(frozen=True)
 class Rule:
@@ -37,6 +39,10 @@ class Rule:
     source: str = ""
     #: (largest epsilon x N of the row, model options it chooses), increasing; empty: the model's defaults.
     options: tuple[tuple[float, Mapping[str, float]], ...] = ()
+    #: The size of the released statistics the rows were read at (statistic_size), when the signal per
+    #: entry is what matters (LDA's K x V topic-word counts): a job's scale is then epsilon x N x
+    #: reference_size / its size. None: epsilon x N.
+    reference_size: int | None = None
 
 
 #: The rules, one per (model, algorithm): docs/schedules.md has the table each was read off.
@@ -62,8 +68,24 @@ RULES: dict[tuple[str, str], Rule] = {
     ("linreg", "dpsep"): Rule(
         iterations=((math.inf, 5),), source="the regression section of bench/compare_algorithms.py"
     ),
-    # The long-standing defaults until issue 36 (LDA) and issue 35's SBN work derive their rules.
-    ("lda", "vips"): Rule(iterations=((math.inf, 10),), source="the default schedule (no LDA rule yet)"),
+    # Small epsilon x D: most of each release on the word frequencies (the unigram fallback) and few
+    # iterations; the topics get more as the scale grows. T 10 for a job that gives sigma. Read off V about
+    # 5,000 and K 20-50 (docs/schedules.md, "VIPS-LDA"); a topic-word count's signal to noise grows as
+    # epsilon x D / (K V), so K topics over V words read the rows at epsilon x D x 100,000 / (K V). Above
+    # 600,000 the topic statistics stand far above their noise and the fallback only costs.
+    ("lda", "vips"): Rule(
+        iterations=((10_000.0, 3), (200_000.0, 10), (sys.float_info.max, 20), (math.inf, 10)),
+        options=(
+            (10_000.0, {"unigram_share": 0.97, "unigram_clip": 3.0}),
+            (60_000.0, {"unigram_share": 0.8, "unigram_clip": 3.0}),
+            (200_000.0, {"unigram_share": 0.5, "unigram_clip": 3.0}),
+            (600_000.0, {"unigram_share": 0.3, "unigram_clip": 3.0}),
+            (math.inf, {"unigram_share": 0.0}),
+        ),
+        source="VIPS-LDA's grids on the bundled Wikipedia corpus and planted-topic corpora "
+        "(bench/lda.py --sweep-unigram)",
+        reference_size=100_000,
+    ),
     ("sbn", "vips"): Rule(
         iterations=((400_000.0, 3), (math.inf, 10)),
         source="the SBN's epsilon curve on 28 x 28 digits (bench/sbn.py --images)",
@@ -88,6 +110,23 @@ def rule_for(model: str, algorithm: str) -> Rule:
         return RULES[(model, algorithm)]
     except KeyError:
         raise ValueError(f"no schedule rule for model {model} by {algorithm}") from None
+
+
+def statistic_size(model: str, options: Mapping[str, float], dimension: int) -> int:
+    """The entries of the statistic whose signal to noise a rule reads: LDA's K x V topic-word counts
+    (K the job's topics, else the model's default), other models' d."""
+    if model == "lda":
+        return int(options.get("topics", LDA_DEFAULTS["topics"])) * dimension
+    return dimension
+
+
+def privacy_scale(rule: Rule, epsilon: float, population: int, size: int | None = None) -> float:
+    """The scale a rule's rows are read at: epsilon x N, times reference_size / size for a rule read at a
+    reference size when the job's size (statistic_size) is known."""
+    scale = epsilon * population
+    if rule.reference_size is not None and size is not None and size > 0:
+        scale *= rule.reference_size / size
+    return scale
 
 
 def rule_iterations(rule: Rule, scale: float) -> int:
@@ -125,12 +164,14 @@ def choose_schedule(
     batch_size: int | None = None,
     max_iterations: int | None = None,
     options: Mapping[str, float] | None = None,
+    dimension: int | None = None,
 ) -> Schedule:
     """The job's (T, S) and chosen model options: given values kept, missing ones from the rule at
     epsilon x N (module docstring); with no epsilon (sigma given), the rule's row for the largest scale
     and no options chosen (the model's defaults)."""
     rule = rule_for(model, algorithm)
-    scale = math.inf if epsilon is None else epsilon * population
+    size = None if dimension is None else statistic_size(model, options or {}, dimension)
+    scale = math.inf if epsilon is None else privacy_scale(rule, epsilon, population, size)
     chosen_options = {} if epsilon is None else rule_options(rule, scale, options or {})
     auto = tuple(
         name for name, value in (("iterations", iterations), ("batch_size", batch_size)) if value is None
@@ -148,7 +189,12 @@ def choose_schedule(
     at = (
         "sigma given (no epsilon to choose by): its row for little noise"
         if epsilon is None
-        else (f"at epsilon x N = {scale:.3g}")
+        else (f"at epsilon x N = {epsilon * population:.3g}")
+        + (
+            ""
+            if epsilon is None or scale == epsilon * population
+            else f" (x {rule.reference_size} / {size} entries: {scale:.3g})"
+        )
     )
     why = (
         f"auto ({', '.join(auto)}): {model} by {algorithm} {at} takes {takes}, from {rule.source} "

@@ -97,6 +97,26 @@ def test_a_rule_chooses_model_options_by_scale_and_given_ones_win(monkeypatch: p
     assert choose_schedule("blr", "vips", 1_000, None).options == {}
 
 
+def test_lda_reads_its_rows_per_topic_word_count() -> None:
+    """LDA's rows were read at K V = 100,000 (K 20, V 5,000): 3,000 documents at epsilon 1 take the
+    fallback's largest share; 4 topics over 50 words (500 times fewer counts, each with that much more
+    signal to noise) read the row 500 times further on, where the topics get the whole release; a job that
+    gives sigma keeps the model's defaults."""
+    rule = rule_for("lda", "vips")
+    assert rule.reference_size == 100_000
+    wide = choose_schedule("lda", "vips", 3_000, 1.0, dimension=5_000, options={"topics": 20})
+    assert wide.options["unigram_share"] == max(row["unigram_share"] for _, row in rule.options)
+    narrow = choose_schedule("lda", "vips", 3_000, 1.0, dimension=50, options={"topics": 4})
+    far = choose_schedule("lda", "vips", 1_500_000, 1.0, dimension=5_000, options={"topics": 20})
+    assert (narrow.options, narrow.iterations) == (far.options, far.iterations)
+    assert narrow.options == {"unigram_share": 0.0}
+    assert "x 100000 / 200 entries: 1.5e+06" in narrow.why
+    default_topics = choose_schedule("lda", "vips", 3_000, 1.0, dimension=5_000)  # K 10: twice the scale
+    assert default_topics.why.endswith(wide.why[wide.why.index("from ") :])
+    assert "/ 50000 entries: 6e+03" in default_topics.why
+    assert choose_schedule("lda", "vips", 3_000, None, dimension=50).options == {}
+
+
 # ---- through the service --------------------------------------------------------------------------------
 
 

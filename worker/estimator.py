@@ -136,6 +136,7 @@ class VipsEstimator(BaseEstimator):  # type: ignore[misc]
         dataset: str,
         progress: Progress | None = None,
         extra: dict[str, Any] | None = None,
+        dimension: int | None = None,
     ) -> dict[str, Any]:
         """Run the loop on the store `make_store(public)` builds (worker.fit_loop; charged to `budget` when
         set), calling `progress` after each iteration; set the fitted attributes and return the posterior
@@ -155,6 +156,7 @@ class VipsEstimator(BaseEstimator):  # type: ignore[misc]
             progress=progress,
             budget=self.budget,
             extra=extra,
+            dimension=dimension,
         )
         self.state_ = fitted.state
         self._set_posterior(fitted.document)
@@ -493,7 +495,11 @@ class VIPSLatentDirichletAllocation(TransformerMixin, VipsEstimator):  # type: i
         check_non_negative(matrix, f"{type(self).__name__}.fit")
         population = int(matrix.shape[0])
         self._fit_store(
-            lambda public: InMemoryBowStore(dataset, matrix, public=public), population, dataset, progress
+            lambda public: InMemoryBowStore(dataset, matrix, public=public),
+            population,
+            dataset,
+            progress,
+            dimension=int(matrix.shape[1]),
         )
         return self
 

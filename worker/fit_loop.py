@@ -14,7 +14,7 @@ from privacy_wall.accounting import SubsampledGaussianEvent, calibrate_sigma, ge
 from privacy_wall.gate import Gate, PrivacyError
 from privacy_wall.ledger import InMemoryLedger
 from privacy_wall.store import RowStore
-from service.schedules import choose_schedule, rule_for, rule_options
+from service.schedules import choose_schedule, privacy_scale, rule_for, rule_options, statistic_size
 from worker.models.registry import model_setup
 from worker.posterior import Privacy, build_posterior
 from worker.runner import LoopSettings, run_vips
@@ -52,7 +52,14 @@ class Fitted:
     state: Any
 
 
-def with_chosen(schedule: Schedule, model: str, algorithm: str, population: int) -> Schedule:
+def with_chosen(
+    schedule: Schedule,
+    model: str,
+    algorithm: str,
+    population: int,
+    dimension: int | None = None,
+    options: dict[str, float] | None = None,
+) -> Schedule:
     """The schedule with iterations and batch size filled in where it left them None, as the service
     chooses them (service.schedules: from the model, N and epsilon alone)."""
     if schedule.iterations is not None and schedule.batch_size is not None:
@@ -64,18 +71,28 @@ def with_chosen(schedule: Schedule, model: str, algorithm: str, population: int)
         schedule.epsilon,
         iterations=schedule.iterations,
         batch_size=schedule.batch_size,
+        options=options,
+        dimension=dimension,
     )
     return replace(schedule, iterations=chosen.iterations, batch_size=chosen.batch_size)
 
 
 def with_chosen_options(
-    options: dict[str, float], model: str, algorithm: str, population: int, epsilon: float | None
+    options: dict[str, float],
+    model: str,
+    algorithm: str,
+    population: int,
+    epsilon: float | None,
+    dimension: int | None = None,
 ) -> dict[str, float]:
     """`options` plus the model options the service's rule chooses for those missing (service.schedules:
     from epsilon x N alone; none when epsilon is not given)."""
     if epsilon is None:
         return dict(options)
-    return {**rule_options(rule_for(model, algorithm), epsilon * max(population, 1), options), **options}
+    rule = rule_for(model, algorithm)
+    size = None if dimension is None else statistic_size(model, options, dimension)
+    scale = privacy_scale(rule, epsilon, max(population, 1), size)
+    return {**rule_options(rule, scale, options), **options}
 
 
 def resolve_sigma(schedule: Schedule, batch_size: int, population: int) -> float:
@@ -109,12 +126,14 @@ def fit_store(
     progress: Progress | None = None,
     budget: PrivacyBudget | None = None,
     extra: dict[str, Any] | None = None,
+    dimension: int | None = None,
 ) -> Fitted:
     """Run the loop on the store `make_store(public)` builds, calling `progress` after each iteration and
     charging `budget` (refused with BudgetExceeded before anything is computed when it would not fit);
-    `extra` goes into the posterior document."""
-    schedule = with_chosen(schedule, model, algorithm, population)
-    options = with_chosen_options(options, model, algorithm, population, schedule.epsilon)
+    `extra` goes into the posterior document; `dimension` (the data's d, public) for rules read at a
+    reference dimension (service.schedules)."""
+    schedule = with_chosen(schedule, model, algorithm, population, dimension, options)
+    options = with_chosen_options(options, model, algorithm, population, schedule.epsilon, dimension)
     assert schedule.iterations is not None and schedule.batch_size is not None
     iterations, batch_size = schedule.iterations, int(schedule.batch_size)
     sigma = resolve_sigma(schedule, batch_size, max(population, 1))

@@ -193,7 +193,8 @@ def _run_local(args: argparse.Namespace) -> int:
         tau0=options.get("tau0", 0.0),
         kappa=options.get("kappa", 1.0),
     )
-    schedule = with_chosen(given, args.model, args.algorithm, data.population)  # as the server would
+    # as the server would choose
+    schedule = with_chosen(given, args.model, args.algorithm, data.population, data.dimension, options)
     assert schedule.iterations is not None
     try:
         with fit_progress(f"{args.model} {args.algorithm}", schedule.iterations) as update:
@@ -210,6 +211,7 @@ def _run_local(args: argparse.Namespace) -> int:
                 data.population,
                 dataset,
                 progress=progress,
+                dimension=data.dimension,
             )
     except BoundViolation as exc:
         raise UsageError(f"{path}: {exc}") from None

@@ -11,8 +11,8 @@ proportions of new documents (the E-step with a fixed number of iterations) and 
 With the wall's unigram block (privacy_wall.queries.lda, unigram_share > 0) the release also carries u,
 the batch mean of each document's clipped word counts, and s keeps its negative entries. The M-step then
 (post-processing: it reads only the released s and u, their noise stds, D, K, V and the public seed):
-  - averages the u releases with inverse-variance weights; the unigram p_u is max(u_bar, 0) plus one noise
-    std of u_bar per word, normalised;
+  - averages the u releases with inverse-variance weights into u_bar; the unigram p_u is each word's
+    posterior mean under an empirical-Bayes prior fitted to all of u_bar (`unigram_estimate`), normalised;
   - mixes the raw D s as above into X (rho_t), tracking X's per-entry noise variance v from the stds;
   - per topic, n_k = sum_v X_kv, r = X_k - n_k p_u, and the topic's counts are m_k p_u + soft(r, t), with
     m_k = n_k floored at 3 noise stds of that sum and the universal threshold t = sqrt(v) sqrt(2 log(K V)),
@@ -56,6 +56,69 @@ class LdaState:
     @property
     def topics(self) -> int:
         return int(self.lam.shape[0])
+
+
+#: The unigram's empirical-Bayes prior lives on [0, EB_TOP noise stds]: a point mass at 0, EB_LOG points
+#: log-spaced from EB_LOW stds to 1 std and EB_LINEAR points evenly spaced from 1 to EB_TOP stds; its
+#: weights are fitted by EB_ITERATIONS EM steps (fixed: the estimate is a deterministic function of the
+#: released values). Words observed above EB_KEEP stds keep their observation.
+EB_LOW = 1e-3
+EB_LOG = 48
+EB_LINEAR = 80
+EB_TOP = 20.0
+EB_KEEP = 10.0
+EB_ITERATIONS = 200
+
+
+def _positive_grid() -> Array:
+    """The prior's support above 0, in noise stds (EB_* above)."""
+    out: Array = np.concatenate(
+        [np.geomspace(EB_LOW, 1.0, EB_LOG, endpoint=False), np.linspace(1.0, EB_TOP, EB_LINEAR)]
+    )
+    return out
+
+
+def posterior_means(values: Array, std: float, grid: Array) -> Array:
+    """Empirical Bayes for values = truth + N(0, std^2) noise (std > 0, public): the values observed within
+    EB_KEEP stds of 0 get their posterior mean under the prior on `grid` (in stds) that maximises their
+    marginal likelihood (Kiefer and Wolfowitz's nonparametric maximum-likelihood prior, fitted by
+    EB_ITERATIONS EM steps; Koenker and Mizera 2014); the others keep their value (nearly their posterior
+    mean under any prior smooth at the noise's scale). Deterministic; the EM runs on the distinct values
+    rounded to std / 16, weighted by their counts."""
+    values = np.asarray(values, dtype=np.float64)
+    out = values.copy()
+    near = np.abs(values) < EB_KEEP * std
+    if not near.any():
+        return out
+    support = std * grid
+    step = std / 16.0
+    keys, inverse, weights = np.unique(np.round(values[near] / step), return_inverse=True, return_counts=True)
+    log_kernel = -0.5 * ((keys[:, None] * step - support[None, :]) / std) ** 2
+    kernel = np.exp(log_kernel - log_kernel.max(axis=1, keepdims=True))
+    prior = np.full(support.size, 1.0 / support.size)
+    share = weights / weights.sum()
+    for _ in range(EB_ITERATIONS):
+        prior = prior * (kernel.T @ (share / np.maximum(kernel @ prior, 1e-300)))
+    posterior = kernel * prior[None, :]
+    means = (posterior @ support) / np.maximum(posterior.sum(axis=1), 1e-300)
+    out[near] = means[inverse.reshape(-1)]
+    return out
+
+
+def unigram_estimate(u_bar: Array, std: float) -> Array:
+    """The word distribution from the averaged unigram release u_bar (V; Gaussian noise of std `std` on
+    every entry, public): each word's posterior mean of its true (non-negative) clipped count under the
+    empirical-Bayes prior on [0, EB_TOP stds] fitted to all words (`posterior_means`), normalised. The
+    noisy tail is pulled towards the prior's mean of words observed alike and every word gets a positive
+    probability. Post-processing: it reads only u_bar and std. At std = 0, u_bar itself (floored at 1e-12
+    of its largest entry)."""
+    u_bar = np.asarray(u_bar, dtype=np.float64)
+    floor = 1e-12 * max(float(np.abs(u_bar).max(initial=0.0)), 1.0)
+    if std > 0 and math.isfinite(std):
+        u_bar = posterior_means(u_bar, std, np.concatenate([[0.0], _positive_grid()]))
+    p = np.maximum(u_bar, 0.0) + floor
+    out: Array = p / p.sum()
+    return out
 
 
 def expected_log_beta(lam: Array) -> Array:
@@ -158,8 +221,7 @@ class LatentDirichletAllocation:
         unigram_weight = weight + state.unigram_weight
         u_bar = unigram_sum / unigram_weight
         u_bar_std = math.sqrt(1.0 / unigram_weight) if u_std > 0 else 0.0
-        p_u = np.maximum(u_bar, 0.0) + max(u_bar_std, 1e-12 * float(np.abs(u_bar).max(initial=1.0)))
-        p_u /= p_u.sum()
+        p_u = unigram_estimate(u_bar, u_bar_std)
         # A topic's token mass; its counts start from the mass floored at 3 noise stds of that sum (a topic
         # whose mass is noise is the unigram), the residual is taken against the mass itself.
         total = raw.sum(axis=1, keepdims=True)
