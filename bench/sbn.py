@@ -18,7 +18,8 @@ E-step, then p(y_j = 1 | <z>)); baselines: per-pixel training frequencies and, f
 true parameters.
 
     python -m bench.sbn [--quick] [--repeats R] [--out DIR]
-    python -m bench.sbn --images [--repeats R] [--epsilons 0.5,1,2,5,10]
+    python -m bench.sbn --images [--repeats R] [--epsilons 0.5,1,2,5,10] [--frequency-copies rule,1,2,4,8]
+                        [--iterations T] [--init-scale A] [--private-only]
 
 --images (issue 35): 28 x 28 binarised digits (the 8 x 8 digits upsampled bilinearly by 3.5, shifted by up
 to 2 pixels, threshold > 7; 4,000 training images drawn from the training split with a public seed, the 450
@@ -26,17 +27,20 @@ test-split images held out), K = 50, S = 400, T = 50, rho_t = t^-kappa (tau0 = 0
 kappa = 1, and kappa = 0.6): non-private SBN next to scikit-learn's BernoulliRBM with 50 units (its
 reconstruction NLL through p(h | v), learning rates 0.1 / 0.02 / 0.005 with 10 / 40 / 150 epochs), and the
 private SBN's NLL against epsilon (delta 1e-5) next to the exact per-pixel means, each private fit with the
-schedule the service chooses from epsilon alone (service.schedules, ("sbn", "vips"): S = N, T 3 up to
-epsilon x N = 400,000) and kappa 1; CPU seconds per iteration.
+schedule the service chooses from epsilon alone (service.schedules, ("sbn", "vips"): S = N, T by epsilon x N)
+and kappa 1; CPU seconds per iteration. --frequency-copies runs each epsilon at each listed k ("rule": the
+rule's choice; the table's "rule's choice" column shows what the rule picks: T and k), --iterations fixes T,
+--init-scale the model's init_scale, --private-only leaves out the RBM and the non-private fits.
 
-Measured 2026-11-28 (`python -m bench.sbn --images --repeats 3 --epsilons 0.5,1,2,5,10`, mean +- std over 3
-fits, private fits at S = N = 4,000, T 3, kappa 1): NLL 373.9 +- 1.2 / 357.1 +- 0.5 / 350.3 +- 0.2 /
-347.5 +- 0.2 / 346.6 +- 0.2 at epsilon 0.5 / 1 / 2 / 5 / 10, against 346.5 for the exact per-pixel means.
-Every hidden unit is switched off at these scales (epsilon x N <= 40,000): what is left above the pixel
-means is the noise of the released pixel frequencies (its floor, even with the whole budget on s3, is
-one Gaussian release of sensitivity sqrt(J) / N). Non-private: 127.9 +- 0.4 (kappa 1), 118.1 +- 1.0
-(kappa 0.6); BernoulliRBM best 138.4 +- 1.0. Units come alive from epsilon x N ~ 10^5 (single fits at
-epsilon 50: 228, at 200: 176 with T 10).
+Measured 2026-11-28 (mean over 3 fits, private fits at S = N = 4,000, T 3, kappa 1; the full table with
+k 1 / 2 / 4 / 8 and T 3 / 10 up to epsilon 200 is in docs/schedules.md, "VIPS-SBN"): with k 8 NLL
+356.7 / 350.2 / 348.0 / 346.7 / 346.6 at epsilon 0.5 / 1 / 2 / 5 / 10 (k 1: 373.9 / 357.1 / 350.3 / 347.5 /
+347.0), against 346.5 for the exact per-pixel means. Every hidden unit is switched off at these scales
+(epsilon x N <= 40,000): what is left above the pixel means is the noise of the released pixel frequencies
+(its floor, even with the whole budget on s3, is one Gaussian release of sensitivity sqrt(J) / N). Above,
+k 1: 344.4 / 320.3 / 226.7 / 204.9 at epsilon 15 / 20 / 50 / 100 (T 3; k 4: 346.6 / 336.7 / 244.0 / 210.6),
+190.7 and 172.5 at epsilon 100 and 200 with T 10. Non-private: 127.9 +- 0.4 (kappa 1), 118.1 +- 1.0
+(kappa 0.6); BernoulliRBM best 138.4 +- 1.0. CPU ~3.1 s per iteration at S = 4,000 whatever k.
 
 Private fits cannot be seeded (OS CSPRNG): repeats are independent; non-private repeats use model seeds
 0..R-1 for the initial weights. Writes sbn.md and sbn.png (sbn_quick.* with --quick) to --out.
@@ -45,6 +49,7 @@ Private fits cannot be seeded (OS CSPRNG): repeats are independent; non-private 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import sys
 import time
@@ -64,6 +69,7 @@ from privacy_wall.accounting import (
 )
 from privacy_wall.gate import Gate
 from privacy_wall.ledger import InMemoryLedger
+from privacy_wall.queries.sbn import DEFAULT_FREQUENCY_COPIES
 from privacy_wall.store import InMemoryBinaryStore
 from service.schedules import choose_schedule
 from worker.datasets.digits import load_binary_digits
@@ -239,15 +245,19 @@ def fit_images(
     seed: int,
     batch_size: int = 400,
     iterations: int = 50,
+    frequency_copies: int = DEFAULT_FREQUENCY_COPIES,
+    init_scale: float | None = None,
 ) -> tuple[float, float, float]:
-    """(held-out NLL, ledger epsilon, CPU seconds per iteration) of one SBN fit, K 50 (S 400, T 50 unless
-    given)."""
+    """(held-out NLL, ledger epsilon, CPU seconds per iteration) of one SBN fit, K 50 (S 400, T 50 and the
+    model's default frequency_copies and init_scale unless given)."""
     private = sigma > 0
     ledger = InMemoryLedger(delta=1e-5)
     gate = Gate(
         InMemoryBinaryStore("digits28", train, public=not private), ledger, seed=None if private else seed
     )
-    model = SigmoidBeliefNetwork(hidden=50, seed=seed)
+    model = SigmoidBeliefNetwork(hidden=50, seed=seed, frequency_copies=frequency_copies)
+    if init_scale is not None:
+        model = dataclasses.replace(model, init_scale=init_scale)
     start = time.process_time()
     result = run_vips(
         gate,
@@ -264,34 +274,66 @@ def fit_images(
     return nll, ledger.epsilon_spent(), seconds
 
 
-def run_images(repeats: int, epsilons: Sequence[float]) -> str:
-    """The --images table (markdown): mean +- std over `repeats` seeds / independent private fits."""
+def run_images(
+    repeats: int,
+    epsilons: Sequence[float],
+    copies: Sequence[int | None] = (None,),
+    iterations: int | None = None,
+    baselines: bool = True,
+    init_scale: float | None = None,
+) -> str:
+    """The --images table (markdown): mean +- std over `repeats` seeds / independent private fits. Private
+    fits: for each epsilon and each entry of `copies` (None: what the service's rule chooses from epsilon x N,
+    else that frequency_copies), T from the rule unless `iterations` is given. `baselines` False leaves out
+    the RBM and the non-private fits; `init_scale` replaces the model's default."""
     train, test = digits_28()
-    lines = ["| method | NLL (nats/image) | eps | CPU s/iteration | runs |", "|---|---|---|---|---|"]
+    lines = [
+        "| method | NLL (nats/image) | eps | eps x N | rule's choice | CPU s/iteration | runs |",
+        "|---|---|---|---|---|---|---|",
+    ]
     base = pixel_mean_metrics(train, test)["nll"]
-    lines.append(f"| per-pixel means (exact) | {base:.1f} | inf | | 1 |")
-    for rate, epochs in ((0.1, 10), (0.02, 40), (0.005, 150)):
-        values = [rbm_nll(train, test, 50, rate, epochs, seed) for seed in range(repeats)]
-        lines.append(
-            f"| BernoulliRBM 50, lr {rate}, {epochs} epochs | {_fmt(values, 1)} | inf | | {repeats} |"
-        )
-        log(lines[-1])
-    settings = [(math.inf, 1.0), (math.inf, 0.6)] + [(e, 1.0) for e in epsilons]
+    lines.append(f"| per-pixel means (exact) | {base:.1f} | inf | | | | 1 |")
+    if baselines:
+        for rate, epochs in ((0.1, 10), (0.02, 40), (0.005, 150)):
+            values = [rbm_nll(train, test, 50, rate, epochs, seed) for seed in range(repeats)]
+            lines.append(
+                f"| BernoulliRBM 50, lr {rate}, {epochs} epochs | {_fmt(values, 1)} | inf | | | | {repeats} |"
+            )
+            log(lines[-1])
     population = train.shape[0]
-    for eps, kappa in settings:
+    settings: list[tuple[float, float, int | None]] = []
+    if baselines:
+        settings += [(math.inf, 1.0, None), (math.inf, 0.6, None)]
+    settings += [(e, 1.0, k) for e in epsilons for k in copies]
+    for eps, kappa, chosen_copies in settings:
+        scale_0 = init_scale
         if math.isinf(eps):
-            size, steps, sigma = 400, 50, 0.0
+            size, steps, sigma, k, rule = 400, 50, 0.0, DEFAULT_FREQUENCY_COPIES, ""
         else:
             schedule = choose_schedule("sbn", "vips", population, eps)
-            size, steps = schedule.batch_size, schedule.iterations
+            rule_copies = int(schedule.options.get("frequency_copies", DEFAULT_FREQUENCY_COPIES))
+            rule_scale = schedule.options.get("init_scale")
+            rule = f"T {schedule.iterations}, copies {rule_copies}" + (
+                "" if rule_scale is None else f", init_scale {rule_scale:g}"
+            )
+            size = schedule.batch_size
+            steps = schedule.iterations if iterations is None else iterations
+            k = rule_copies if chosen_copies is None else chosen_copies
+            if scale_0 is None and chosen_copies is None:  # the rule's whole choice
+                scale_0 = rule_scale
             sigma = calibrate_sigma(eps, size, population, steps, 1e-5)
-        fits = [fit_images(train, test, sigma, kappa, seed, size, steps) for seed in range(repeats)]
+        fits = [
+            fit_images(train, test, sigma, kappa, seed, size, steps, k, scale_0) for seed in range(repeats)
+        ]
         nll = [f[0] for f in fits]
         label = f"SBN 50, S {size}, T {steps}, kappa {kappa:g}" + (
-            "" if sigma == 0 else f", sigma {sigma:.3f}"
+            "" if sigma == 0 else f", copies {k}, sigma {sigma:.3f}"
         )
         cpu = np.median([f[2] for f in fits])
-        lines.append(f"| {label} | {_fmt(nll, 1)} | {fits[0][1]:.2f} | {cpu:.2f} | {repeats} |")
+        scale = "" if math.isinf(eps) else f"{eps * population:.3g}"
+        lines.append(
+            f"| {label} | {_fmt(nll, 1)} | {fits[0][1]:.2f} | {scale} | {rule} | {cpu:.2f} | {repeats} |"
+        )
         log(lines[-1])
     return "\n".join(lines) + "\n"
 
@@ -378,12 +420,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "out")
     parser.add_argument("--images", action="store_true", help="28 x 28 digits: RBM and the epsilon curve")
     parser.add_argument("--epsilons", default="0.5,1,2,5,10", help="with --images")
+    parser.add_argument(
+        "--frequency-copies",
+        default="rule",
+        help="with --images: comma-separated frequency_copies of the private fits ('rule': the service's "
+        "choice from epsilon x N); e.g. rule,1,2,4",
+    )
+    parser.add_argument("--iterations", type=int, default=None, help="with --images: T (default: the rule's)")
+    parser.add_argument(
+        "--init-scale", type=float, default=None, help="with --images: the model's init_scale"
+    )
+    parser.add_argument(
+        "--private-only", action="store_true", help="with --images: no RBM and no non-private fits"
+    )
     args = parser.parse_args(argv)
     repeats = args.repeats if args.repeats is not None else (2 if args.quick else 5)
     if repeats < 1:
         parser.error("--repeats must be >= 1")
     if args.images:
-        table = run_images(repeats, [float(e) for e in args.epsilons.split(",")])
+        copies = [None if c.strip() == "rule" else int(c) for c in args.frequency_copies.split(",")]
+        table = run_images(
+            repeats,
+            [float(e) for e in args.epsilons.split(",")],
+            copies,
+            args.iterations,
+            not args.private_only,
+            args.init_scale,
+        )
         print(table)
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "sbn_images.md").write_text(table, encoding="utf-8")

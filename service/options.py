@@ -28,6 +28,9 @@ _UNIT_INTERVAL = OptionSpec(lambda v: 0 <= v <= 1, "must be in [0, 1]")
 _CLIP_FRACTION = OptionSpec(lambda v: 0 < v <= 1, "must be in (0, 1]")
 _SHARE = OptionSpec(lambda v: 0 <= v < 1, "must be in [0, 1)")
 
+#: LDA's defaults for the options the service reads (a mirror of worker.models.registry.LDA_DEFAULTS: service
+#: does not import the worker; tests check they agree).
+LDA_DEFAULTS = {"topics": 10, "doc_length": 500}
 #: The dataset kind each model fits.
 MODEL_KINDS = {"blr": "tabular", "linreg": "regression", "lda": "bow", "sbn": "binary"}
 #: Options every model takes (the step-size schedule rho_t = (tau0 + t)^-kappa).
@@ -49,8 +52,13 @@ MODEL_OPTIONS: dict[str, dict[str, OptionSpec]] = {
         "unigram_share": _SHARE,
         "unigram_clip": _POSITIVE,
     },
-    # frequency_copies: the copies of the pixel frequencies in each release (privacy_wall.queries.sbn).
-    "sbn": {"hidden": _whole(1, 500), "frequency_copies": _whole(1, 64)},
+    # frequency_copies: the copies of the pixel frequencies in each release (privacy_wall.queries.sbn);
+    # init_scale: the spread of the initial weights (worker.models.sbn; public, it shapes only the start).
+    "sbn": {
+        "hidden": _whole(1, 500),
+        "frequency_copies": _whole(1, 64),
+        "init_scale": OptionSpec(lambda v: 0 <= v <= 100, "must be in [0, 100]"),
+    },
 }
 #: The models each algorithm fits (docs/design.md section 5: DPVI and DP-SEP are alternatives for regression).
 ALGORITHM_MODELS: dict[str, tuple[str, ...]] = {

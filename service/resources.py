@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from service.errors import Loc
+from service.options import LDA_DEFAULTS
 
 #: A stored release: 8 bytes per float64 (.npz, deflated only where a sample shrinks to 3/4:
 #: service.release_arrays), plus 216 bytes per block (its .npy header and zip entries; up to 7 blocks)
@@ -50,7 +51,6 @@ LDA_RESAMPLE_CHUNK = 1024  # privacy_wall.queries.lda.RESAMPLE_CHUNK
 LDA_CHUNK_ELEMENTS = 2**19  # privacy_wall.queries.lda.CHUNK_ELEMENTS
 SBN_DEFAULT_HIDDEN = 50  # worker.models.sbn.DEFAULT_HIDDEN
 SBN_DEFAULT_FREQUENCY_COPIES = 4  # privacy_wall.queries.sbn.DEFAULT_FREQUENCY_COPIES
-LDA_DEFAULTS = {"topics": 10, "doc_length": 500}  # worker.models.registry.LDA_DEFAULTS
 DPVI_DEFAULT_DRAWS = 1
 
 

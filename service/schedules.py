@@ -23,7 +23,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from service.resources import LDA_DEFAULTS
+from service.options import LDA_DEFAULTS
 
 
 @dataclass(frozen=True)
@@ -86,8 +86,15 @@ RULES: dict[tuple[str, str], Rule] = {
         "(bench/lda.py --sweep-unigram)",
         reference_size=100_000,
     ),
+    # Small epsilon x N: no unit can learn, the fit is the pixel means, so the release weights them (8
+    # copies). Above: one release from weights spread wide enough (init_scale 3) that units switch on, then
+    # T 3, and T 10 once the noise is small (docs/schedules.md, "VIPS-SBN").
     ("sbn", "vips"): Rule(
-        iterations=((400_000.0, 3), (math.inf, 10)),
+        iterations=((16_000.0, 3), (100_000.0, 1), (400_000.0, 3), (math.inf, 10)),
+        options=(
+            (16_000.0, {"frequency_copies": 8}),
+            (math.inf, {"frequency_copies": 1, "init_scale": 3.0}),
+        ),
         source="the SBN's epsilon curve on 28 x 28 digits (bench/sbn.py --images)",
     ),
 }

@@ -194,44 +194,48 @@ class TestSbnQuery(QueryContract):
         return packed | dict.fromkeys(frequency_copy_names(self.copies), statistics["s3"])
 
 
-class TestSbnQueryFrequencyCopies(TestSbnQuery):
-    """The same contract with s3 released in 3 copies (frequency_copies): every copy is a block of its own
-    with s3's bound, each reaches its Delta, and the joint release (sqrt(B), B = 8) holds them all."""
+class SbnQueryWithCopies(TestSbnQuery):
+    """TestSbnQuery's fixtures with s3 released in 3 copies (frequency_copies), for the copies' own checks
+    (not collected: its name does not start with Test; the rest of the contract does not depend on the
+    copies, which are exact duplicates of s3's sum, and TestSbnQuery runs it)."""
 
     copies = 3
 
-    def test_gate_noise_is_calibrated_end_to_end(self) -> None:
-        """The real gate, S = N: each block's noise_std is sigma sqrt(B) Delta_b, and the postprocessed s3
-        (the mean of its 3 copies) carries noise of std sigma sqrt(B) Delta3 / sqrt(3)."""
-        query = self.make_query()
-        rng = np.random.default_rng(107)
-        rows = self.calibration_rows(rng)
-        population = rows.size
-        gate = Gate(self.make_store("calibration", rows, public=False), InMemoryLedger(delta=1e-5))
-        params = self.calibration_params()
-        exact = self._means(query, rows, params)
-        deltas = self._deltas(query, population)
-        expected = self._expected_stds(query, deltas, self.calibration_sigma, exact)
-        copies = ("s3", *frequency_copy_names(self.copies))
-        scales = {name: expected[name] for name in deltas if name not in copies}
-        scales["s3"] = expected["s3"] / math.sqrt(self.copies)
-        noise: dict[str, list[np.ndarray]] = {name: [] for name in scales}
-        for t in range(1, self.calibration_releases + 1):
-            release = gate.release(
-                query,
-                params,
-                job_id="calibration",
-                iteration=t,
-                sigma=self.calibration_sigma,
-                batch_size=population,
-            )
-            for name in deltas:
-                assert release.noise_std[name] == pytest.approx(expected[name], rel=1e-12)
-            released = self.released_blocks(release.statistics)
-            for name in scales:
-                noise[name].append(released[name] - exact[name])
-        for name, scale in scales.items():
-            assert_noise_is_calibrated(np.array(noise[name]), scale, f"gate, block {name}")
+
+def test_gate_noise_with_frequency_copies_is_calibrated_end_to_end() -> None:
+    """The real gate, S = N, 3 copies (B = 8 blocks): each block's noise_std is sigma sqrt(B) Delta_b, and
+    the postprocessed s3 (the mean of its 3 copies) carries noise of std sigma sqrt(B) Delta3 / sqrt(3)."""
+    contract = SbnQueryWithCopies()
+    query = contract.make_query()
+    rng = np.random.default_rng(107)
+    rows = contract.calibration_rows(rng)
+    population = rows.size
+    gate = Gate(contract.make_store("calibration", rows, public=False), InMemoryLedger(delta=1e-5))
+    params = contract.calibration_params()
+    exact = contract._means(query, rows, params)
+    deltas = contract._deltas(query, population)
+    assert set(deltas) == {"s1", "s3", "s4", "s5", "s6", "s7", "s3_2", "s3_3"}
+    expected = contract._expected_stds(query, deltas, contract.calibration_sigma, exact)
+    copies = ("s3", *frequency_copy_names(contract.copies))
+    scales = {name: expected[name] for name in deltas if name not in copies}
+    scales["s3"] = expected["s3"] / math.sqrt(contract.copies)
+    noise: dict[str, list[np.ndarray]] = {name: [] for name in scales}
+    for t in range(1, contract.calibration_releases + 1):
+        release = gate.release(
+            query,
+            params,
+            job_id="calibration",
+            iteration=t,
+            sigma=contract.calibration_sigma,
+            batch_size=population,
+        )
+        for name in deltas:
+            assert release.noise_std[name] == pytest.approx(expected[name], rel=1e-12)
+        released = contract.released_blocks(release.statistics)
+        for name in scales:
+            noise[name].append(released[name] - exact[name])
+    for name, scale in scales.items():
+        assert_noise_is_calibrated(np.array(noise[name]), scale, f"gate, block {name}")
 
 
 # --------------------------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ import pytest
 from scipy import ndimage
 
 from privacy_wall.accounting import calibrate_sigma
+from privacy_wall.queries.sbn import DEFAULT_FREQUENCY_COPIES
 from privacy_wall.store import Batch, InMemoryBinaryStore
 from service.schedules import choose_schedule
 from tests.fitting import fit_through_gate
@@ -57,11 +58,14 @@ def test_hidden_units_learn_at_784_pixels() -> None:
 
 
 def private_fit(train: np.ndarray, epsilon: float, hidden: int = 10) -> SbnState:
-    """One private fit with the schedule the service picks from epsilon alone (service.schedules: S = N,
-    T 3 at these scales), kappa 1, delta 1e-5: the noise comes from the OS's CSPRNG (not seedable)."""
-    schedule = choose_schedule("sbn", "vips", train.shape[0], epsilon)
+    """One private fit with the schedule and model options the service picks from epsilon alone
+    (service.schedules: S = N, T 3 at these scales, frequency_copies by epsilon x N; `hidden` given),
+    kappa 1, delta 1e-5: the noise comes from the OS's CSPRNG (not seedable)."""
+    schedule = choose_schedule("sbn", "vips", train.shape[0], epsilon, options={"hidden": hidden})
     sigma = calibrate_sigma(epsilon, schedule.batch_size, train.shape[0], schedule.iterations, 1e-5)
-    model = SigmoidBeliefNetwork(hidden=hidden)
+    copies = int(schedule.options.get("frequency_copies", DEFAULT_FREQUENCY_COPIES))
+    init_scale = float(schedule.options.get("init_scale", 1.0))
+    model = SigmoidBeliefNetwork(hidden=hidden, frequency_copies=copies, init_scale=init_scale)
     store = InMemoryBinaryStore("digits28", train, public=False)
     settings = LoopSettings(schedule.iterations, schedule.batch_size, sigma)
     state, ledger = fit_through_gate(store, model, model.query(), settings)
@@ -72,13 +76,14 @@ def private_fit(train: np.ndarray, epsilon: float, hidden: int = 10) -> SbnState
 def test_a_private_fit_that_noise_overwhelms_falls_back_to_the_pixel_means() -> None:
     """epsilon 5 on 1,000 images (epsilon x N = 5,000), K = 10: the noise on each covariance column of s6
     exceeds any signal, every hidden unit is switched off (W exactly 0) and c is read from the denoised
-    pixel frequencies. What is left is the noise of the released frequencies (std ~0.06 per pixel after
-    the T = 3 releases at sigma 1.55): observed over 11 fits 335.4 to 337.7 nats (mean 336.4, std 0.7)
-    against 326.8 for the exact (non-private) pixel means, +2.6% to +3.3%. Before issue 35 (S 200, T 10,
-    W fitted to noise) the same budget gave 379-381 (+16%), the previous M-step 367-373 (+13%): both fail
-    here. The bound +5% (343.2) is
-    ~10 observed standard deviations above the mean, and fails for any fit that falls clearly below the
-    fallback."""
+    pixel frequencies. What is left is the noise of the released frequencies (T = 3 releases at sigma
+    1.55, s3 in frequency_copies blocks: the rule's 8 at this scale, the model's default 4 without a rule
+    row): observed over 11 fits each, 329.9 to 330.9 nats (mean 330.5, std 0.3) with 8 copies and 330.9 to
+    332.4 (mean 331.6, std 0.5) with 4, against 326.8 for the exact (non-private) pixel means: +0.9% to
+    +1.7%. One copy gave 335.4 to 337.7 (+2.6% to +3.3%). Before issue 35 (S 200, T 10, W fitted to noise)
+    the same budget gave 379-381 (+16%), the previous M-step 367-373 (+13%): both fail here. The bound +5%
+    (343.2) is over 20 observed standard deviations above either mean, and fails for any fit that falls
+    clearly below the fallback."""
     train, test = digits_28(1000), digits_28(200, offset=1500)
     state = private_fit(train, 5.0)
     fitted = reconstruction_metrics(test, state.w_mean, state.b_mean, state.c_mean)
@@ -91,14 +96,27 @@ def test_a_private_fit_with_enough_budget_learns_hidden_units() -> None:
     the covariance columns of s6 carry more than the noise, units survive the shrinkage, and the noisy data
     precision is kept invertible by the eigenvalue floor at the noise's spectral edge (without it the means
     blew up: NLL in the tens of thousands at epsilon x N from 2,000 to 800,000 in bench/sbn.py's setting).
-    Observed over 8 fits: 236.8 to 241.9 nats (mean 240.2, std 1.5) against 326.8 for the exact pixel
-    means; the bound 0.8 x 326.8 = 261.5 is ~14 observed standard deviations above the mean. (At epsilon
-    100, 19 fits: 287 to 313, std ~7.)"""
+    With the rule's T 3, one copy and init_scale 3, observed over 6 fits: 238.1 to 239.1 nats (mean 238.8,
+    std 0.4; with init_scale 1 and 4 copies 236.8 to 241.9 over 8) against 326.8 for the exact pixel means;
+    the bound 0.8 x 326.8 = 261.5 is far above them."""
     train, test = digits_28(1000), digits_28(200, offset=1500)
     state = private_fit(train, 300.0)
     fitted = reconstruction_metrics(test, state.w_mean, state.b_mean, state.c_mean)
     assert np.any(state.w_mean != 0.0)
     assert fitted["nll"] < 0.8 * pixel_mean_metrics(train, test)["nll"], fitted
+
+
+def test_at_the_scale_of_epsilon_5_on_4000_images_units_learn_past_the_pixel_means() -> None:
+    """epsilon 20 on 1,000 images (epsilon x N = 20,000, issue 35's epsilon 5 on 4,000 images), K = 10:
+    the rule's one release from weights spread wide (T 1, init_scale 3, one copy) lets units switch on,
+    where T 3 from init_scale 1 kept every unit off and gave the noisy pixel means (above 326.8). Observed
+    over 6 fits: 321.2 to 323.8 nats (mean 322.4, std 0.8) against 326.8 for the exact pixel means; the
+    bound (the pixel means) is 5 observed standard deviations above the mean."""
+    train, test = digits_28(1000), digits_28(200, offset=1500)
+    state = private_fit(train, 20.0)
+    fitted = reconstruction_metrics(test, state.w_mean, state.b_mean, state.c_mean)
+    assert np.any(state.w_mean != 0.0)
+    assert fitted["nll"] < pixel_mean_metrics(train, test)["nll"], fitted
 
 
 def test_denoised_frequencies_beat_the_raw_ones_and_stay_in_the_unit_interval() -> None:

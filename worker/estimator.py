@@ -549,15 +549,17 @@ class VIPSLatentDirichletAllocation(TransformerMixin, VipsEstimator):  # type: i
 class VIPSSigmoidBeliefNetwork(DensityMixin, VipsEstimator):  # type: ignore[misc]
     """Private sigmoid belief network by VIPS (Park et al. 2020, Alg. 6) on 0/1 rows.
 
-    frequency_copies: the copies of the pixel frequencies in each release (privacy_wall.queries.sbn); None:
-    as the service chooses it with epsilon (service.schedules), else the model's default.
+    frequency_copies: the copies of the pixel frequencies in each release (privacy_wall.queries.sbn);
+    init_scale: the spread of the initial weights (worker.models.sbn); None: as the service chooses them with
+    epsilon (service.schedules), else the model's defaults.
     """
 
     model_name = "sbn"
-    option_names = ("hidden", "frequency_copies")
+    option_names = ("hidden", "frequency_copies", "init_scale")
 
     hidden: int = 50
     frequency_copies: int | None = None
+    init_scale: float | None = None
 
     def fit(
         self, Y: ArrayLike, y: object = None, *, dataset: str = "local", progress: Progress | None = None

@@ -71,7 +71,8 @@ clipped release with s3 scaled by sqrt(k) (sensitivity sqrt(5 + k)), written as 
 the gate sees keeps a Delta that a replacement reaches. Against k = 1 (sqrt(6) for every block), s3's noise
 variance is (5 + k) / (6 k) times as large (k = 4: 0.375) and the others' (5 + k) / 6 (k = 4: 1.5): the
 fallback to the pixel frequencies, which is what a private fit is worth at small epsilon x N, pays s3's
-noise only.
+noise only. A job that gives epsilon but not k gets the schedule rule's k for its epsilon x N
+(docs/schedules.md, "VIPS-SBN").
 
 Any finite public parameters are accepted; overflow and non-PSD moments cannot push a record outside its
 bounds (NaN is mapped to a value inside them), and floating-point warnings are silenced because a warning's
@@ -101,7 +102,8 @@ PG_CENTRE = 0.125
 
 PARAM_NAMES = frozenset({"b_mean", "w_mean", "second_moment"})
 
-#: Copies of s3 in each release (frequency_copies; module docstring, "Weighting the pixel frequencies").
+#: Copies of s3 in each release when neither the job nor the schedule rule gives them (frequency_copies;
+#: module docstring, "Weighting the pixel frequencies").
 DEFAULT_FREQUENCY_COPIES = 4
 
 

@@ -110,6 +110,7 @@ def model_setup(
     sbn = SigmoidBeliefNetwork(
         hidden=int(options.get("hidden", DEFAULT_HIDDEN)),
         frequency_copies=int(options.get("frequency_copies", DEFAULT_FREQUENCY_COPIES)),
+        init_scale=float(options.get("init_scale", 1.0)),
     )
     return ModelSetup(sbn, sbn.query())
 

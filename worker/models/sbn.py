@@ -21,9 +21,9 @@ v_t = (1 - rho_t)^2 v_{t-1} + rho_t^2 N^2 std^2), and q(w^_j) is read from the a
 where P0 = diag(1/w_variance, ..., 1/c_variance), so every precision stays >= P0.
 - denoise_frequencies: the released pixel frequencies' noise is what the fallback (the per-pixel means)
   pays; a prior estimated from all J pixels (nonparametric maximum likelihood) and the posterior mean
-  reduce it and keep the frequencies in [0, 1]. The release already weights s3 (frequency_copies, default
-  4: s3 is the mean of k released copies, its noise scale frequency_noise_std reads the copies' public
-  noise_std).
+  reduce it and keep the frequencies in [0, 1]. The release may weight s3 (frequency_copies k, the model's
+  default 4, the schedule rule's by epsilon x N: s3 is the mean of k released copies, its noise scale
+  frequency_noise_std reads the copies' public noise_std).
 - shrink_columns switches off a hidden unit whose weights the noise cannot support (positive-part
   James-Stein per column), applied to the covariance part of N s6 only: N s3_j <r_k> is what a model
   without hidden structure implies (w = 0 solves the M-step then), large whatever the noise, and shrinking
