@@ -20,14 +20,13 @@ There is no official test split: `load_credit` splits by a fixed public permutat
 
 from __future__ import annotations
 
-import math
 from typing import Literal
 
 import numpy as np
 from numpy.typing import NDArray
 
 from worker.datasets.adult import TabularData
-from worker.datasets.bundled import load_split
+from worker.datasets.bundled import encode_tabular, load_split, tabular_feature_names
 
 __all__ = ["BINARY", "CATEGORICAL", "NUMERIC_BOUNDS", "feature_names", "load_credit"]
 
@@ -54,36 +53,17 @@ CATEGORICAL: dict[str, tuple[str, ...]] = {
 }
 """Levels from the data dictionary."""
 
-_NORM_DIVISOR = math.sqrt(1 + len(NUMERIC_BOUNDS) + len(BINARY) + len(CATEGORICAL)) * (1.0 + 1e-12)
 _FILE = "credit_data.csv.gz"
 
 
 def feature_names() -> list[str]:
     """Intercept, numeric columns, 0/1 columns, then one-hot levels, in the order of the features."""
-    names = ["intercept", *NUMERIC_BOUNDS, *BINARY]
-    for column, levels in CATEGORICAL.items():
-        names.extend(f"{column}={level}" for level in levels)
-    return names
+    return tabular_feature_names(NUMERIC_BOUNDS, BINARY, CATEGORICAL)
 
 
 def _encode(rows: list[dict[str, str]]) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-    n = len(rows)
-    blocks: list[NDArray[np.float64]] = [np.ones((n, 1))]
-    for column, (low, high, log) in NUMERIC_BOUNDS.items():
-        raw = np.array([float(row[column] or 0.0) for row in rows])
-        if log:
-            raw, low, high = np.log1p(np.maximum(raw, 0.0)), math.log1p(low), math.log1p(high)
-        blocks.append(np.clip((raw - low) / (high - low), 0.0, 1.0)[:, None])
-    blocks.append(np.array([[1.0 if row[column] == "yes" else 0.0 for column in BINARY] for row in rows]))
-    for column, levels in CATEGORICAL.items():
-        lookup = {level: j for j, level in enumerate(levels)}
-        block = np.zeros((n, len(levels)))
-        for i, row in enumerate(rows):
-            if row[column] in lookup:  # a missing level stays all zeros
-                block[i, lookup[row[column]]] = 1.0
-        blocks.append(block)
-    labels = np.array([1.0 if row["Status"] == "bad" else 0.0 for row in rows])
-    return np.hstack(blocks) / _NORM_DIVISOR, labels
+    features = encode_tabular(rows, NUMERIC_BOUNDS, BINARY, CATEGORICAL, yes="yes")
+    return features, np.array([1.0 if row["Status"] == "bad" else 0.0 for row in rows])
 
 
 def load_credit(split: Literal["train", "test"]) -> TabularData:

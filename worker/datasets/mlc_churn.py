@@ -20,14 +20,13 @@ There is no official test split: `load_mlc_churn` splits by a fixed public permu
 
 from __future__ import annotations
 
-import math
 from typing import Literal
 
 import numpy as np
 from numpy.typing import NDArray
 
 from worker.datasets.adult import TabularData
-from worker.datasets.bundled import load_split
+from worker.datasets.bundled import encode_tabular, load_split, tabular_feature_names
 
 __all__ = ["BINARY", "CATEGORICAL", "NUMERIC_BOUNDS", "feature_names", "load_mlc_churn"]
 
@@ -54,31 +53,23 @@ CATEGORICAL: dict[str, tuple[str, ...]] = {
 }
 """Levels from the data dictionary."""
 
-_NORM_DIVISOR = math.sqrt(1 + len(NUMERIC_BOUNDS) + len(BINARY) + len(CATEGORICAL)) * (1.0 + 1e-12)
 _FILE = "mlc_churn.csv.gz"
 
 
 def feature_names() -> list[str]:
     """Intercept, numeric columns, 0/1 columns, then one-hot levels, in the order of the features."""
-    names = ["intercept", *NUMERIC_BOUNDS, *BINARY]
-    for column, levels in CATEGORICAL.items():
-        names.extend(f"{column}={level}" for level in levels)
-    return names
+    return tabular_feature_names(NUMERIC_BOUNDS, BINARY, CATEGORICAL)
 
 
 def _encode(rows: list[dict[str, str]]) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-    n = len(rows)
-    blocks: list[NDArray[np.float64]] = [np.ones((n, 1))]
-    for column, high in NUMERIC_BOUNDS.items():
-        raw = np.array([float(row[column]) for row in rows])
-        blocks.append(np.clip(raw / high, 0.0, 1.0)[:, None])
-    blocks.append(np.array([[1.0 if row[column] == "yes" else 0.0 for column in BINARY] for row in rows]))
-    for column, levels in CATEGORICAL.items():
-        lookup = {level: j for j, level in enumerate(levels)}
-        codes = np.array([lookup[row[column]] for row in rows], dtype=np.intp)
-        blocks.append(np.eye(len(levels))[codes])
-    labels = np.array([1.0 if row["churn"] == "yes" else 0.0 for row in rows])
-    return np.hstack(blocks) / _NORM_DIVISOR, labels
+    features = encode_tabular(
+        rows,
+        {column: (0.0, high, False) for column, high in NUMERIC_BOUNDS.items()},
+        BINARY,
+        CATEGORICAL,
+        yes="yes",
+    )
+    return features, np.array([1.0 if row["churn"] == "yes" else 0.0 for row in rows])
 
 
 def load_mlc_churn(split: Literal["train", "test"]) -> TabularData:

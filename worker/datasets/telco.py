@@ -15,14 +15,13 @@ Source and licence: worker/datasets/data/README.md.
 
 from __future__ import annotations
 
-import math
 from typing import Literal
 
 import numpy as np
 from numpy.typing import NDArray
 
 from worker.datasets.adult import TabularData
-from worker.datasets.bundled import load_split
+from worker.datasets.bundled import encode_tabular, load_split, tabular_feature_names
 
 __all__ = ["BINARY", "CATEGORICAL", "NUMERIC_BOUNDS", "feature_names", "load_telco"]
 
@@ -63,33 +62,17 @@ NUMERIC_BOUNDS: dict[str, tuple[float, float, bool]] = {
 }
 """Fixed public (low, high, log scale) per numeric column: six years of tenure, round price bounds."""
 
-_NORM_DIVISOR = math.sqrt(1 + len(NUMERIC_BOUNDS) + len(BINARY) + len(CATEGORICAL)) * (1.0 + 1e-12)
 _FILE = "telco_churn.csv.gz"
 
 
 def feature_names() -> list[str]:
     """Intercept, numeric columns, 0/1 columns, then one-hot levels, in the order of the features."""
-    names = ["intercept", *NUMERIC_BOUNDS, *BINARY]
-    for column, levels in CATEGORICAL.items():
-        names.extend(f"{column}={level}" for level in levels)
-    return names
+    return tabular_feature_names(NUMERIC_BOUNDS, BINARY, CATEGORICAL)
 
 
 def _encode(rows: list[dict[str, str]]) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-    n = len(rows)
-    blocks: list[NDArray[np.float64]] = [np.ones((n, 1))]
-    for column, (low, high, log) in NUMERIC_BOUNDS.items():
-        raw = np.array([float(row[column] or 0.0) for row in rows])
-        if log:
-            raw, low, high = np.log1p(raw), math.log1p(low), math.log1p(high)
-        blocks.append(np.clip((raw - low) / (high - low), 0.0, 1.0)[:, None])
-    blocks.append(np.array([[float(row[column]) for column in BINARY] for row in rows]))
-    for column, levels in CATEGORICAL.items():
-        lookup = {level: j for j, level in enumerate(levels)}
-        codes = np.array([lookup[row[column]] for row in rows], dtype=np.intp)
-        blocks.append(np.eye(len(levels))[codes])
-    labels = np.array([1.0 if row["churn"] == "Yes" else 0.0 for row in rows])
-    return np.hstack(blocks) / _NORM_DIVISOR, labels
+    features = encode_tabular(rows, NUMERIC_BOUNDS, BINARY, CATEGORICAL, yes="1")
+    return features, np.array([1.0 if row["churn"] == "Yes" else 0.0 for row in rows])
 
 
 def load_telco(split: Literal["train", "test"]) -> TabularData:
