@@ -218,3 +218,24 @@ def test_the_options_a_rule_may_choose_reach_the_walls_query() -> None:
     assert isinstance(lda, LdaQuery) and (lda.unigram_share, lda.unigram_clip) == (0.8, 3.0)
     default = model_setup("lda", {}, sigma=1.0).query
     assert isinstance(default, LdaQuery) and default.unigram_share == 0.0
+
+
+def test_an_lda_job_with_only_epsilon_runs_the_fallback_the_rule_chooses(api: Api) -> None:
+    """The service reads LDA's rule at the dataset's public V and the job's K: the quote shows the chosen
+    unigram options and the admitted job stores them (the worker builds its query from the job's options)."""
+    spec: dict[str, Any] = {
+        "dataset": "docs",
+        "model": "lda",
+        "options": {"topics": 1000},
+        "iterations": None,
+        "batch_size": None,
+        "sigma": None,
+        "epsilon": 1.0,
+    }
+    expected = choose_schedule("lda", "vips", N, 1.0, options={"topics": 1000}, dimension=3)
+    assert expected.options["unigram_share"] > 0
+    quote = api.submit(**spec, dry_run=True).json()
+    assert quote["schedule"]["options"] == expected.options
+    assert quote["iterations"] == expected.iterations
+    job = api.submit(**spec).json()
+    assert job["options"] == {"topics": 1000, **expected.options}
