@@ -40,7 +40,9 @@ k 1 / 2 / 4 / 8 and T 3 / 10 up to epsilon 200 is in docs/schedules.md, "VIPS-SB
 (its floor, even with the whole budget on s3, is one Gaussian release of sensitivity sqrt(J) / N). Above,
 k 1: 344.4 / 320.3 / 226.7 / 204.9 at epsilon 15 / 20 / 50 / 100 (T 3; k 4: 346.6 / 336.7 / 244.0 / 210.6),
 190.7 and 172.5 at epsilon 100 and 200 with T 10. Non-private: 127.9 +- 0.4 (kappa 1), 118.1 +- 1.0
-(kappa 0.6); BernoulliRBM best 138.4 +- 1.0. CPU ~3.1 s per iteration at S = 4,000 whatever k.
+(kappa 0.6); BernoulliRBM best 138.4 +- 1.0. CPU ~3.1 s per iteration at S = 4,000 whatever k. With the
+service's rule (k 8 up to epsilon x N 16,000; above one copy and init_scale 3, T 1 up to 100,000), the
+"rule" column: 350.5 / 346.1 / 307.6 / 263.3 / 210.8 / 190.5 at epsilon 1 / 5 / 10 / 20 / 50 / 100.
 
 Private fits cannot be seeded (OS CSPRNG): repeats are independent; non-private repeats use model seeds
 0..R-1 for the initial weights. Writes sbn.md and sbn.png (sbn_quick.* with --quick) to --out.
