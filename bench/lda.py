@@ -69,7 +69,7 @@ from privacy_wall.queries.lda import (
     shifted_topic_word,
 )
 from privacy_wall.store import InMemoryBowStore
-from service.schedules import privacy_scale, rule_for, rule_iterations, rule_options, statistic_size
+from service.schedules import job_scale, rule_for, rule_iterations, rule_options
 from worker.datasets.synthetic_lda import generate_corpus, planted_topics
 from worker.datasets.wikipedia import load_wikipedia
 from worker.models.lda import (
@@ -694,10 +694,8 @@ def unigram_sweep_section(seeds: int, sizes: Sequence[int] = (3000,)) -> list[Sw
         private_store = InMemoryBowStore(name, train, public=False)
         public_store = InMemoryBowStore(name, train, public=True)
         for target in (*UNIGRAM_EPSILONS, math.inf):
-            size = statistic_size("lda", {"topics": topics}, int(train.shape[1]))
-            iterations, share, clip = unigram_rule(
-                privacy_scale(rule_for("lda", "vips"), target, documents, size)
-            )
+            scale = job_scale("lda", "vips", documents, target, {"topics": topics}, int(train.shape[1]))
+            iterations, share, clip = unigram_rule(scale)
             sigma = (
                 0.0
                 if math.isinf(target)

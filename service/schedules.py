@@ -127,13 +127,39 @@ def statistic_size(model: str, options: Mapping[str, float], dimension: int) -> 
     return dimension
 
 
-def privacy_scale(rule: Rule, epsilon: float, population: int, size: int | None = None) -> float:
-    """The scale a rule's rows are read at: epsilon x N, times reference_size / size for a rule read at a
-    reference size when the job's size (statistic_size) is known."""
+def job_scale(
+    model: str,
+    algorithm: str,
+    population: int,
+    epsilon: float | None,
+    options: Mapping[str, float] | None = None,
+    dimension: int | None = None,
+) -> float:
+    """The scale a job reads its rule's rows at: epsilon x N, times reference_size / statistic_size for a
+    rule read at a reference size when the job's d is known; infinite without epsilon (sigma given)."""
+    if epsilon is None:
+        return math.inf
+    rule = rule_for(model, algorithm)
     scale = epsilon * population
-    if rule.reference_size is not None and size is not None and size > 0:
-        scale *= rule.reference_size / size
+    if rule.reference_size is not None and dimension is not None and dimension > 0:
+        scale *= rule.reference_size / statistic_size(model, options or {}, dimension)
     return scale
+
+
+def chosen_options(
+    model: str,
+    algorithm: str,
+    population: int,
+    epsilon: float | None,
+    options: Mapping[str, float] | None = None,
+    dimension: int | None = None,
+) -> dict[str, float]:
+    """The model options the rule chooses for a job: its scale's row less the options the job gives; none
+    without epsilon (a job that gives sigma keeps the model's defaults)."""
+    if epsilon is None:
+        return {}
+    scale = job_scale(model, algorithm, population, epsilon, options, dimension)
+    return rule_options(rule_for(model, algorithm), scale, options or {})
 
 
 def rule_iterations(rule: Rule, scale: float) -> int:
@@ -177,12 +203,11 @@ def choose_schedule(
     epsilon x N (module docstring); with no epsilon (sigma given), the rule's row for the largest scale
     and no options chosen (the model's defaults)."""
     rule = rule_for(model, algorithm)
-    size = None if dimension is None else statistic_size(model, options or {}, dimension)
-    scale = math.inf if epsilon is None else privacy_scale(rule, epsilon, population, size)
-    chosen_options = {} if epsilon is None else rule_options(rule, scale, options or {})
+    scale = job_scale(model, algorithm, population, epsilon, options, dimension)
+    chosen = chosen_options(model, algorithm, population, epsilon, options, dimension)
     auto = tuple(
         name for name, value in (("iterations", iterations), ("batch_size", batch_size)) if value is None
-    ) + tuple(chosen_options)
+    ) + tuple(chosen)
     chosen_t = rule_iterations(rule, scale) if iterations is None else iterations
     if max_iterations is not None and iterations is None:
         chosen_t = min(chosen_t, max_iterations)
@@ -191,20 +216,17 @@ def choose_schedule(
         return Schedule(chosen_t, chosen_s, auto, "given")
     takes = ", ".join(
         [f"T = {chosen_t}", f"S = {chosen_s} of N = {population}"]
-        + [f"{name} = {value:g}" for name, value in chosen_options.items()]
+        + [f"{name} = {value:g}" for name, value in chosen.items()]
     )
-    at = (
-        "sigma given (no epsilon to choose by): its row for little noise"
-        if epsilon is None
-        else (f"at epsilon x N = {epsilon * population:.3g}")
-        + (
-            ""
-            if epsilon is None or scale == epsilon * population
-            else f" (x {rule.reference_size} / {size} entries: {scale:.3g})"
-        )
-    )
+    if epsilon is None:
+        at = "sigma given (no epsilon to choose by): its row for little noise"
+    else:
+        at = f"at epsilon x N = {epsilon * population:.3g}"
+        if dimension is not None and scale != epsilon * population:
+            entries = statistic_size(model, options or {}, dimension)
+            at += f" (x {rule.reference_size} / {entries} entries: {scale:.3g})"
     why = (
         f"auto ({', '.join(auto)}): {model} by {algorithm} {at} takes {takes}, from {rule.source} "
         "(docs/schedules.md)"
     )
-    return Schedule(chosen_t, chosen_s, auto, why, chosen_options)
+    return Schedule(chosen_t, chosen_s, auto, why, chosen)

@@ -14,7 +14,7 @@ from privacy_wall.accounting import SubsampledGaussianEvent, calibrate_sigma, ge
 from privacy_wall.gate import Gate, PrivacyError
 from privacy_wall.ledger import InMemoryLedger
 from privacy_wall.store import RowStore
-from service.schedules import choose_schedule, privacy_scale, rule_for, rule_options, statistic_size
+from service.schedules import choose_schedule, chosen_options
 from worker.models.registry import model_setup
 from worker.posterior import Privacy, build_posterior
 from worker.runner import LoopSettings, run_vips
@@ -77,24 +77,6 @@ def with_chosen(
     return replace(schedule, iterations=chosen.iterations, batch_size=chosen.batch_size)
 
 
-def with_chosen_options(
-    options: dict[str, float],
-    model: str,
-    algorithm: str,
-    population: int,
-    epsilon: float | None,
-    dimension: int | None = None,
-) -> dict[str, float]:
-    """`options` plus the model options the service's rule chooses for those missing (service.schedules:
-    from epsilon x N alone; none when epsilon is not given)."""
-    if epsilon is None:
-        return dict(options)
-    rule = rule_for(model, algorithm)
-    size = None if dimension is None else statistic_size(model, options, dimension)
-    scale = privacy_scale(rule, epsilon, max(population, 1), size)
-    return {**rule_options(rule, scale, options), **options}
-
-
 def resolve_sigma(schedule: Schedule, batch_size: int, population: int) -> float:
     """The given sigma, or the smallest calibrated to the schedule's epsilon at its delta on its own."""
     if (schedule.epsilon is None) == (schedule.sigma is None):
@@ -133,7 +115,8 @@ def fit_store(
     `extra` goes into the posterior document; `dimension` (the data's d, public) for rules read at a
     reference dimension (service.schedules)."""
     schedule = with_chosen(schedule, model, algorithm, population, dimension, options)
-    options = with_chosen_options(options, model, algorithm, population, schedule.epsilon, dimension)
+    chosen = chosen_options(model, algorithm, max(population, 1), schedule.epsilon, options, dimension)
+    options = {**chosen, **options}  # the service's choice for the options the caller left out
     assert schedule.iterations is not None and schedule.batch_size is not None
     iterations, batch_size = schedule.iterations, int(schedule.batch_size)
     sigma = resolve_sigma(schedule, batch_size, max(population, 1))
