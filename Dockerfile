@@ -3,7 +3,7 @@
 #   vips worker                 a Celery worker: the only role given the sensitive database's URL
 #   vips migrate all            Alembic migrations of both databases
 FROM python:3.11-slim AS build
-# A C compiler for the wheel's one compiled module (privacy_wall/_discrete_gaussian.pyx): build stage only
+# A C compiler for the wheel's one compiled module (privacy_wall/noise/_discrete_gaussian.pyx): build stage only
 RUN apt-get update \
  && apt-get install -y --no-install-recommends gcc libc6-dev \
  && rm -rf /var/lib/apt/lists/*

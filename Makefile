@@ -6,9 +6,9 @@ STAMP := $(VENV)/.installed
 
 .PHONY: test run lint typecheck contracts bench clean prerequisites
 
-# The install compiles privacy_wall/_discrete_gaussian.pyx (setup.py; needs a C compiler, e.g. Debian's
+# The install compiles privacy_wall/noise/_discrete_gaussian.pyx (setup.py; needs a C compiler, e.g. Debian's
 # build-essential): editing either rebuilds it.
-$(STAMP): pyproject.toml setup.py privacy_wall/_discrete_gaussian.pyx
+$(STAMP): pyproject.toml setup.py privacy_wall/noise/_discrete_gaussian.pyx
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	@# -qq: setuptools announces every editable install ("InformationOnly"); errors still show

@@ -1,4 +1,4 @@
-"""The one compiled module: privacy_wall._discrete_gaussian (Cython), built at install time.
+"""The one compiled module: privacy_wall.noise._discrete_gaussian (Cython), built at install time.
 
 Everything else about the package is in pyproject.toml; this file exists because the extension needs numpy's
 include directory (numpy/random/bitgen.h), known only when the build runs.
@@ -12,8 +12,8 @@ setup(
     ext_modules=cythonize(
         [
             Extension(
-                "privacy_wall._discrete_gaussian",
-                ["privacy_wall/_discrete_gaussian.pyx"],
+                "privacy_wall.noise._discrete_gaussian",
+                ["privacy_wall/noise/_discrete_gaussian.pyx"],
                 include_dirs=[numpy.get_include()],
                 define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
             )

@@ -1,7 +1,8 @@
 """The accountants side by side: epsilons of the reference settings and the time to price or calibrate.
 
-Rows: each accountant of privacy_wall.accounting (pld, the default; rdp; paper) and dp_accounting's own
-RdpAccountant (REPLACE_ONE, SampledWithoutReplacementDpEvent) and PLD of the reachable pair (a floor,
+Rows: each accountant of privacy_wall.accounting.accountants (pld, the default; rdp; paper) and
+dp_accounting's own RdpAccountant (REPLACE_ONE, SampledWithoutReplacementDpEvent) and PLD of the reachable
+pair (a floor,
 not an accountant: see tests/test_accounting.py). Times are medians of fresh (uncached) evaluations on
 one core: each run uses a sigma the process has not priced before.
 
@@ -20,8 +21,8 @@ from dp_accounting import dp_event
 from dp_accounting.pld import privacy_loss_distribution as pld
 from dp_accounting.rdp import rdp_privacy_accountant as rdp
 
-from privacy_wall import pld as tight
-from privacy_wall.accounting import ACCOUNTANTS, calibrate_sigma, epsilon
+from privacy_wall.accounting import pld as tight
+from privacy_wall.accounting.accountants import ACCOUNTANTS, calibrate_sigma, epsilon
 
 # (label, sigma, S, N, T, delta)
 SETTINGS = [
@@ -146,9 +147,9 @@ def ledger_with_events(charges: int, jobs: int, cap: float | None) -> tuple[floa
     import tempfile
     from pathlib import Path
 
-    from privacy_wall import ledger_db
-    from privacy_wall.accounting import SubsampledGaussianEvent, clear_caches
-    from privacy_wall.ledger import Charge
+    from privacy_wall.accounting.accountants import SubsampledGaussianEvent, clear_caches
+    from privacy_wall.ledger import database as ledger_db
+    from privacy_wall.ledger.base import Charge
     from privacy_wall.sqlengine import create_db_engine
     from vips.migrate import upgrade
 

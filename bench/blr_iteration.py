@@ -30,10 +30,10 @@ from typing import Any
 
 import numpy as np
 
+from privacy_wall.data.store import InMemoryTabularStore
 from privacy_wall.gate import Gate
-from privacy_wall.ledger import InMemoryLedger
+from privacy_wall.ledger.base import InMemoryLedger
 from privacy_wall.queries.blr import LogisticRegressionQuery
-from privacy_wall.store import InMemoryTabularStore
 from worker.datasets.adult import load_adult
 from worker.models.blr import BayesianLogisticRegression
 

@@ -41,11 +41,11 @@ import numpy as np
 
 from bench.adult_blr import Row, log, markdown, test_auc
 from bench.compare_algorithms import synthetic_split
-from privacy_wall.accounting import calibrate_sigma
+from privacy_wall.accounting.accountants import calibrate_sigma
+from privacy_wall.data.store import InMemoryTabularStore
 from privacy_wall.gate import Gate
-from privacy_wall.ledger import InMemoryLedger
+from privacy_wall.ledger.base import InMemoryLedger
 from privacy_wall.queries.blr import LogisticRegressionQuery
-from privacy_wall.store import InMemoryTabularStore
 from worker.datasets.adult import TabularData, load_adult
 from worker.datasets.credit import load_credit
 from worker.datasets.imbalanced import imbalanced_split

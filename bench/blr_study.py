@@ -45,12 +45,12 @@ import numpy as np
 from numpy.typing import NDArray
 from sklearn.metrics import roc_auc_score
 
-from privacy_wall.accounting import calibrate_sigma
+from privacy_wall.accounting.accountants import calibrate_sigma
+from privacy_wall.data.store import Batch, InMemoryTabularStore
 from privacy_wall.gate import Gate
-from privacy_wall.ledger import InMemoryLedger
+from privacy_wall.ledger.base import InMemoryLedger
 from privacy_wall.queries.base import Array
 from privacy_wall.queries.blr import JOINT_SENSITIVITY, LogisticRegressionQuery
-from privacy_wall.store import Batch, InMemoryTabularStore
 from worker.datasets.adult import TabularData, load_adult
 from worker.models.blr import BayesianLogisticRegression, BlrState, predict_proba
 

@@ -79,9 +79,9 @@ def ingest(documents: int, folder: Path) -> dict[str, float]:
 
 
 def parsers(folder: Path, repeats: int = 3) -> dict[str, float]:
-    """Best of `repeats` seconds of each fast parser of privacy_wall.formats on one block of a synthetic
+    """Best of `repeats` seconds of each fast parser of privacy_wall.data.formats on one block of a synthetic
     file (DOCWORD_BLOCK_BYTES of whole lines), and of pyarrow's import in a fresh interpreter."""
-    from privacy_wall import formats
+    from privacy_wall.data import formats
 
     docword = folder / "parsers.txt"
     write_docword(docword, 20_000)
@@ -111,7 +111,7 @@ def parsers(folder: Path, repeats: int = 3) -> dict[str, float]:
 
 def bundled_read(repeats: int = 5) -> float:
     """Best of `repeats` seconds of `read_docword` on the bundled Wikipedia training corpus (D = 2,786)."""
-    from privacy_wall.formats import read_docword, read_vocabulary
+    from privacy_wall.data.formats import read_docword, read_vocabulary
     from worker.datasets.wikipedia import load_wikipedia, write_bag_of_words
 
     corpus = load_wikipedia()

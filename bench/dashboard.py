@@ -30,10 +30,10 @@ import numpy as np
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, insert
 
-from privacy_wall import ledger_db
-from privacy_wall.accounting import SubsampledGaussianEvent
-from privacy_wall.control_schema import datasets
-from privacy_wall.ledger import Charge
+from privacy_wall.accounting.accountants import SubsampledGaussianEvent
+from privacy_wall.ledger import database as ledger_db
+from privacy_wall.ledger.base import Charge
+from privacy_wall.ledger.schema import datasets
 from privacy_wall.sqlengine import create_db_engine
 from service.app import create_app
 from service.keys import create_key

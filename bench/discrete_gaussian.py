@@ -1,4 +1,4 @@
-"""Speed of privacy_wall.discrete_gaussian, and what the exact noise costs a model's iteration.
+"""Speed of privacy_wall.noise.discrete_gaussian, and what the exact noise costs a model's iteration.
 
     .venv/bin/python -m bench.discrete_gaussian [--n 1000000] [--repeats 3]   # samples per second per sigma
     .venv/bin/python -m bench.discrete_gaussian --per-call                    # CPU per call at release sizes
@@ -33,8 +33,8 @@ from functools import partial
 import numpy as np
 
 import privacy_wall
-from privacy_wall.discrete_gaussian import rational_sigma2, sample_discrete_gaussian
-from privacy_wall.mechanisms import private_generator
+from privacy_wall.noise.csprng import private_generator
+from privacy_wall.noise.discrete_gaussian import rational_sigma2, sample_discrete_gaussian
 
 SIGMAS = (1.0, 1.5, 10.0, 1000.5, 2.0**20, 2.0**20 * 1.37, 2.0**24)
 #: numbers released per call: BLR minibatch's smallest block, SBN, BLR on Adult, LDA lambda, paper-scale LDA
@@ -75,7 +75,7 @@ def throughput(n: int, repeats: int) -> None:
 
 
 def per_call() -> None:
-    from privacy_wall.mechanisms import fixed_point_grid
+    from privacy_wall.noise.mechanisms import fixed_point_grid
 
     rng = private_generator()
     print("| draws per call | sigma (grid steps) | exact: CPU ms per call | ns per draw | float: CPU ms |")
@@ -104,11 +104,11 @@ def iterations() -> dict[str, tuple[float, float]]:
     from threadpoolctl import threadpool_limits
 
     from bench.sbn import sample_sbn, synthetic_sbn
+    from privacy_wall.data.store import InMemoryBinaryStore, InMemoryTabularStore
     from privacy_wall.gate import Gate
-    from privacy_wall.ledger import InMemoryLedger
-    from privacy_wall.mechanisms import release_blocks
+    from privacy_wall.ledger.base import InMemoryLedger
+    from privacy_wall.noise.mechanisms import release_blocks
     from privacy_wall.queries.blr import LogisticRegressionQuery
-    from privacy_wall.store import InMemoryBinaryStore, InMemoryTabularStore
     from worker.datasets.adult import load_adult
     from worker.models.blr import BayesianLogisticRegression
     from worker.models.sbn import SigmoidBeliefNetwork

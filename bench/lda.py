@@ -12,8 +12,9 @@ Sections:
   the same code (worker.models.lda) from each library's lambda: document completion and the paper's bound.
 - private (synthetic): a corpus with planted topics (worker.datasets.synthetic_lda, D >= 100,000) at the
   paper's sampling rate S / D = 0.05, T = 20 iterations (one epoch), N_w = 500, epsilon ~2.4 at
-  delta = 1e-4: sigma from the moments accountant (privacy_wall.accounting.calibrate_sigma) vs strong
-  composition (calibrate_sigma_strong), clipping a = 0.1 vs none (a = 1: the bound N_w), and the unigram
+  delta = 1e-4: sigma from the moments accountant (privacy_wall.accounting.accountants.calibrate_sigma) vs
+  strong composition (calibrate_sigma_strong), clipping a = 0.1 vs none (a = 1: the bound N_w), and the
+  unigram
   baseline; held-out perplexity per iteration (the paper's Fig. 3).
 - --sweep: how much data and epsilon private LDA needs before its topics beat the unigram baseline on
   held-out completion perplexity: epsilon 1, 2.4, 10, 100 (delta 1e-4, sigma by the `pld` accountant) and
@@ -53,14 +54,15 @@ import numpy as np
 import scipy.sparse as sp
 from threadpoolctl import threadpool_limits
 
-from privacy_wall.accounting import (
+from privacy_wall.accounting.accountants import (
     calibrate_sigma,
     calibrate_sigma_strong,
     epsilon,
     strong_composition_epsilon,
 )
+from privacy_wall.data.store import InMemoryBowStore
 from privacy_wall.gate import Gate
-from privacy_wall.ledger import InMemoryLedger
+from privacy_wall.ledger.base import InMemoryLedger
 from privacy_wall.queries.lda import (
     LdaQuery,
     fit_chunks,
@@ -68,7 +70,6 @@ from privacy_wall.queries.lda import (
     sanitize_counts,
     shifted_topic_word,
 )
-from privacy_wall.store import InMemoryBowStore
 from service.schedules import job_scale, rule_for, rule_iterations, rule_options
 from worker.datasets.synthetic_lda import generate_corpus, planted_topics
 from worker.datasets.wikipedia import load_wikipedia
@@ -909,8 +910,8 @@ def full_worker_mode(work: Path) -> str:
     peak RSS of the worker process."""
     from datetime import datetime
 
-    from privacy_wall.formats import BagOfWords
-    from privacy_wall.ingest import ingest_bag_of_words
+    from privacy_wall.data.formats import BagOfWords
+    from privacy_wall.data.ingest import ingest_bag_of_words
     from privacy_wall.sqlengine import create_db_engine
     from service.client import VipsClient
     from tests.e2e import production_service

@@ -114,7 +114,7 @@ def vips_options() -> dict[str, float]:
 
 def time_vips_fit(counts: sp.csr_array, batch_size: int) -> float:
     """Seconds of the same fit in this process (worker.fit_loop, what the CLI runs; one BLAS thread)."""
-    from privacy_wall.store import InMemoryBowStore
+    from privacy_wall.data.store import InMemoryBowStore
     from worker.fit_loop import Schedule, fit_store
 
     schedule = Schedule(

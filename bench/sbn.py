@@ -63,16 +63,16 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy.special import expit
 
-from privacy_wall.accounting import (
+from privacy_wall.accounting.accountants import (
     calibrate_sigma,
     calibrate_sigma_strong,
     epsilon,
     strong_composition_epsilon,
 )
+from privacy_wall.data.store import InMemoryBinaryStore
 from privacy_wall.gate import Gate
-from privacy_wall.ledger import InMemoryLedger
+from privacy_wall.ledger.base import InMemoryLedger
 from privacy_wall.queries.sbn import DEFAULT_FREQUENCY_COPIES
-from privacy_wall.store import InMemoryBinaryStore
 from service.schedules import choose_schedule
 from worker.datasets.digits import load_binary_digits
 from worker.models.sbn import SigmoidBeliefNetwork, pixel_mean_metrics, reconstruction_metrics

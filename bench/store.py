@@ -19,9 +19,9 @@ from pathlib import Path
 import numpy as np
 
 from bench.scale import write_csv
-from privacy_wall.dataset_cache import DatasetCache
-from privacy_wall.db_store import DatabaseStore
-from privacy_wall.ingest import ingest
+from privacy_wall.data.dataset_cache import DatasetCache
+from privacy_wall.data.db_store import DatabaseStore
+from privacy_wall.data.ingest import ingest
 from privacy_wall.sqlengine import create_db_engine
 from tests.dbservers import fresh_database
 from vips.migrate import upgrade

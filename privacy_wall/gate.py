@@ -2,7 +2,7 @@
 
 `Gate.release` samples exactly S rows uniformly, runs the query, divides the clipped sums by S, adds one
 Gaussian mechanism's noise (multiplier sigma over the normalised blocks; in fixed point, exact discrete
-Gaussian noise on a public grid: privacy_wall.mechanisms.release_blocks), post-processes, and returns;
+Gaussian noise on a public grid: privacy_wall.noise.mechanisms.release_blocks), post-processes, and returns;
 the iteration's charge is written to the ledger before any of this happens (write-ahead), and a refused
 charge means nothing is computed. A release whose computation fails for a reason that cannot depend on
 the rows' values (the sensitive database unreadable, memory exhausted on data of public shapes) is
@@ -10,7 +10,7 @@ withdrawn from the ledger: nothing of it left the wall, so charges = releases (s
 fixed-point grid cannot be made for its sigma and size, a GridError: public facts); any other failure, or a
 withdrawal that fails, keeps the charge (the ledger only ever over-counts). Sampling and noise draw from a
 CSPRNG-seeded generator (the noise on a background thread while the sums are computed:
-privacy_wall.noise_ahead); a seed or sigma = 0 is accepted only for datasets marked public.
+privacy_wall.noise.draw_ahead); a seed or sigma = 0 is accepted only for datasets marked public.
 
 With shards (privacy_wall.shards), a full pass's clipped sums are added from the shard workers instead of
 computed here: the same sum over the population of the same per-record clipped contributions (equal up
@@ -29,13 +29,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from privacy_wall.accounting import SubsampledGaussianEvent
-from privacy_wall.ledger import Charge, Ledger
-from privacy_wall.mechanisms import Array, GridError, fixed_point_grid, private_generator, release_blocks
-from privacy_wall.noise_ahead import NoiseAhead
+from privacy_wall.accounting.accountants import SubsampledGaussianEvent
+from privacy_wall.data.store import RowStore, uniform_rows
+from privacy_wall.ledger.base import Charge, Ledger
+from privacy_wall.noise.csprng import private_generator
+from privacy_wall.noise.draw_ahead import NoiseAhead
+from privacy_wall.noise.mechanisms import Array, GridError, fixed_point_grid, release_blocks
 from privacy_wall.queries.base import Query, joint_sensitivity
 from privacy_wall.sampling import ShuffledPasses
-from privacy_wall.store import RowStore, uniform_rows
 
 if TYPE_CHECKING:  # SQLAlchemy behind it: a gate without shards (`vips fit --local`) never loads it
     from privacy_wall.shards import ShardedSums
@@ -91,7 +92,7 @@ class Gate:
             raise ValueError("a seeded gate computes every release itself: shards draw their own randomness")
         self._shards = shards
         self._shard_minibatches = shard_minibatches and shards is not None
-        # Unseeded releases' noise is drawn while their sums are computed (privacy_wall.noise_ahead).
+        # Unseeded releases' noise is drawn while their sums are computed (privacy_wall.noise.draw_ahead).
         self._noise = NoiseAhead() if seed is None else None
 
     @property

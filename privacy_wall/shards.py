@@ -68,11 +68,11 @@ from sqlalchemy import (
 )
 from sqlalchemy.exc import IntegrityError
 
-from privacy_wall.dataset_cache import rows_of
-from privacy_wall.db_store import DatabaseStore
-from privacy_wall.mechanisms import private_generator
+from privacy_wall.data.dataset_cache import rows_of
+from privacy_wall.data.db_store import DatabaseStore
+from privacy_wall.data.schema import shard_leases, shard_requests, shard_sums
+from privacy_wall.noise.csprng import private_generator
 from privacy_wall.queries.base import Query
-from privacy_wall.sensitive_schema import shard_leases, shard_requests, shard_sums
 from privacy_wall.sqlengine import reading, transaction
 
 log = logging.getLogger(__name__)

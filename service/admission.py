@@ -9,16 +9,16 @@ from typing import Any, Literal
 
 from sqlalchemy import Engine, Row
 
-from privacy_wall import ledger_db
-from privacy_wall.accounting import (
+from privacy_wall.accounting.accountants import (
     CalibrationError,
     SubsampledGaussianEvent,
     calibrate_sigma,
 )
-from privacy_wall.accounting import epsilon as job_epsilon
-from privacy_wall.delta_policy import delta_problem, suggested_delta
-from privacy_wall.ledger import BudgetExceeded
-from privacy_wall.refusals import refusal_detail
+from privacy_wall.accounting.accountants import epsilon as job_epsilon
+from privacy_wall.ledger import database as ledger_db
+from privacy_wall.ledger.base import BudgetExceeded
+from privacy_wall.ledger.delta_policy import delta_problem, suggested_delta
+from privacy_wall.ledger.refusals import refusal_detail
 from privacy_wall.sqlengine import reading
 from service.budgets import ensure_budget, finite
 from service.errors import Conflict, Loc, SpecError
@@ -167,7 +167,7 @@ def plan_job(engine: Engine, spec: JobCreate, dataset: Row[Any], settings: Servi
 
 def check_delta(dataset: Row[Any], delta: float) -> None:
     """409 for a private dataset whose budget's delta is not below 1/N: a budget set before the delta
-    policy (privacy_wall.delta_policy) stays in the ledger as it was, but admits no job."""
+    policy (privacy_wall.ledger.delta_policy) stays in the ledger as it was, but admits no job."""
     problem = None if dataset.public else delta_problem(delta, int(dataset.population))
     if problem is None:
         return

@@ -9,8 +9,8 @@ from typing import Any
 from sqlalchemy import Engine, Row, select
 from sqlalchemy.exc import IntegrityError
 
-from privacy_wall import ledger_db
-from privacy_wall.control_schema import datasets
+from privacy_wall.ledger import database as ledger_db
+from privacy_wall.ledger.schema import datasets
 from privacy_wall.sqlengine import reading
 from service.errors import Conflict
 

@@ -8,12 +8,12 @@ from collections.abc import Iterable
 
 from sqlalchemy import Connection, Engine, func, select
 
-from privacy_wall.accounting import (
+from privacy_wall.accounting.accountants import (
     PrivacyCost,
     configured_accountant,
     event_from_dict,
 )
-from privacy_wall.control_schema import charges, reservations
+from privacy_wall.ledger.schema import charges, reservations
 from privacy_wall.sqlengine import reading
 
 

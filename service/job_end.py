@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 
 from sqlalchemy import ColumnElement, Connection, update
 
-from privacy_wall import ledger_db
+from privacy_wall.ledger import database as ledger_db
 from service.job_status import TERMINAL
 from service.job_storage import measured_bytes
 from service.models import jobs

@@ -8,7 +8,7 @@ from typing import Any
 
 from sqlalchemy import Engine, Row, Select, select
 
-from privacy_wall.control_schema import datasets
+from privacy_wall.ledger.schema import datasets
 from privacy_wall.sqlengine import reading
 from service.auth import sees_job
 from service.budgets import finite, load_dataset

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection, Engine, select
 
-from privacy_wall import ledger_db
-from privacy_wall.accounting import PrivacyCost, configured_accountant, event_from_dict, sum_costs
-from privacy_wall.control_schema import reservations
+from privacy_wall.accounting.accountants import PrivacyCost, configured_accountant, event_from_dict, sum_costs
+from privacy_wall.ledger import database as ledger_db
+from privacy_wall.ledger.schema import reservations
 from privacy_wall.sqlengine import reading
 from service.job_costs import id_chunks, job_costs_within
 from service.keys import key_names

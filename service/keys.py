@@ -3,7 +3,7 @@
 Used by `/v1/keys` and by the server-side CLI (`vips admin create-key|list-keys|revoke-key`).
 
 Scopes: a custodian key names the dataset it answers for (which need not exist yet); it also owns the
-datasets ingested with its key id as their owner (privacy_wall.ingest's `owner`). An analyst or client
+datasets ingested with its key id as their owner (privacy_wall.data.ingest's `owner`). An analyst or client
 key may name one dataset and then sees only that one; without a dataset it sees every dataset, so it is
 created only when asked for explicitly (`all_datasets`). A key may expire: after `expires_at` it is
 refused like a revoked one. A key may carry a name (`name`: 1-64 printable characters, not unique), a

@@ -1,7 +1,7 @@
 """The service's tables in the control database: API keys, jobs, per-iteration releases, posteriors.
 
 They share the control database (and its MetaData, hence one Alembic history) with the privacy wall's
-catalogue and ledger tables (privacy_wall.control_schema). Nothing here holds sensitive rows: a release
+catalogue and ledger tables (privacy_wall.ledger.schema). Nothing here holds sensitive rows: a release
 is the noised output of the gate.
 """
 
@@ -25,7 +25,7 @@ from sqlalchemy import (
     text,
 )
 
-from privacy_wall.control_schema import metadata
+from privacy_wall.ledger.schema import metadata
 
 api_keys = Table(
     "api_keys",

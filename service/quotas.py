@@ -16,9 +16,9 @@ from datetime import UTC, datetime
 from sqlalchemy import Connection, Engine, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
-from privacy_wall.accounting import PrivacyCost, SubsampledGaussianEvent, configured_accountant
-from privacy_wall.ledger import BudgetExceeded, Charge
-from privacy_wall.refusals import headroom_epsilon
+from privacy_wall.accounting.accountants import PrivacyCost, SubsampledGaussianEvent, configured_accountant
+from privacy_wall.ledger.base import BudgetExceeded, Charge
+from privacy_wall.ledger.refusals import headroom_epsilon
 from privacy_wall.sqlengine import reading
 from service.key_spend import key_cost
 from service.models import jobs, key_quotas

@@ -23,8 +23,8 @@ from typing import Any
 
 from sqlalchemy import Engine, or_, select, update
 
-from privacy_wall import ledger_db
-from privacy_wall.control_schema import reservations
+from privacy_wall.ledger import database as ledger_db
+from privacy_wall.ledger.schema import reservations
 from service.job_end import end_job
 from service.job_status import TERMINAL
 from service.models import jobs

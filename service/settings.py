@@ -107,7 +107,7 @@ class ServiceSettings(BaseSettings):
     #: most twice this machine's memory; 0: no limit.
     worker_memory_mb: float | None = Field(default=None, ge=0)
     #: Each job process of a worker keeps decoded datasets between iterations and jobs
-    #: (privacy_wall.dataset_cache), at most this many MiB of arrays (a worker of worker_concurrency job
+    #: (privacy_wall.data.dataset_cache), at most this many MiB of arrays (a worker of worker_concurrency job
     #: processes may hold that many times it); a dataset larger than it is read from the database on every
     #: full pass.
     worker_cache_mb: float = Field(default=1024.0, ge=0)

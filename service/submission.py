@@ -16,9 +16,9 @@ from typing import Any, NamedTuple
 from sqlalchemy import Connection, Engine, Row, and_, func, insert, select
 from sqlalchemy.exc import IntegrityError
 
-from privacy_wall import ledger_db
-from privacy_wall.accounting import configured_accountant
-from privacy_wall.ledger import BudgetExceeded
+from privacy_wall.accounting.accountants import configured_accountant
+from privacy_wall.ledger import database as ledger_db
+from privacy_wall.ledger.base import BudgetExceeded
 from privacy_wall.sqlengine import reading
 from service.admission import Plan, job_options, refusal
 from service.errors import BudgetRefused, Conflict, QueueUnavailable, RateLimited, StorageFull

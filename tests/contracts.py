@@ -29,11 +29,11 @@ import numpy as np
 import pytest
 from scipy import optimize, stats
 
+from privacy_wall.data.store import Batch, RowStore
 from privacy_wall.gate import Gate, PrivacyError, Release
-from privacy_wall.ledger import InMemoryLedger
-from privacy_wall.mechanisms import fixed_point_grid, release_blocks
+from privacy_wall.ledger.base import InMemoryLedger
+from privacy_wall.noise.mechanisms import fixed_point_grid, release_blocks
 from privacy_wall.queries.base import Array, Block, Query, joint_sensitivity
-from privacy_wall.store import Batch, RowStore
 
 Params = dict[str, Array]
 

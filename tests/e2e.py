@@ -22,8 +22,8 @@ import numpy as np
 import pytest
 from sqlalchemy import Engine
 
-from privacy_wall.ingest import ingest
-from privacy_wall.settings import WallSettings
+from privacy_wall.data.ingest import ingest
+from privacy_wall.data.settings import WallSettings
 from privacy_wall.sqlengine import create_db_engine
 from service.client import VipsClient
 from service.keys import create_key

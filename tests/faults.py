@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, func, select
 
-from privacy_wall.control_schema import charges, reservations
+from privacy_wall.ledger.schema import charges, reservations
 from service.models import jobs, releases
 
 

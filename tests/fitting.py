@@ -7,10 +7,10 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from privacy_wall.data.store import RowStore
 from privacy_wall.gate import Gate, Release
-from privacy_wall.ledger import InMemoryLedger
+from privacy_wall.ledger.base import InMemoryLedger
 from privacy_wall.queries.base import Query
-from privacy_wall.store import RowStore
 from worker.models.base import VipsModel
 from worker.runner import LoopSettings, run_vips
 

@@ -13,8 +13,8 @@ from itertools import pairwise
 import numpy as np
 import pytest
 
-from privacy_wall import accounting
-from privacy_wall.accounting import (
+from privacy_wall.accounting import accountants as accounting
+from privacy_wall.accounting.accountants import (
     ACCOUNTANTS,
     ORDERS,
     CalibrationError,
@@ -34,7 +34,7 @@ from privacy_wall.accounting import (
     strong_composition_epsilon,
     sum_costs,
 )
-from privacy_wall.wor_rdp import log_forward_differences
+from privacy_wall.accounting.wor_rdp import log_forward_differences
 
 ALL = pytest.mark.parametrize("name", list(ACCOUNTANTS))
 
@@ -306,7 +306,7 @@ def test_event_round_trip() -> None:
     [
         {"type": "gaussian", "noise_multiplier": 1.0},
         {"type": "os.system", "command": "true"},
-        {"type": "privacy_wall.accounting.SubsampledGaussianEvent"},
+        {"type": "privacy_wall.accounting.accountants.SubsampledGaussianEvent"},
         {"noise_multiplier": 1.0, "sample_size": 1, "population": 2},
         {"type": None},
         {**event_to_dict(EVENT), "sampling": "poisson"},

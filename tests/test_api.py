@@ -20,10 +20,10 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, insert, select, update
 
-from privacy_wall import ledger_db
-from privacy_wall.accounting import SubsampledGaussianEvent, epsilon, privacy_cost
-from privacy_wall.control_schema import budgets, datasets, reservations
-from privacy_wall.ledger import Charge
+from privacy_wall.accounting.accountants import SubsampledGaussianEvent, epsilon, privacy_cost
+from privacy_wall.ledger import database as ledger_db
+from privacy_wall.ledger.base import Charge
+from privacy_wall.ledger.schema import budgets, datasets, reservations
 from privacy_wall.sqlengine import create_db_engine
 from service.app import create_app
 from service.auth import UNKNOWN_KEY

@@ -17,9 +17,9 @@ import schemathesis
 import scipy.sparse as sp
 from pydantic import TypeAdapter
 
-from privacy_wall import ledger_db
-from privacy_wall.accounting import SubsampledGaussianEvent
-from privacy_wall.ledger import Charge
+from privacy_wall.accounting.accountants import SubsampledGaussianEvent
+from privacy_wall.ledger import database as ledger_db
+from privacy_wall.ledger.base import Charge
 from service.schemas import Posterior
 from tests.dbservers import fresh_database
 from tests.test_api import Api, add_dataset, make_api

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, event, func, select, update
 
-from privacy_wall import ledger_db
-from privacy_wall.control_schema import reservations
+from privacy_wall.ledger import database as ledger_db
+from privacy_wall.ledger.schema import reservations
 from service.models import jobs
 from tests.dbservers import fresh_database
 from tests.test_api import BATCH, DELTA, SIGMA, Api, job_count, make_api, open_reservations, reserved

@@ -15,14 +15,14 @@ import sqlalchemy as sa
 from alembic import command
 from sqlalchemy import Engine, insert, select
 
-from privacy_wall import blocks as block_layout
-from privacy_wall.dataset_cache import DatasetCache
-from privacy_wall.db_store import DatabaseStore
-from privacy_wall.formats import BagOfWords
-from privacy_wall.ingest import ingest, ingest_bag_of_words
-from privacy_wall.sensitive_schema import blocks, stored_datasets
+from privacy_wall.data import blocks as block_layout
+from privacy_wall.data.dataset_cache import DatasetCache
+from privacy_wall.data.db_store import DatabaseStore
+from privacy_wall.data.formats import BagOfWords
+from privacy_wall.data.ingest import ingest, ingest_bag_of_words
+from privacy_wall.data.schema import blocks, stored_datasets
+from privacy_wall.data.store import Batch
 from privacy_wall.sqlengine import create_db_engine
-from privacy_wall.store import Batch
 from tests.dbservers import fresh_database
 from tests.test_ingest_store import tabular_data, write_tabular
 from vips.migrate import alembic_config

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from scipy.special import expit
 
-from privacy_wall.accounting import epsilon
-from privacy_wall.ledger import InMemoryLedger
+from privacy_wall.accounting.accountants import epsilon
+from privacy_wall.data.store import InMemoryTabularStore
+from privacy_wall.ledger.base import InMemoryLedger
 from privacy_wall.queries.blr import LogisticRegressionQuery
-from privacy_wall.store import InMemoryTabularStore
 from tests.fitting import cosine, fit_through_gate, relative_error
 from worker.estimator import VIPSLogisticRegression
 from worker.models.blr import BayesianLogisticRegression, BlrState, predict_proba

@@ -13,8 +13,8 @@ import pytest
 from scipy.special import expit
 from sklearn.metrics import roc_auc_score
 
+from privacy_wall.data.store import InMemoryTabularStore
 from privacy_wall.queries.blr import LogisticRegressionQuery
-from privacy_wall.store import InMemoryTabularStore
 from tests.fitting import fit_through_gate
 from worker.datasets.imbalanced import imbalanced_split
 from worker.models.blr import (

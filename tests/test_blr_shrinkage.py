@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from scipy.special import expit
 
+from privacy_wall.data.store import InMemoryTabularStore
 from privacy_wall.gate import Gate, Release
-from privacy_wall.ledger import InMemoryLedger
+from privacy_wall.ledger.base import InMemoryLedger
 from privacy_wall.queries.blr import LogisticRegressionQuery
-from privacy_wall.store import InMemoryTabularStore
 from tests.fitting import fit_through_gate, relative_error
 from tests.test_blr_noise_aware import one_hot_design
 from worker.models.base import step_size

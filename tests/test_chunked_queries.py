@@ -7,13 +7,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from privacy_wall.data.store import Batch
 from privacy_wall.queries import base
 from privacy_wall.queries.base import Query
 from privacy_wall.queries.blr import LogisticRegressionQuery
 from privacy_wall.queries.dpsep import DpSepLinearQuery, DpSepLogisticQuery
 from privacy_wall.queries.dpvi import DpviLogisticRegressionQuery
 from privacy_wall.queries.linreg import LinearRegressionQuery
-from privacy_wall.store import Batch
 
 N, D = 203, 5  # 29 chunks of 7; 20 of 10 and a last one of 3; or single rows
 

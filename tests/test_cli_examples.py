@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from privacy_wall.formats import read_docword, read_tabular_csv, read_vocabulary
+from privacy_wall.data.formats import read_docword, read_tabular_csv, read_vocabulary
 from vips.cli import main
 from worker.datasets.adult import load_adult
 from worker.datasets.wikipedia import load_wikipedia

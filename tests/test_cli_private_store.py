@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from privacy_wall.sensitive_schema import blocks
+from privacy_wall.data.schema import blocks
 from privacy_wall.sqlengine import create_db_engine
 from tests.dbservers import fresh_database
 from vips.cli import main

@@ -10,7 +10,7 @@ import pytest
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
-from privacy_wall.store import BoundViolation
+from privacy_wall.data.store import BoundViolation
 from worker.estimator import VipsEstimator, VIPSLinearRegression, VIPSLogisticRegression
 from worker.preprocessing import DataNormWarning, within_data_norm
 

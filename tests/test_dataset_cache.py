@@ -14,11 +14,11 @@ import pytest
 import scipy.sparse as sp
 from sqlalchemy import Engine
 
-from privacy_wall.dataset_cache import DatasetCache, batch_bytes, rows_of
-from privacy_wall.db_store import DatabaseStore
-from privacy_wall.ingest import ingest
+from privacy_wall.data.dataset_cache import DatasetCache, batch_bytes, rows_of
+from privacy_wall.data.db_store import DatabaseStore
+from privacy_wall.data.ingest import ingest
+from privacy_wall.data.store import Batch
 from privacy_wall.sqlengine import create_db_engine
-from privacy_wall.store import Batch
 from tests.dbservers import fresh_database
 from tests.test_ingest_store import tabular_data, write_tabular
 

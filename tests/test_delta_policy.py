@@ -17,18 +17,18 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, func, select, update
 
-import privacy_wall.ingest as ingest_module
-from privacy_wall import ledger_db
-from privacy_wall.control_schema import budgets, reservations
-from privacy_wall.delta_policy import (
+import privacy_wall.data.ingest as ingest_module
+from privacy_wall.data.ingest import IngestError, ingest
+from privacy_wall.data.schema import blocks, stored_datasets
+from privacy_wall.ledger import database as ledger_db
+from privacy_wall.ledger.delta_policy import (
     DeltaTooLarge,
     delta_problem,
     largest_population,
     suggested_delta,
     within_bound,
 )
-from privacy_wall.ingest import IngestError, ingest
-from privacy_wall.sensitive_schema import blocks, stored_datasets
+from privacy_wall.ledger.schema import budgets, reservations
 from service.models import jobs
 from tests.dbservers import fresh_database
 from tests.test_api import Api, add_dataset, make_api

@@ -1,7 +1,8 @@
 """The exact discrete Gaussian sampler: its distribution, its refusals, its integer-only arithmetic.
 
-The compiled sampler (privacy_wall/_discrete_gaussian.pyx) is checked against `Reference`, the same algorithm
-written here in Python integers (which cannot overflow), consuming the same 64-bit words in the same order:
+The compiled sampler (privacy_wall/noise/_discrete_gaussian.pyx) is checked against `Reference`, the same
+algorithm written here in Python integers (which cannot overflow), consuming the same 64-bit words in the same
+order:
 bit-identical outputs on many parameters, extremes included, show the compiled code is exact there.
 """
 
@@ -26,9 +27,9 @@ from numpy.typing import NDArray
 from randomgen import AESCounter
 from scipy import stats
 
-from privacy_wall import _discrete_gaussian as core
-from privacy_wall import discrete_gaussian as dg
-from privacy_wall.discrete_gaussian import (
+from privacy_wall.noise import _discrete_gaussian as core
+from privacy_wall.noise import discrete_gaussian as dg
+from privacy_wall.noise.discrete_gaussian import (
     DENOMINATOR_MAX,
     SIGMA2_MAX,
     V_CAP,
@@ -42,7 +43,8 @@ PYX = Path(dg.__file__).with_name("_discrete_gaussian.pyx")
 
 
 class Reference:
-    """The sampler of privacy_wall.discrete_gaussian's docstring in Python integers, over a list of words."""
+    """The sampler of privacy_wall.noise.discrete_gaussian's docstring in Python integers, over a list of
+    words."""
 
     def __init__(self, words: list[int]) -> None:
         self.words = words

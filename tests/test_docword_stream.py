@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 from sqlalchemy import Engine, func, select
 
-import privacy_wall.formats as formats
-import privacy_wall.ingest as ingest_module
-from privacy_wall import blocks as block_layout
-from privacy_wall.formats import BagOfWords, DocwordStream, FormatError, read_docword, read_vocabulary
-from privacy_wall.ingest import IngestError, encode_bag_of_words, ingest, store_encoded
-from privacy_wall.sensitive_schema import blocks, stored_datasets
+import privacy_wall.data.formats as formats
+import privacy_wall.data.ingest as ingest_module
+from privacy_wall.data import blocks as block_layout
+from privacy_wall.data.formats import BagOfWords, DocwordStream, FormatError, read_docword, read_vocabulary
+from privacy_wall.data.ingest import IngestError, encode_bag_of_words, ingest, store_encoded
+from privacy_wall.data.schema import blocks, stored_datasets
 
 #: Block sizes from one byte (a block per line) to the whole file at once.
 BLOCKS = (1, 7, 64, 1000, 1 << 20)

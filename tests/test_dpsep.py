@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from sklearn.metrics import roc_auc_score
 
-from privacy_wall.accounting import epsilon
+from privacy_wall.accounting.accountants import epsilon
+from privacy_wall.data.store import InMemoryTabularStore, RowStore
 from privacy_wall.gate import Gate, PrivacyError
-from privacy_wall.ledger import InMemoryLedger
-from privacy_wall.store import InMemoryTabularStore, RowStore
+from privacy_wall.ledger.base import InMemoryLedger
 from tests.fitting import cosine, fit_through_gate, relative_error
 from tests.test_blr import D, N
 from tests.test_blr import synthetic as logistic_data  # the same synthetic logistic data

@@ -13,12 +13,12 @@ from scipy.optimize import minimize
 from scipy.special import expit, log_expit
 from sklearn.metrics import roc_auc_score
 
-from privacy_wall.accounting import epsilon
+from privacy_wall.accounting.accountants import epsilon
+from privacy_wall.data.store import InMemoryTabularStore
 from privacy_wall.gate import Gate, PrivacyError
-from privacy_wall.ledger import InMemoryLedger
+from privacy_wall.ledger.base import InMemoryLedger
 from privacy_wall.queries.blr import LogisticRegressionQuery
 from privacy_wall.queries.dpvi import BLOCK, DpviLogisticRegressionQuery
-from privacy_wall.store import InMemoryTabularStore
 from tests.fitting import cosine, fit_through_gate, relative_error
 from tests.test_blr import D, N, synthetic  # the same synthetic logistic data
 from worker.datasets.adult import load_adult

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 from sqlalchemy import select
 
-from privacy_wall.accounting import SubsampledGaussianEvent, privacy_cost
-from privacy_wall.control_schema import charges
+from privacy_wall.accounting.accountants import SubsampledGaussianEvent, privacy_cost
+from privacy_wall.ledger.schema import charges
 from privacy_wall.sqlengine import create_db_engine
 from service.client import VipsClient
 from service.models import releases

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from privacy_wall.accounting import SubsampledGaussianEvent, privacy_cost
+from privacy_wall.accounting.accountants import SubsampledGaussianEvent, privacy_cost
 from service.client import VipsClient
 from tests.e2e import production_service, synthetic_csv
 from tests.test_cli_regression import write_csv

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from privacy_wall.accounting import SubsampledGaussianEvent, privacy_cost
+from privacy_wall.accounting.accountants import SubsampledGaussianEvent, privacy_cost
 from service.client import VipsClient
 from tests.e2e import Service, production_service
 from worker.datasets.digits import load_binary_digits

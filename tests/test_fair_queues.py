@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select, update
 
-from privacy_wall.control_schema import reservations
+from privacy_wall.ledger.schema import reservations
 from service.client import VipsClient
 from service.models import jobs
 from tests.dbservers import fresh_database

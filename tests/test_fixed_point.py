@@ -12,17 +12,17 @@ import numpy as np
 import pytest
 
 import privacy_wall
-from privacy_wall import mechanisms
-from privacy_wall.accounting import epsilon
+from privacy_wall.accounting.accountants import epsilon
 from privacy_wall.gate import Gate, PrivacyError
-from privacy_wall.ledger import InMemoryLedger
-from privacy_wall.mechanisms import (
+from privacy_wall.ledger.base import InMemoryLedger
+from privacy_wall.noise import mechanisms
+from privacy_wall.noise.csprng import private_generator
+from privacy_wall.noise.mechanisms import (
     CLAMP_STEPS,
     GRID_BITS,
     SMOOTHING,
     GridError,
     fixed_point_grid,
-    private_generator,
     release_blocks,
 )
 from tests.test_query_dpvi import TestDpviQuery

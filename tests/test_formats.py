@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from privacy_wall.formats import FIRST_DATA_LINE, FormatError, read_tabular_csv
+from privacy_wall.data.formats import FIRST_DATA_LINE, FormatError, read_tabular_csv
 
 
 def write(tmp_path: Path, text: str, name: str = "data.csv") -> Path:

@@ -14,19 +14,19 @@ import scipy.sparse as sp
 from randomgen import AESCounter
 from scipy import stats
 
-from privacy_wall.accounting import (
+from privacy_wall.accounting.accountants import (
     PrivacyCost,
     SelfComposedEvent,
     SubsampledGaussianEvent,
     epsilon,
     privacy_cost,
 )
+from privacy_wall.data.store import Batch, BoundViolation, DatasetInfo, InMemoryTabularStore, Rows
 from privacy_wall.gate import Gate
-from privacy_wall.ledger import BudgetExceeded, Charge, DuplicateCharge, InMemoryLedger
-from privacy_wall.mechanisms import private_generator
+from privacy_wall.ledger.base import BudgetExceeded, Charge, DuplicateCharge, InMemoryLedger
+from privacy_wall.noise.csprng import private_generator
 from privacy_wall.queries.base import Array, Block
 from privacy_wall.queries.blr import LogisticRegressionQuery
-from privacy_wall.store import Batch, BoundViolation, DatasetInfo, InMemoryTabularStore, Rows
 
 DELTA = 1e-5
 D = 3
@@ -621,8 +621,8 @@ def test_running_out_of_memory_on_documents_keeps_its_charge() -> None:
     """Memory on bag-of-words data depends on the sampled documents' lengths (data): a MemoryError there
     may say something of the values, so it stays charged; on tabular data (public shapes) it is withdrawn
     (test_a_release_that_fails_before_it_leaves_the_gate_is_withdrawn)."""
+    from privacy_wall.data.store import InMemoryBowStore
     from privacy_wall.queries.lda import LdaQuery
-    from privacy_wall.store import InMemoryBowStore
 
     class Exhausted(LdaQuery):
         def clipped_sums(

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from privacy_wall.formats import FormatError, iter_lines, read_tabular_csv
+from privacy_wall.data.formats import FormatError, iter_lines, read_tabular_csv
+from privacy_wall.data.schema import blocks, stored_datasets
 from privacy_wall.names import is_dataset_name
-from privacy_wall.sensitive_schema import blocks, stored_datasets
 from privacy_wall.sqlengine import create_db_engine
 from vips.cli import main
 

@@ -8,17 +8,17 @@ import numpy as np
 import pytest
 from sqlalchemy import Engine, func, select
 
-from privacy_wall import ledger_db
-from privacy_wall.control_schema import datasets
-from privacy_wall.db_store import DatabaseStore
-from privacy_wall.formats import BagOfWords, read_docword, read_vocabulary
+from privacy_wall.data.db_store import DatabaseStore
+from privacy_wall.data.formats import BagOfWords, read_docword, read_vocabulary
+from privacy_wall.data.ingest import IngestError, ingest, ingest_bag_of_words
+from privacy_wall.data.schema import blocks, stored_datasets
+from privacy_wall.data.store import BoundViolation, InMemoryTabularStore
 from privacy_wall.gate import Gate
-from privacy_wall.ingest import IngestError, ingest, ingest_bag_of_words
-from privacy_wall.ledger import InMemoryLedger
+from privacy_wall.ledger import database as ledger_db
+from privacy_wall.ledger.base import InMemoryLedger
+from privacy_wall.ledger.schema import datasets
 from privacy_wall.queries.blr import LogisticRegressionQuery
 from privacy_wall.queries.lda import LdaQuery
-from privacy_wall.sensitive_schema import blocks, stored_datasets
-from privacy_wall.store import BoundViolation, InMemoryTabularStore
 
 
 def write_tabular(path: Path, features: np.ndarray, labels: np.ndarray) -> Path:
@@ -276,7 +276,7 @@ def test_a_full_pass_reads_in_blocks_what_reads_by_id_return(
 
     from sqlalchemy import insert
 
-    from privacy_wall import blocks as block_layout
+    from privacy_wall.data import blocks as block_layout
 
     control, sensitive = engines
     monkeypatch.setattr(block_layout, "block_rows", lambda kind, dimension: 7)

@@ -14,13 +14,11 @@ import numpy as np
 import pytest
 from sqlalchemy import Engine, func, insert, select
 
-import privacy_wall.ingest as ingest_module
-from privacy_wall import blocks as block_layout
-from privacy_wall import ledger_db
-from privacy_wall.accounting import SubsampledGaussianEvent
-from privacy_wall.control_schema import datasets
-from privacy_wall.db_store import DatabaseStore
-from privacy_wall.formats import (
+import privacy_wall.data.ingest as ingest_module
+from privacy_wall.accounting.accountants import SubsampledGaussianEvent
+from privacy_wall.data import blocks as block_layout
+from privacy_wall.data.db_store import DatabaseStore
+from privacy_wall.data.formats import (
     FormatError,
     TabularStream,
     read_binary_csv,
@@ -28,10 +26,12 @@ from privacy_wall.formats import (
     read_tabular_csv,
     read_vocabulary,
 )
+from privacy_wall.data.ingest import IngestError, encode_bag_of_words, ingest, store_encoded
+from privacy_wall.data.schema import blocks, stored_datasets
 from privacy_wall.gate import Gate
-from privacy_wall.ingest import IngestError, encode_bag_of_words, ingest, store_encoded
+from privacy_wall.ledger import database as ledger_db
+from privacy_wall.ledger.schema import datasets
 from privacy_wall.queries.blr import LogisticRegressionQuery
-from privacy_wall.sensitive_schema import blocks, stored_datasets
 from vips.cli import main
 
 #: Block sizes from one byte (every block a line) to the whole file at once.

@@ -16,11 +16,11 @@ import pytest
 from sqlalchemy import Engine, func, insert, select, update
 from sqlalchemy.exc import DataError
 
-from privacy_wall import ledger_db
-from privacy_wall.accounting import SubsampledGaussianEvent, privacy_cost
-from privacy_wall.control_schema import charges
+from privacy_wall.accounting.accountants import SubsampledGaussianEvent, privacy_cost
+from privacy_wall.data.ingest import ingest
 from privacy_wall.gate import Gate
-from privacy_wall.ingest import ingest
+from privacy_wall.ledger import database as ledger_db
+from privacy_wall.ledger.schema import charges
 from privacy_wall.sqlengine import create_db_engine
 from service.models import api_keys, jobs, releases
 from service.posterior_store import posterior_text
@@ -448,7 +448,7 @@ def test_a_dataset_whose_rows_and_catalogue_disagree_is_refused_before_any_charg
 ) -> None:
     """An append killed between its two commits leaves the stored population above the catalogue's: the
     job fails before its first charge, saying what to do, and nothing stays reserved."""
-    from privacy_wall.sensitive_schema import stored_datasets
+    from privacy_wall.data.schema import stored_datasets
 
     control, sensitive = engines
     with sensitive.begin() as conn:

@@ -16,8 +16,8 @@ import pytest
 from sqlalchemy import insert, inspect, select
 from sqlalchemy.exc import IntegrityError
 
-from privacy_wall import ledger_db
-from privacy_wall.accounting import SubsampledGaussianEvent, configured_accountant
+from privacy_wall.accounting.accountants import SubsampledGaussianEvent, configured_accountant
+from privacy_wall.ledger import database as ledger_db
 from privacy_wall.sqlengine import create_db_engine
 from service.key_spend import key_cost
 from service.models import jobs, key_quotas
@@ -288,7 +288,7 @@ def test_vips_budget_quota_sets_lists_and_clears(
 def test_migration_0009_creates_and_drops_the_quota_table(tmp_path: Path) -> None:
     from alembic import command
 
-    from privacy_wall.control_schema import metadata
+    from privacy_wall.ledger.schema import metadata
 
     url = f"sqlite:///{tmp_path / 'control.db'}"
     config = alembic_config("control", url)

@@ -12,15 +12,15 @@ from typing import Any, cast
 import pytest
 from sqlalchemy import select
 
-from privacy_wall import ledger_db
-from privacy_wall.accounting import (
+from privacy_wall.accounting.accountants import (
     PrivacyCost,
     SubsampledGaussianEvent,
     configured_accountant,
     event_from_dict,
 )
-from privacy_wall.control_schema import charges, reservations
-from privacy_wall.ledger import Charge
+from privacy_wall.ledger import database as ledger_db
+from privacy_wall.ledger.base import Charge
+from privacy_wall.ledger.schema import charges, reservations
 from service.key_spend import key_spend
 from service.models import jobs
 from tests.dbservers import fresh_database

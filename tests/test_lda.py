@@ -16,8 +16,8 @@ import scipy.sparse as sp
 from scipy.optimize import linear_sum_assignment
 from scipy.special import digamma, gammaln
 
+from privacy_wall.data.store import InMemoryBowStore
 from privacy_wall.queries.lda import LdaQuery
-from privacy_wall.store import InMemoryBowStore
 from service.options import schedule_problem
 from tests.fitting import fit_through_gate
 from worker.datasets.synthetic_lda import SyntheticCorpus, generate_corpus, planted_topics

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine
 
-from privacy_wall import ledger_db
-from privacy_wall.accounting import SubsampledGaussianEvent, calibrate_sigma, privacy_cost
-from privacy_wall.ledger import BudgetExceeded, Charge, DuplicateCharge
+from privacy_wall.accounting.accountants import SubsampledGaussianEvent, calibrate_sigma, privacy_cost
+from privacy_wall.ledger import database as ledger_db
+from privacy_wall.ledger.base import BudgetExceeded, Charge, DuplicateCharge
 from privacy_wall.sqlengine import create_db_engine
 from tests.dbservers import fresh_database
 from vips.migrate import upgrade
@@ -139,8 +139,8 @@ def _price_as_before_0002(engine: Engine, dataset: str) -> float:
     Gaussian or count entries) under the old accountant name. Returns the spend as it priced it."""
     from sqlalchemy import select, update
 
-    from privacy_wall.accounting import event_from_dict, get_accountant
-    from privacy_wall.control_schema import budgets, charges, reservations
+    from privacy_wall.accounting.accountants import event_from_dict, get_accountant
+    from privacy_wall.ledger.schema import budgets, charges, reservations
 
     paper = get_accountant("paper")
     with engine.begin() as conn:
@@ -167,7 +167,7 @@ def test_a_ledger_priced_by_another_accountant_is_repriced_from_its_events(engin
     job's iterations after the re-pricing."""
     from sqlalchemy import select
 
-    from privacy_wall.control_schema import accountant_changes, budgets
+    from privacy_wall.ledger.schema import accountant_changes, budgets
 
     ledger_db.set_budget(engine, "d", 5.0, DELTA)
     ledger_db.reserve(engine, "d", "job", EVENT, 20)
@@ -199,7 +199,7 @@ def test_migration_0002_reprices_existing_ledgers(tmp_path: Path) -> None:
     from alembic import command
     from sqlalchemy import select
 
-    from privacy_wall.control_schema import accountant_changes
+    from privacy_wall.ledger.schema import accountant_changes
     from vips.migrate import alembic_config
 
     url = f"sqlite:///{tmp_path / 'control.db'}"
@@ -208,8 +208,8 @@ def test_migration_0002_reprices_existing_ledgers(tmp_path: Path) -> None:
     try:
         from sqlalchemy import insert
 
-        from privacy_wall.accounting import ORDERS, event_to_dict
-        from privacy_wall.control_schema import budgets, charges
+        from privacy_wall.accounting.accountants import ORDERS, event_to_dict
+        from privacy_wall.ledger.schema import budgets, charges
 
         with eng.begin() as conn:  # what 0001's code wrote: autodp curves, the old accountant name
             old_name = "autodp-0.2.3.1/anaRDPacct-wbk19-thm27/grid-v1"
@@ -258,8 +258,8 @@ def test_migration_0006_reprices_ledgers_of_the_old_pld(tmp_path: Path) -> None:
     from alembic import command
     from sqlalchemy import insert, select
 
-    from privacy_wall.accounting import ORDERS, event_to_dict
-    from privacy_wall.control_schema import accountant_changes, budgets, charges
+    from privacy_wall.accounting.accountants import ORDERS, event_to_dict
+    from privacy_wall.ledger.schema import accountant_changes, budgets, charges
     from vips.migrate import alembic_config
 
     url = f"sqlite:///{tmp_path / 'control.db'}"
@@ -305,7 +305,7 @@ def test_a_ledger_on_another_grid_of_orders_is_repriced(engine: Engine) -> None:
     """The stored order grid is checked on every read, not only the accountant's version."""
     from sqlalchemy import select, update
 
-    from privacy_wall.control_schema import accountant_changes, budgets
+    from privacy_wall.ledger.schema import accountant_changes, budgets
 
     ledger_db.set_budget(engine, "d", 5.0, DELTA)
     ledger_db.reserve(engine, "d", "job", EVENT, 10)

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from sklearn.linear_model import Ridge
 
-from privacy_wall.accounting import epsilon
+from privacy_wall.accounting.accountants import epsilon
 from privacy_wall.gate import Gate, PrivacyError
-from privacy_wall.ledger import InMemoryLedger
+from privacy_wall.ledger.base import InMemoryLedger
 from tests.fitting import fit_through_gate, relative_error
 from tests.test_query_linreg import regression_store
 from worker.datasets.regression import load_regression

@@ -1,5 +1,6 @@
-"""Noise drawn on a background thread while a release's sums are computed (privacy_wall.noise_ahead): every
-draw used at most once, by a release of its own shape, from its own private generator; a fork waits for no
+"""Noise drawn on a background thread while a release's sums are computed (privacy_wall.noise.draw_ahead):
+every draw used at most once, by a release of its own shape, from its own private generator; a fork waits for
+no
 thread of its parent; a failing draw fails its release like an in-line one; seeded gates keep their own
 stream."""
 
@@ -13,12 +14,12 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from privacy_wall import noise_ahead
+from privacy_wall.data.store import InMemoryTabularStore
 from privacy_wall.gate import Gate
-from privacy_wall.ledger import InMemoryLedger
-from privacy_wall.noise_ahead import NoiseAhead
+from privacy_wall.ledger.base import InMemoryLedger
+from privacy_wall.noise import draw_ahead as noise_ahead
+from privacy_wall.noise.draw_ahead import NoiseAhead
 from privacy_wall.queries.linreg import LinearRegressionQuery
-from privacy_wall.store import InMemoryTabularStore
 
 
 class CountingDraws:

@@ -1,5 +1,5 @@
-"""The tight `pld` accountant (privacy_wall.pld): its profile, its accuracy, monotonicity, sub-additivity and
-calibration at every sampling rate (issue 20)."""
+"""The tight `pld` accountant (privacy_wall.accounting.pld): its profile, its accuracy, monotonicity,
+sub-additivity and calibration at every sampling rate (issue 20)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from scipy import integrate
 from scipy.optimize import brentq
 from scipy.stats import norm
 
-from privacy_wall import pld
-from privacy_wall.accounting import (
+from privacy_wall.accounting import pld
+from privacy_wall.accounting.accountants import (
     SelfComposedEvent,
     SubsampledGaussianEvent,
     calibrate_sigma,
@@ -62,7 +62,8 @@ def test_profile_is_the_closed_form_of_both_pairs(sigma: float, q: float) -> Non
 
 # --------------------------------------------------------------------------------------------------------
 # Accuracy: the charged epsilon lies between an optimistic discretisation of the same trade-off (a lower
-# bound of the exact value, built here independently of privacy_wall.pld's grid and rounding) and 2% above it.
+# bound of the exact value, built here independently of privacy_wall.accounting.pld's grid and rounding) and
+# 2% above it.
 
 
 def optimistic_epsilon(sigma: float, size: int, population: int, iterations: int, delta: float) -> float:
@@ -350,7 +351,7 @@ def test_every_composed_mass_bounds_the_exact_one_from_above() -> None:
     1e-250 from the mode up (where delta is decided: the far upper tail's exact masses are ~1e-200, where an
     untilted FFT is off by ~1e-16 absolute, checked here, so the test fails without the tilts). Below the
     mode masses may carry the untilted bound (~1e-12): losses there decide no delta."""
-    from privacy_wall.convolution import convolution_power
+    from privacy_wall.accounting.convolution import convolution_power
 
     offsets = np.arange(-12, 13, dtype=np.float64)
     probs = np.exp(-0.5 * offsets**2 / 2.0 - 0.2 * np.maximum(offsets, 0) ** 1.5)
@@ -369,7 +370,7 @@ def test_every_composed_mass_bounds_the_exact_one_from_above() -> None:
 def test_a_product_of_powers_bounds_the_exact_one_from_above() -> None:
     """Two different PMFs, powers 150 and 1 (a ledger of a group and one more release), against direct
     convolution: every mass is >= the exact one and within 1e-3 of it above 1e-250 from the mode up."""
-    from privacy_wall.convolution import convolution_power
+    from privacy_wall.accounting.convolution import convolution_power
 
     rng = np.random.default_rng(7)
     first = np.exp(-(np.linspace(0, 40, 31) ** 1.3)) * rng.uniform(0.5, 1.0, 31)

@@ -123,7 +123,7 @@ posteriors_0010 = table(
 def test_migration_0011_moves_stored_documents_into_chunks_and_back(tmp_path: Path, kind: str) -> None:
     from alembic import command
 
-    from privacy_wall.control_schema import metadata
+    from privacy_wall.ledger.schema import metadata
     from service.keys import create_key
     from tests.test_api import add_dataset
     from tests.test_storage_caps import insert_job

@@ -26,7 +26,8 @@ implementation would fail with another seed about once in 1,000 seeds):
 - Clopper-Pearson epsilon (BLR and LDA): a threshold test on the scalar, its false-positive and
   false-negative rates bounded by Clopper-Pearson at ALPHA / 2 each, gives a lower bound on epsilon at
   delta = CP_DELTA that must not exceed what the ledger's accountant charges for one release at that delta
-  (`privacy_wall.accounting.epsilon`); it must also reach a fair fraction of the exact epsilon (power).
+  (`privacy_wall.accounting.accountants.epsilon`); it must also reach a fair fraction of the exact epsilon
+  (power).
 - Both audits detect a deliberately broken mechanism: the same gate with half the noise it reports
   (`discrete_gaussian_noise` patched), whose Gaussian-DP lower bound must exceed 1 / sigma and whose
   epsilon lower bound must exceed the exact epsilon of the declared mechanism. These are the power checks:
@@ -56,16 +57,15 @@ import pytest
 from numpy.typing import NDArray
 from scipy import optimize, stats
 
-import privacy_wall.mechanisms as mechanisms
-import privacy_wall.pld as pld
+import privacy_wall.accounting.pld as pld
+import privacy_wall.noise.mechanisms as mechanisms
 import tests.test_query_blr as blr_tests
 import tests.test_query_dpsep as dpsep_tests
 import tests.test_query_dpvi as dpvi_tests
 import tests.test_query_lda as lda_tests
 import tests.test_query_linreg as linreg_tests
 import tests.test_query_sbn as sbn_tests
-from privacy_wall.accountant_names import DEFAULT_ACCOUNTANT
-from privacy_wall.accounting import (
+from privacy_wall.accounting.accountants import (
     PldAccountant,
     PrivacyCost,
     SubsampledGaussianEvent,
@@ -73,11 +73,12 @@ from privacy_wall.accounting import (
     epsilon,
     get_accountant,
 )
-from privacy_wall.discrete_gaussian import DENOMINATOR_MAX
+from privacy_wall.accounting.names import DEFAULT_ACCOUNTANT
+from privacy_wall.data.store import Batch
 from privacy_wall.gate import Gate
-from privacy_wall.ledger import InMemoryLedger
+from privacy_wall.ledger.base import InMemoryLedger
+from privacy_wall.noise.discrete_gaussian import DENOMINATOR_MAX
 from privacy_wall.queries.base import Array
-from privacy_wall.store import Batch
 from tests.contracts import Params, QueryContract
 
 # The contracts' extreme public parameters overflow on purpose while the canaries are searched.

@@ -82,7 +82,7 @@ NOT_FOR_A_PUBLIC_LDA_FIT = {
     "scipy.optimize",
     "scipy.stats",
     "service.settings",
-    "privacy_wall.db_store",
+    "privacy_wall.data.db_store",
     "privacy_wall.sqlengine",
     "worker.budget",
     "worker.estimator",

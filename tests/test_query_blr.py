@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 from scipy.spatial.transform import Rotation
 
+from privacy_wall.data.store import Batch, InMemoryTabularStore, RowStore
 from privacy_wall.gate import Gate
-from privacy_wall.ledger import InMemoryLedger
-from privacy_wall.mechanisms import release_blocks, upper_triangle
+from privacy_wall.ledger.base import InMemoryLedger
+from privacy_wall.noise.mechanisms import release_blocks, upper_triangle
 from privacy_wall.queries.blr import LogisticRegressionQuery, polya_gamma_mean
-from privacy_wall.store import Batch, InMemoryTabularStore, RowStore
 from tests.contracts import (
     Params,
     QueryContract,

@@ -11,7 +11,8 @@ import pytest
 from scipy import integrate
 from scipy.special import expit
 
-from privacy_wall.mechanisms import upper_triangle
+from privacy_wall.data.store import Batch, InMemoryTabularStore, RowStore
+from privacy_wall.noise.mechanisms import upper_triangle
 from privacy_wall.queries.dpsep import (
     BLOCK,
     LOGISTIC_SITE_PRECISION_BOUND,
@@ -20,7 +21,6 @@ from privacy_wall.queries.dpsep import (
     logistic_log_partition_derivatives,
     logistic_sites,
 )
-from privacy_wall.store import Batch, InMemoryTabularStore, RowStore
 from tests.contracts import Params, QueryContract
 from tests.test_query_linreg import regression_rows, regression_store
 

@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 from scipy.special import expit, log_expit
 
+from privacy_wall.data.store import Batch, InMemoryTabularStore, RowStore
 from privacy_wall.queries.dpvi import (
     BLOCK,
     DpviLogisticRegressionQuery,
     clip_rows,
     per_example_gradients,
 )
-from privacy_wall.store import Batch, InMemoryTabularStore, RowStore
 from tests.contracts import COUPLING_SEED, SENSITIVITY_SLACK, Params, QueryContract
 
 D = 3

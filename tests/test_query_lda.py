@@ -12,13 +12,13 @@ import scipy.sparse as sp
 from scipy import stats
 from scipy.special import digamma
 
+from privacy_wall.data.store import Batch, BoundViolation, InMemoryBowStore, RowStore
 from privacy_wall.queries.lda import (
     LdaQuery,
     fit_documents,
     resample_documents,
     sanitize_counts,
 )
-from privacy_wall.store import Batch, BoundViolation, InMemoryBowStore, RowStore
 from tests.contracts import COUPLING_SEED, SENSITIVITY_SLACK, Params, QueryContract
 
 K = 3
@@ -260,7 +260,7 @@ def test_float32_iterations_release_todays_statistics_and_posterior() -> None:
     resampled to N_w = 60 and clipped at a = 0.1 (most documents clipped), the released pre-noise sum
     equals the per-document reference of Alg. 3 (float64) on the same resampled tokens to 1e-5 relative,
     and a 6-iteration fit at sigma = 0 (public, seeded) ends at the same lambda to 1e-5 relative."""
-    from privacy_wall.store import InMemoryBowStore
+    from privacy_wall.data.store import InMemoryBowStore
     from tests.fitting import fit_through_gate
     from worker.datasets.synthetic_lda import generate_corpus, planted_topics
     from worker.models.lda import LatentDirichletAllocation

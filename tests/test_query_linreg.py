@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from scipy.spatial.transform import Rotation
 
-from privacy_wall.mechanisms import upper_triangle
+from privacy_wall.data.store import Batch, InMemoryTabularStore
+from privacy_wall.noise.mechanisms import upper_triangle
 from privacy_wall.queries.linreg import LinearRegressionQuery
-from privacy_wall.store import Batch, InMemoryTabularStore
 from tests.contracts import (
     Params,
     QueryContract,

@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 
 import privacy_wall.queries.sbn as sbn_query
+from privacy_wall.data.store import Batch, InMemoryBinaryStore, RowStore
 from privacy_wall.gate import Gate
-from privacy_wall.ledger import InMemoryLedger
-from privacy_wall.mechanisms import upper_triangle
+from privacy_wall.ledger.base import InMemoryLedger
+from privacy_wall.noise.mechanisms import upper_triangle
 from privacy_wall.queries.base import joint_sensitivity
 from privacy_wall.queries.sbn import (
     PG_CENTRE,
@@ -19,7 +20,6 @@ from privacy_wall.queries.sbn import (
     frequency_copy_names,
     hidden_posterior,
 )
-from privacy_wall.store import Batch, InMemoryBinaryStore, RowStore
 from tests.contracts import Params, QueryContract, assert_noise_is_calibrated
 
 J = 4  # visible units (the data dimension)

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, func, select
 
-from privacy_wall import ledger_db
-from privacy_wall.accounting import SubsampledGaussianEvent, configured_accountant
-from privacy_wall.control_schema import reservations
-from privacy_wall.ledger import Charge
+from privacy_wall.accounting.accountants import SubsampledGaussianEvent, configured_accountant
+from privacy_wall.ledger import database as ledger_db
+from privacy_wall.ledger.base import Charge
+from privacy_wall.ledger.schema import reservations
 from service.job_end import end_job
 from service.key_spend import key_spend
 from service.models import jobs

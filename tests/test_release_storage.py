@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 from sqlalchemy import Engine, insert, select
 
-from privacy_wall import ledger_db
-from privacy_wall.accounting import SubsampledGaussianEvent, privacy_cost
-from privacy_wall.control_schema import datasets
-from privacy_wall.ledger import Charge
+from privacy_wall.accounting.accountants import SubsampledGaussianEvent, privacy_cost
+from privacy_wall.ledger import database as ledger_db
+from privacy_wall.ledger.base import Charge
+from privacy_wall.ledger.schema import datasets
 from privacy_wall.sqlengine import create_db_engine
 from service import release_arrays
 from service.release_arrays import array_json, decode_arrays, encode_arrays, stored_bound

@@ -18,14 +18,14 @@ import scipy.sparse as sp
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, insert
 
-from privacy_wall import ledger_db
-from privacy_wall.control_schema import datasets
+from privacy_wall.data.store import InMemoryBinaryStore, InMemoryBowStore, InMemoryTabularStore, RowStore
 from privacy_wall.gate import Release
+from privacy_wall.ledger import database as ledger_db
+from privacy_wall.ledger.schema import datasets
 from privacy_wall.queries import base as query_base
 from privacy_wall.queries import lda as lda_query
 from privacy_wall.queries import sbn as sbn_query
 from privacy_wall.sqlengine import create_db_engine
-from privacy_wall.store import InMemoryBinaryStore, InMemoryBowStore, InMemoryTabularStore, RowStore
 from service import resources
 from service.app import create_app
 from service.queue import RecordingQueue

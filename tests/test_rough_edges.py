@@ -22,12 +22,12 @@ import httpx
 import numpy as np
 import pytest
 
-from privacy_wall import ledger_db
-from privacy_wall.accounting import SubsampledGaussianEvent
-from privacy_wall.ledger import BudgetExceeded, Charge
-from privacy_wall.refusals import refusal_detail
-from privacy_wall.settings import WallSettings
-from privacy_wall.store import BoundViolation
+from privacy_wall.accounting.accountants import SubsampledGaussianEvent
+from privacy_wall.data.settings import WallSettings
+from privacy_wall.data.store import BoundViolation
+from privacy_wall.ledger import database as ledger_db
+from privacy_wall.ledger.base import BudgetExceeded, Charge
+from privacy_wall.ledger.refusals import refusal_detail
 from service.client import VipsClient
 from tests.dbservers import fresh_database
 from tests.test_api import finish, make_api

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from privacy_wall.data.store import InMemoryTabularStore
 from privacy_wall.gate import Gate, PrivacyError
-from privacy_wall.ledger import InMemoryLedger
+from privacy_wall.ledger.base import InMemoryLedger
 from privacy_wall.queries.blr import LogisticRegressionQuery
 from privacy_wall.sampling import ShuffledPasses
-from privacy_wall.store import InMemoryTabularStore
 
 
 @pytest.mark.parametrize(("population", "size"), [(10, 3), (12, 4), (7, 7), (9, 8), (5, 1)])

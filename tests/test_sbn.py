@@ -12,10 +12,10 @@ import pytest
 from scipy.optimize import linear_sum_assignment
 from scipy.special import expit
 
-from privacy_wall.accounting import epsilon
-from privacy_wall.ledger import InMemoryLedger
+from privacy_wall.accounting.accountants import epsilon
+from privacy_wall.data.store import Batch, InMemoryBinaryStore
+from privacy_wall.ledger.base import InMemoryLedger
 from privacy_wall.queries.sbn import SigmoidBeliefNetworkQuery, hidden_posterior
-from privacy_wall.store import Batch, InMemoryBinaryStore
 from tests.fitting import fit_through_gate
 from worker.datasets.digits import load_binary_digits
 from worker.models.sbn import (

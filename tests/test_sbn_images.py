@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 from scipy import ndimage
 
-from privacy_wall.accounting import calibrate_sigma
+from privacy_wall.accounting.accountants import calibrate_sigma
+from privacy_wall.data.store import Batch, InMemoryBinaryStore
 from privacy_wall.queries.sbn import DEFAULT_FREQUENCY_COPIES
-from privacy_wall.store import Batch, InMemoryBinaryStore
 from service.schedules import choose_schedule
 from tests.fitting import fit_through_gate
 from worker.models.sbn import (

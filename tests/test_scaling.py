@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from sklearn.pipeline import make_pipeline
 
-from privacy_wall.formats import read_tabular_csv
-from privacy_wall.store import check_regression_bounds, check_tabular_bounds
+from privacy_wall.data.formats import read_tabular_csv
+from privacy_wall.data.store import check_regression_bounds, check_tabular_bounds
 from vips.cli import main
 from worker.estimator import VIPSLogisticRegression
 from worker.preprocessing import PublicBoundsScaler, from_unit_interval, to_unit_interval

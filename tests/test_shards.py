@@ -19,17 +19,18 @@ import numpy as np
 import pytest
 from sqlalchemy import Engine, func, insert, select
 
-from privacy_wall import blocks as block_layout
 from privacy_wall import shards as shards_module
-from privacy_wall.dataset_cache import DatasetCache
-from privacy_wall.db_store import DatabaseStore, shard_blocks
+from privacy_wall.data import blocks as block_layout
+from privacy_wall.data.dataset_cache import DatasetCache
+from privacy_wall.data.db_store import DatabaseStore, shard_blocks
+from privacy_wall.data.ingest import ingest
+from privacy_wall.data.schema import shard_requests, shard_sums
+from privacy_wall.data.store import Batch
 from privacy_wall.gate import Gate
-from privacy_wall.ingest import ingest
-from privacy_wall.ledger import InMemoryLedger
+from privacy_wall.ledger.base import InMemoryLedger
 from privacy_wall.queries.base import Array, Query
 from privacy_wall.queries.blr import LogisticRegressionQuery
 from privacy_wall.queries.sbn import SigmoidBeliefNetworkQuery
-from privacy_wall.sensitive_schema import shard_requests, shard_sums
 from privacy_wall.shards import (
     ShardedSums,
     ShardFailed,
@@ -40,7 +41,6 @@ from privacy_wall.shards import (
     linger,
     pending,
 )
-from privacy_wall.store import Batch
 from tests.dbservers import schema_drift
 from tests.test_ingest_store import tabular_data, write_tabular
 
@@ -245,7 +245,7 @@ def test_the_migrated_channel_tables_match_the_schema(tmp_path: Path) -> None:
     before s0004 it finds the requests' missing shard count, before s0005 their missing heartbeat."""
     from alembic import command
 
-    from privacy_wall.sensitive_schema import metadata
+    from privacy_wall.data.schema import metadata
     from privacy_wall.sqlengine import create_db_engine
     from vips.migrate import alembic_config, upgrade
 
@@ -317,7 +317,7 @@ def test_shard_leases_go_to_one_worker_each_and_stale_ones_are_taken_over(
 
     from sqlalchemy import update
 
-    from privacy_wall.sensitive_schema import shard_leases
+    from privacy_wall.data.schema import shard_leases
     from privacy_wall.shards import claim_shard, release_lease, renew_lease
 
     _, sensitive = engines
@@ -422,7 +422,7 @@ def test_sharded_lda_sums_equal_the_unsharded_pass(engines: tuple[Engine, Engine
     """Bag-of-words shards (CSR blocks rebased to the shard's first row), with whole documents (doc_length
     0: no resampling, so the sums are deterministic). Float64 inner iterations: with the default float32
     ones a document's gamma depends on its chunk's padded width at float32 rounding (~4e-8 relative)."""
-    from privacy_wall.ingest import ingest_bag_of_words
+    from privacy_wall.data.ingest import ingest_bag_of_words
     from privacy_wall.queries.lda import LdaQuery
     from tests.test_block_store import corpus
 
@@ -765,7 +765,7 @@ def test_a_stalled_shards_lease_goes_to_a_standby_which_answers_the_resent_task(
     import os
     import signal
 
-    from privacy_wall.sensitive_schema import shard_leases
+    from privacy_wall.data.schema import shard_leases
     from privacy_wall.shards import claim_shard, renew_lease
 
     _, sensitive = stored
@@ -846,7 +846,7 @@ def test_a_worker_sweeps_the_channel_as_it_starts(
     """Every `vips worker` (job worker or shard worker) sweeps when it is ready (worker.tasks, worker_ready),
     so what a coordinator left while no worker ran goes as the first one starts; with VIPS_SHARDS = 1 that
     one sweep is all (its thread ends)."""
-    from privacy_wall.settings import get_wall_settings
+    from privacy_wall.data.settings import get_wall_settings
     from service.settings import get_settings
     from worker import tasks
 

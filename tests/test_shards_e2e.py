@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 from sqlalchemy import MetaData, select
 
-from privacy_wall.db_store import DatabaseStore
+from privacy_wall.data.db_store import DatabaseStore
 from privacy_wall.sqlengine import create_db_engine
 from service.client import VipsClient
 from tests.e2e import Service, embedded_service, production_service, start_vips, synthetic_csv

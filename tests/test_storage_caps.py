@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from sqlalchemy import JSON, Connection, DateTime, String, column, func, insert, inspect, select, table
 
-from privacy_wall import ledger_db
+from privacy_wall.ledger import database as ledger_db
 from privacy_wall.sqlengine import create_db_engine
 from service.job_end import end_job
 from service.job_storage import MIB
@@ -173,7 +173,7 @@ def insert_job(conn: Connection, job_id: str, owner: str, status: str = "succeed
 def test_migration_0010_counts_what_earlier_jobs_stored(tmp_path: Path) -> None:
     from alembic import command
 
-    from privacy_wall.control_schema import metadata
+    from privacy_wall.ledger.schema import metadata
     from service.keys import create_key
     from tests.test_api import add_dataset
 

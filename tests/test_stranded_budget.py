@@ -16,8 +16,8 @@ from fastapi.testclient import TestClient
 from sqlalchemy import Connection, Engine, func, select, update
 from sqlalchemy.exc import DBAPIError, OperationalError
 
-from privacy_wall import ledger_db
-from privacy_wall.control_schema import budgets, charges, reservations
+from privacy_wall.ledger import database as ledger_db
+from privacy_wall.ledger.schema import budgets, charges, reservations
 from privacy_wall.sqlengine import create_db_engine
 from service.app import create_app
 from service.job_end import end_job

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from privacy_wall import ledger_db
+from privacy_wall.ledger import database as ledger_db
 from service.keys import Principal, revoke_key
 from service.ui.sessions import COOKIE, find_session, open_session
 from service.ui.views import spend_curve

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from sqlalchemy import insert
 
-from privacy_wall import ledger_db
+from privacy_wall.ledger import database as ledger_db
 from service.keys import create_key
 from service.models import jobs
 from service.ui import convergence, views

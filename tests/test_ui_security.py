@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 from pydantic import ValidationError
 from sqlalchemy import func, select
 
-from privacy_wall import ledger_db
+from privacy_wall.ledger import database as ledger_db
 from service.app import create_app
 from service.keys import Principal
 from service.models import ui_sessions

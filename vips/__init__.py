@@ -18,7 +18,7 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from privacy_wall.ledger import BudgetExceeded
+    from privacy_wall.ledger.base import BudgetExceeded
     from service.client import ApiConnectionError, ApiError
     from vips.client import Client, JobFailed
     from worker.budget import BudgetCharge, PrivacyBudget
@@ -46,7 +46,7 @@ _LAZY: dict[str, str] = {
     "VIPSSigmoidBeliefNetwork": "worker.estimator",
     "PrivacyBudget": "worker.budget",
     "BudgetCharge": "worker.budget",
-    "BudgetExceeded": "privacy_wall.ledger",
+    "BudgetExceeded": "privacy_wall.ledger.base",
     "PublicBoundsScaler": "worker.preprocessing",
     "DataNormWarning": "worker.preprocessing",
     "Client": "vips.client",

@@ -18,7 +18,7 @@ import sys
 from collections.abc import Callable
 from typing import NoReturn
 
-from privacy_wall.accountant_names import ACCOUNTANT_NAMES
+from privacy_wall.accounting.names import ACCOUNTANT_NAMES
 from privacy_wall.names import NAME_RULE, did_you_mean, is_dataset_name
 from service.job_status import JOB_STATUSES
 from vips import choices
@@ -679,13 +679,13 @@ def build_parser() -> _Parser:
 # and a refused budget (exit 1). Named by module so that a verb that never loads a module pays nothing for
 # it: an exception of a class can only be raised once its module is loaded.
 _INPUT_ERRORS = (
-    ("privacy_wall.formats", "FormatError"),
+    ("privacy_wall.data.formats", "FormatError"),
     ("worker.posterior", "PosteriorError"),
-    ("privacy_wall.store", "BoundViolation"),
-    ("privacy_wall.accounting", "CalibrationError"),
+    ("privacy_wall.data.store", "BoundViolation"),
+    ("privacy_wall.accounting.accountants", "CalibrationError"),
     ("privacy_wall.gate", "PrivacyError"),
 )
-_BUDGET_ERRORS = (("privacy_wall.ledger", "BudgetExceeded"),)
+_BUDGET_ERRORS = (("privacy_wall.ledger.base", "BudgetExceeded"),)
 
 
 def _is_one_of(exc: Exception, classes: tuple[tuple[str, str], ...]) -> bool:

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from privacy_wall.formats import MissingHeader, TabularFile, TabularStream, read_tabular_csv
+from privacy_wall.data.formats import MissingHeader, TabularFile, TabularStream, read_tabular_csv
 from vips.choices import DEFAULT_LABEL
 from vips.errors import UsageError
 from worker.columns import ColumnMismatch, column_order

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Protocol
 
-from privacy_wall.delta_policy import delta_problem
+from privacy_wall.ledger.delta_policy import delta_problem
 
 
 class Update(Protocol):
@@ -160,7 +160,7 @@ def note(message: str) -> None:
 def delta_warning(delta: float, population: int) -> str | None:
     """The warning of a calculator that takes a population (`vips privacy`, `vips fit --local`) when delta
     is not below 1/N, noted on stderr; None when it is. They price it all the same (the papers' settings
-    have such deltas); a private dataset's budget refuses it (privacy_wall.delta_policy)."""
+    have such deltas); a private dataset's budget refuses it (privacy_wall.ledger.delta_policy)."""
     problem = delta_problem(delta, population)
     if problem is None:
         return None

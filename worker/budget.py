@@ -11,11 +11,11 @@ could give a fit inputs that differ in many records. The scores cross_val_score 
 folds are not private at all (exact statistics of the rows): they are for data you may see.
 
 Every fit it pays for reserves its whole cost before it starts and is charged for the iterations it
-released when it ends (the service's ledger protocol, privacy_wall.ledger); costs compose with the
+released when it ends (the service's ledger protocol, privacy_wall.ledger.base); costs compose with the
 accountant, as a dataset's ledger does (never by adding epsilons): five full-batch fits of epsilon 0.4
 compose to about 0.963 at delta 1e-5 under `pld`. A fit that would exceed the budget is refused before
-anything is computed, with the service's 409 message (privacy_wall.refusals; "dataset D" names the fit's
-`dataset=`, "local" by default).
+anything is computed, with the service's 409 message (privacy_wall.ledger.refusals; "dataset D" names the
+fit's `dataset=`, "local" by default).
 
 Sharing: scikit-learn's clone (GridSearchCV, cross_val_score) deep-copies parameters; a PrivacyBudget's
 copy is itself, so every clone charges the one budget. Threads share it too (joblib's threading backend;
@@ -33,11 +33,16 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Self
 
-from privacy_wall.accounting import Accountant, PrivacyCost, SubsampledGaussianEvent, configured_accountant
-from privacy_wall.accounting import get_accountant as accountant_named
+from privacy_wall.accounting.accountants import (
+    Accountant,
+    PrivacyCost,
+    SubsampledGaussianEvent,
+    configured_accountant,
+)
+from privacy_wall.accounting.accountants import get_accountant as accountant_named
 from privacy_wall.gate import PrivacyError
-from privacy_wall.ledger import BudgetExceeded
-from privacy_wall.refusals import budget_exceeded, headroom_epsilon, refusal_detail
+from privacy_wall.ledger.base import BudgetExceeded
+from privacy_wall.ledger.refusals import budget_exceeded, headroom_epsilon, refusal_detail
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,8 @@ from functools import lru_cache
 
 from sqlalchemy import Engine
 
-from privacy_wall.dataset_cache import DatasetCache
-from privacy_wall.settings import get_wall_settings
+from privacy_wall.data.dataset_cache import DatasetCache
+from privacy_wall.data.settings import get_wall_settings
 from privacy_wall.sqlengine import create_db_engine
 
 

@@ -47,8 +47,8 @@ from sklearn.base import BaseEstimator, ClassifierMixin, DensityMixin, Regressor
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, check_non_negative, validate_data
 
-from privacy_wall.accounting import epsilon
-from privacy_wall.store import (
+from privacy_wall.accounting.accountants import epsilon
+from privacy_wall.data.store import (
     BoundViolation,
     InMemoryBinaryStore,
     InMemoryBowStore,
@@ -86,8 +86,9 @@ class VipsEstimator(BaseEstimator):  # type: ignore[misc]
     sampling "uniform" (always with noise: S distinct rows drawn uniformly per iteration, what the
     accountant analyses) or "passes" (sigma = 0 only: shuffled passes over the data, as scikit-learn and
     gensim do; T iterations of S rows are T S / N passes). tau0, kappa: step sizes rho_t = (tau0 + t)^-kappa.
-    accountant: "pld" (default; exact for S = N), "rdp" or "paper" (privacy_wall.accounting). budget: a
-    PrivacyBudget (worker.budget) every fit is charged to and refused by once it would exceed it; shared by
+    accountant: "pld" (default; exact for S = N), "rdp" or "paper" (privacy_wall.accounting.accountants).
+    budget: a PrivacyBudget (worker.budget) every fit is charged to and refused by once it would exceed it;
+    shared by
     clone, not copied (fits in joblib worker processes are refused: use threads).
     Subclasses name their model and algorithm and add their options (docs/design.md section 6) as fields; an
     option left None takes the model's default (worker.models).

@@ -10,10 +10,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from privacy_wall.accounting import SubsampledGaussianEvent, calibrate_sigma, get_accountant
+from privacy_wall.accounting.accountants import SubsampledGaussianEvent, calibrate_sigma, get_accountant
+from privacy_wall.data.store import RowStore
 from privacy_wall.gate import Gate, PrivacyError
-from privacy_wall.ledger import InMemoryLedger
-from privacy_wall.store import RowStore
+from privacy_wall.ledger.base import InMemoryLedger
 from service.schedules import choose_schedule, chosen_options
 from worker.models.registry import model_setup
 from worker.posterior import Privacy, build_posterior

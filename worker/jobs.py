@@ -27,14 +27,14 @@ import numpy as np
 from sqlalchemy import Connection, Engine, bindparam, func, insert, select, update
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, InterfaceError, OperationalError
 
-from privacy_wall import ledger_db
-from privacy_wall.accounting import configured_accountant
-from privacy_wall.control_schema import budgets, charges, datasets
-from privacy_wall.dataset_cache import DatasetCache
-from privacy_wall.db_store import DatabaseStore
+from privacy_wall.accounting.accountants import configured_accountant
+from privacy_wall.data.dataset_cache import DatasetCache
+from privacy_wall.data.db_store import DatabaseStore
 from privacy_wall.gate import Gate, PrivacyError, Release
-from privacy_wall.ledger import BudgetExceeded
-from privacy_wall.mechanisms import GridError
+from privacy_wall.ledger import database as ledger_db
+from privacy_wall.ledger.base import BudgetExceeded
+from privacy_wall.ledger.schema import budgets, charges, datasets
+from privacy_wall.noise.mechanisms import GridError
 from privacy_wall.queries.base import Array, Query
 from privacy_wall.shards import ShardedSums, ShardFailed, ShardsUnavailable
 from privacy_wall.sqlengine import (

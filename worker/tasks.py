@@ -18,8 +18,8 @@ from sqlalchemy import select
 from sqlalchemy.pool import NullPool
 from threadpoolctl import threadpool_limits
 
-from privacy_wall.db_store import DatabaseStore
-from privacy_wall.settings import get_wall_settings
+from privacy_wall.data.db_store import DatabaseStore
+from privacy_wall.data.settings import get_wall_settings
 from privacy_wall.shards import SWEEP_SECONDS, ShardedSums, ShardTask, answer, keep_swept, linger, pending
 from privacy_wall.sqlengine import create_db_engine, reading
 from service.job_end import end_job

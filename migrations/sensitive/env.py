@@ -6,7 +6,7 @@ import os
 
 from alembic import context
 
-from privacy_wall.sensitive_schema import metadata
+from privacy_wall.data.schema import metadata
 from privacy_wall.sqlengine import create_db_engine
 
 config = context.config

@@ -12,7 +12,7 @@ from typing import Protocol
 import numpy as np
 from numpy.typing import NDArray
 
-from privacy_wall.store import Batch
+from privacy_wall.data.store import Batch
 
 Array = NDArray[np.float64]
 

@@ -29,9 +29,9 @@ from __future__ import annotations
 import numpy as np
 from scipy.linalg.blas import dsyrk
 
-from privacy_wall.mechanisms import clip_factors, project_psd, symmetric_from_upper, upper_triangle
+from privacy_wall.data.store import Batch
+from privacy_wall.noise.mechanisms import clip_factors, project_psd, symmetric_from_upper, upper_triangle
 from privacy_wall.queries.base import Array, Block, chunked_sums
-from privacy_wall.store import Batch
 
 S1_BOUND = 0.5
 S2_BOUND = 0.25

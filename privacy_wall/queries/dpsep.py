@@ -75,9 +75,9 @@ import numpy as np
 from numpy.polynomial.hermite_e import hermegauss
 from scipy.special import expit
 
-from privacy_wall.mechanisms import clip_factors, project_psd, symmetric_from_upper, upper_triangle
+from privacy_wall.data.store import Batch
+from privacy_wall.noise.mechanisms import clip_factors, project_psd, symmetric_from_upper, upper_triangle
 from privacy_wall.queries.base import Array, Block, chunked_sums
-from privacy_wall.store import Batch
 
 BLOCK = "site"
 PARAMS = ("cavity_mean", "cavity_covariance")

@@ -43,8 +43,8 @@ import math
 import numpy as np
 from scipy.special import expit
 
+from privacy_wall.data.store import Batch
 from privacy_wall.queries.base import Array, Block, chunked_sums
-from privacy_wall.store import Batch
 
 BLOCK = "gradient"
 PARAMS = ("mean", "log_std", "eps")

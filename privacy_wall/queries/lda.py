@@ -73,9 +73,9 @@ import scipy.sparse as sp
 from numpy.typing import NDArray
 from scipy.special import digamma
 
-from privacy_wall.mechanisms import clip_factors
+from privacy_wall.data.store import MAX_COUNT, Batch
+from privacy_wall.noise.mechanisms import clip_factors
 from privacy_wall.queries.base import Array, Block
-from privacy_wall.store import MAX_COUNT, Batch
 
 Counts = sp.csr_array
 IntArray = NDArray[np.int64]

@@ -49,9 +49,9 @@ import math
 
 import numpy as np
 
-from privacy_wall.mechanisms import clip_factors, project_psd, symmetric_from_upper, upper_triangle
+from privacy_wall.data.store import Batch
+from privacy_wall.noise.mechanisms import clip_factors, project_psd, symmetric_from_upper, upper_triangle
 from privacy_wall.queries.base import Array, Block, chunked_sums
-from privacy_wall.store import Batch
 
 #: Per-record L2 bounds of the three blocks (||x|| <= 1, |y| <= 1).
 XX_BOUND = 1.0

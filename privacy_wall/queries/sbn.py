@@ -86,10 +86,10 @@ import math
 import numpy as np
 from scipy.special import expit
 
-from privacy_wall.mechanisms import clip_factors
+from privacy_wall.data.store import Batch
+from privacy_wall.noise.mechanisms import clip_factors
 from privacy_wall.queries.base import Array, Block
 from privacy_wall.queries.blr import polya_gamma_mean
-from privacy_wall.store import Batch
 
 #: Rounds of (PG update, sweep over the hidden units) per record, then a final PG update.
 DEFAULT_INNER_ITERATIONS = 5

@@ -9,8 +9,8 @@ from fastapi import APIRouter, Query
 from fastapi.exceptions import RequestValidationError
 from sqlalchemy import select
 
-from privacy_wall import ledger_db
-from privacy_wall.delta_policy import DeltaTooLarge
+from privacy_wall.ledger import database as ledger_db
+from privacy_wall.ledger.delta_policy import DeltaTooLarge
 from privacy_wall.sqlengine import reading
 from service.auth import AUTH_RESPONSES, CustodianKey
 from service.budgets import budget_or_none, budget_warning, finite, public_cap_refusal

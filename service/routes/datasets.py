@@ -8,8 +8,8 @@ from typing import Any
 from fastapi import APIRouter
 from sqlalchemy import Engine, Row, select
 
-from privacy_wall import ledger_db
-from privacy_wall.control_schema import datasets
+from privacy_wall.ledger import database as ledger_db
+from privacy_wall.ledger.schema import datasets
 from privacy_wall.names import did_you_mean
 from privacy_wall.sqlengine import reading
 from service.auth import AUTH_RESPONSES, CurrentKey, owns_dataset, sees_dataset

@@ -26,7 +26,7 @@ from markupsafe import Markup
 from pydantic import ValidationError
 from sqlalchemy import Engine
 
-from privacy_wall.accounting import epsilon
+from privacy_wall.accounting.accountants import epsilon
 from privacy_wall.names import NAME_RULE, is_dataset_name
 from service.auth import owns_dataset, reads_releases, sees_dataset, take_read
 from service.budgets import exhausted, load_dataset

@@ -12,8 +12,8 @@ from typing import Any, Generic, TypeVar
 
 from sqlalchemy import Engine, Row, func, select
 
-from privacy_wall.accounting import PrivacyCost, configured_accountant
-from privacy_wall.control_schema import budgets, charges
+from privacy_wall.accounting.accountants import PrivacyCost, configured_accountant
+from privacy_wall.ledger.schema import budgets, charges
 from privacy_wall.sqlengine import reading
 from service.auth import sees_job
 from service.budgets import load_dataset

@@ -13,7 +13,7 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from privacy_wall.ingest import IngestError, ingest
+from privacy_wall.data.ingest import IngestError, ingest
 from privacy_wall.sqlengine import create_db_engine
 from service.keys import InvalidKeyRequest, create_key, key_record, list_keys, revoke_key
 from vips.choices import DEFAULT_LABEL

@@ -17,14 +17,14 @@ from typing import Any
 
 import scipy.sparse as sp
 
-from privacy_wall.formats import (
+from privacy_wall.data.formats import (
     FIRST_DATA_LINE,
     read_binary_csv,
     read_docword,
     read_tabular_csv,
     read_vocabulary,
 )
-from privacy_wall.store import (
+from privacy_wall.data.store import (
     BoundViolation,
     InMemoryBinaryStore,
     InMemoryBowStore,

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from privacy_wall.formats import (
+from privacy_wall.data.formats import (
     TabularFile,
     read_binary_csv,
     read_docword,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from privacy_wall.formats import read_vocabulary
+from privacy_wall.data.formats import read_vocabulary
 from vips.bow import count_documents, frequent_words
 from vips.errors import UsageError
 from vips.output import check_writable, print_json

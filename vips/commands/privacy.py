@@ -2,7 +2,7 @@
 
 A delta that is not below 1/N is priced all the same (the papers' settings have one), with a warning on
 stderr and in the JSON line's "warning" (null otherwise): a private dataset's budget with that delta is
-refused (privacy_wall.delta_policy)."""
+refused (privacy_wall.ledger.delta_policy)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import argparse
 import math
 from typing import Any
 
-from privacy_wall.accounting import (
+from privacy_wall.accounting.accountants import (
     Accountant,
     calibrate_sigma,
     configured_accountant,

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from privacy_wall.formats import read_tabular_csv
+from privacy_wall.data.formats import read_tabular_csv
 from privacy_wall.names import did_you_mean
 from vips.choices import DEFAULT_LABEL
 from vips.errors import UsageError

@@ -24,7 +24,7 @@ from types import FrameType
 
 from sqlalchemy import Engine
 
-from privacy_wall.settings import WallSettings
+from privacy_wall.data.settings import WallSettings
 from service.db import create_control_engine
 from service.keys import create_key, list_keys
 from service.settings import SHARD_WORKER_ENV, ServiceSettings, machine_memory_mb, shard_queue

@@ -46,7 +46,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from privacy_wall.mechanisms import project_psd
+from privacy_wall.noise.mechanisms import project_psd
 from privacy_wall.queries.dpsep import DpSepLinearQuery, DpSepLogisticQuery, DpSepQuery
 from worker.models.base import Array
 from worker.models.blr import gaussian_moments

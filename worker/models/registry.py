@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from privacy_wall.data.store import MAX_COUNT
 from privacy_wall.queries.base import Query
-from privacy_wall.store import MAX_COUNT
 from service.options import MODEL_KINDS, algorithm_problem, option_problem, schedule_problem
 from worker.models.base import VipsModel
 

@@ -1,7 +1,7 @@
 """Re-price every ledger with the configured accountant (tighter analysis of the same events).
 
 Adds accountant_changes and re-prices each dataset's committed and reserved costs from its stored
-events with privacy_wall.accounting's configured accountant (pld unless VIPS_ACCOUNTANT says
+events with privacy_wall.accounting.accountants's configured accountant (pld unless VIPS_ACCOUNTANT says
 otherwise), recording the spend before and after. Ledgers written before this revision hold RDP curves
 priced by the paper's classic conversion; every accountant of 0002 charges at most that for the same
 events, so the figures only go down.
@@ -37,8 +37,8 @@ def upgrade() -> None:
     )
     op.create_index(op.f("ix_accountant_changes_dataset"), "accountant_changes", ["dataset"], unique=False)
 
-    from privacy_wall.control_schema import budgets
-    from privacy_wall.ledger_db import reprice
+    from privacy_wall.ledger.database import reprice
+    from privacy_wall.ledger.schema import budgets
 
     conn = op.get_bind()
     for row in conn.execute(sa.select(budgets)).all():

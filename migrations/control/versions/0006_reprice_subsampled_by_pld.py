@@ -2,8 +2,8 @@
 
 The `pld` accountant before this revision charged a composition holding any subsampled release by its
 RDP curve; it now charges the least of that, the unamplified Gaussian and the PLD of Dong, Roth, Su's
-C_q trade-off (privacy_wall.pld), so for the same events the figures only go down. Each re-pricing is
-recorded in accountant_changes with the spend before and after; stored costs gain their release groups.
+C_q trade-off (privacy_wall.accounting.pld), so for the same events the figures only go down. Each re-pricing
+is recorded in accountant_changes with the spend before and after; stored costs gain their release groups.
 
 Revision ID: 0006
 Revises: 0005
@@ -22,8 +22,8 @@ depends_on = None
 
 
 def upgrade() -> None:
-    from privacy_wall.control_schema import budgets
-    from privacy_wall.ledger_db import reprice
+    from privacy_wall.ledger.database import reprice
+    from privacy_wall.ledger.schema import budgets
 
     conn = op.get_bind()
     for row in conn.execute(sa.select(budgets)).all():

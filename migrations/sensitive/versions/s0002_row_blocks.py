@@ -5,7 +5,7 @@ Revises: s0001
 Create Date: 2026-11-26 11:40:00
 
 Each dataset's rows move from one table row per record (`rows`: payload, label) to blocks of columns
-(`blocks`, privacy_wall/blocks.py), a dataset at a time and a block at a time; the downgrade moves them
+(`blocks`, privacy_wall/data/blocks.py), a dataset at a time and a block at a time; the downgrade moves them
 back. Self-contained: the layouts are restated here so later code changes cannot change this migration.
 Rows at or past a dataset's population (a killed ingest's leftover) are not carried over.
 """

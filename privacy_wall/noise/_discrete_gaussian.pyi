@@ -1,4 +1,4 @@
-"""Type stub of the compiled core (privacy_wall/_discrete_gaussian.pyx)."""
+"""Type stub of the compiled core (privacy_wall/noise/_discrete_gaussian.pyx)."""
 
 import numpy as np
 from numpy.typing import NDArray

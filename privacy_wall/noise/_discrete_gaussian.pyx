@@ -1,8 +1,8 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False, cdivision=True
-"""The compiled core of privacy_wall.discrete_gaussian: CKS 2020 Algorithm 3, one draw after another, in
+"""The compiled core of privacy_wall.noise.discrete_gaussian: CKS 2020 Algorithm 3, one draw after another, in
 int64 and uint64 arithmetic over the 64-bit words of a numpy bit generator (its C interface, bitgen_t).
 
-privacy_wall/discrete_gaussian.py states the algorithm, the order in which words are used and the bound of
+privacy_wall/noise/discrete_gaussian.py states the algorithm, the order in which words are used and the bound of
 every intermediate; `sample` re-checks the parameters those bounds assume, so it cannot be called outside
 them. No floating-point type, literal or operation appears here (tests/test_discrete_gaussian.py checks it):
 integers only, and integer division only through the unsigned `%` (C semantics, cdivision).
@@ -211,7 +211,7 @@ cdef inline int bernoulli_exp_stage(State *s, int64_t i, int64_t f) noexcept nog
 
 cdef int64_t discrete_gaussian(State *s) noexcept nogil:
     """One draw of N_Z(0, p / q): CKS Algorithm 3 with Algorithm 2 as its proposal (the module docstring of
-    privacy_wall.discrete_gaussian gives the steps and the bounds)."""
+    privacy_wall.noise.discrete_gaussian gives the steps and the bounds)."""
     cdef int64_t attempt, u, v, sign, x, w, i, f, stages
     for attempt in range(ROUND_CAP):
         if s.failed:

@@ -1,18 +1,11 @@
 """Noise and the arithmetic around it: clipping factors, block normalisation, Analyze Gauss, PSD projection.
 
-Private releases draw from `private_generator()`: a cryptographically secure bit generator (randomgen's
-AESCounter, AES-128 in counter mode) keyed with 128 bits from the operating system's CSPRNG (secrets), built
-anew for each release so no caller can seed it. Unlike a PCG or Mersenne Twister stream, its outputs do not
-reveal its state, so released noise cannot be used to predict (and subtract) other noise or the minibatch
-drawn from the same stream. AESCounter was the fastest of randomgen's cryptographic generators here (AES-NI;
-ChaCha20 and SPECK128 took 2-4 times as long for the resampling uniforms of an LDA iteration) and costs
-about as much as PCG64DXSM: bench/README.md. A seeded generator is accepted only where the gate has checked
-that the dataset is public.
+Private releases draw from `privacy_wall.noise.csprng.private_generator()`, which no caller can seed.
 
 Noise is exact and in fixed point (issue 25; docs/design.md, "Floating-point-safe noise"). Floating-point
 Gaussian samples leak the noiseless value through their low-order bits (Mironov, CCS 2012; Jin et al.,
 IEEE S&P 2022), so no release adds a float sample: `release_blocks` rounds the normalised blocks to a public
-grid, adds integer noise from the exact discrete Gaussian (privacy_wall.discrete_gaussian, integer
+grid, adds integer noise from the exact discrete Gaussian (privacy_wall.noise.discrete_gaussian, integer
 arithmetic over the generator's raw 64-bit words), sums in int64 and scales back. Every released number is
 a deterministic function of that integer vector (post-processing), so nothing about the noiseless value
 survives in its low-order bits beyond what the integer mechanism reveals. `fixed_point_grid` states the grid,
@@ -22,7 +15,6 @@ the rounding's charge and the accounting argument.
 from __future__ import annotations
 
 import math
-import secrets
 from dataclasses import dataclass
 from fractions import Fraction
 from math import ceil, isqrt
@@ -30,12 +22,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.typing import NDArray
-from randomgen import AESCounter
 
-from privacy_wall.discrete_gaussian import DENOMINATOR_MAX, SIGMA2_MAX, sample_discrete_gaussian
+from privacy_wall.noise.discrete_gaussian import DENOMINATOR_MAX, SIGMA2_MAX, sample_discrete_gaussian
 
 if TYPE_CHECKING:
-    from privacy_wall.noise_ahead import NoiseAhead
+    from privacy_wall.noise.draw_ahead import NoiseAhead
 
 Array = NDArray[np.float64]
 Ints = NDArray[np.int64]
@@ -59,13 +50,6 @@ SIGMA_MIN = 2.0**-900
 
 class GridError(ValueError):
     """The fixed-point release cannot be made for this sigma and dimension (public facts only)."""
-
-
-def private_generator() -> np.random.Generator:
-    """A fresh generator over AES-128 in counter mode, its key 128 bits from the OS's CSPRNG (set directly,
-    not through a SeedSequence). Uses AES-NI where the CPU has it (`AESCounter.use_aesni`), a portable
-    AES otherwise (slower, the same stream)."""
-    return np.random.Generator(AESCounter(key=secrets.randbits(128)))
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from privacy_wall.accounting import (
+from privacy_wall.accounting.accountants import (
     Accountant,
     Event,
     PrivacyCost,

@@ -4,7 +4,7 @@ The wall enforces the bounds the sensitivities assume and rejects, never repairs
 L2 norm <= 1 and labels in {0, 1} (regression: real targets in [-1, 1]); binary data must be 0/1;
 bag-of-words ids must match the public vocabulary. Errors name the file line, never a value.
 
-Files are read and written in chunks (privacy_wall.formats.TabularStream, DocwordStream; one bounded
+Files are read and written in chunks (privacy_wall.data.formats.TabularStream, DocwordStream; one bounded
 transaction of rows per chunk), so memory does not grow with the file. The commit point is the
 population: the sensitive `stored_datasets` row and the rows are written first, the control database's
 catalogue entry (or, for an append, the new population) last; any failure removes what was written, and
@@ -13,7 +13,7 @@ population) is removed by the next ingest of that name. Appending rows is allowe
 has no charge and no open reservation: its population is part of every charged event.
 
 When the dataset has a budget (set before its first ingest, or before an append) and is private, its
-delta must stay below 1/N (privacy_wall.delta_policy): the rows stop at the most that delta allows (no
+delta must stay below 1/N (privacy_wall.ledger.delta_policy): the rows stop at the most that delta allows (no
 chunk past it is written, the rest of the file is only counted, for the refusal's N) and the budget is
 read again at the commit point, in its transaction; a refusal leaves the dataset as it was.
 """
@@ -32,10 +32,8 @@ import scipy.sparse as sp
 from numpy.typing import NDArray
 from sqlalchemy import Connection, Engine, delete, func, insert, select, text, update
 
-from privacy_wall import blocks as block_layout
-from privacy_wall.control_schema import budgets, charges, datasets, reservations
-from privacy_wall.delta_policy import delta_problem, largest_population, suggested_delta, within_bound
-from privacy_wall.formats import (
+from privacy_wall.data import blocks as block_layout
+from privacy_wall.data.formats import (
     TABLE_BLOCK_BYTES,
     BagOfWords,
     DocumentChunk,
@@ -45,9 +43,11 @@ from privacy_wall.formats import (
     TabularStream,
     read_vocabulary,
 )
+from privacy_wall.data.schema import blocks, stored_datasets
+from privacy_wall.data.store import ROW_NORM_TOLERANCE, Batch
+from privacy_wall.ledger.delta_policy import delta_problem, largest_population, suggested_delta, within_bound
+from privacy_wall.ledger.schema import budgets, charges, datasets, reservations
 from privacy_wall.names import NAME_RULE, is_dataset_name
-from privacy_wall.sensitive_schema import blocks, stored_datasets
-from privacy_wall.store import ROW_NORM_TOLERANCE, Batch
 
 Kind = Literal["tabular", "regression", "bow", "binary"]
 KINDS: tuple[Kind, ...] = ("tabular", "regression", "bow", "binary")

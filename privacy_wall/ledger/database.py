@@ -6,8 +6,8 @@ submissions and commits on one dataset are serialised and can never jointly over
 its job's reservation is admitted under that lock by the dataset's budget and by the caller's ChargeCheck
 (the service's worker passes the submitting key's quota), so neither is overspent by concurrent charges.
 
-Costs are stored as the configured accountant's additive vectors (privacy_wall.accounting): the budget
-row holds the committed sum, each reservation its per-iteration cost, and `budgets.accountant` the
+Costs are stored as the configured accountant's additive vectors (privacy_wall.accounting.accountants): the
+budget row holds the committed sum, each reservation its per-iteration cost, and `budgets.accountant` the
 version that priced them. A row priced by another version is re-priced from the stored events (charges
 and reservations) the first time a write locks it, and the change is recorded in accountant_changes;
 reads in between price the events on the fly. Each charge row keeps the cost its accountant gave it.
@@ -26,7 +26,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, Executable, and_, bindparam, delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
-from privacy_wall.accounting import (
+from privacy_wall.accounting.accountants import (
     ACCOUNTANTS,
     ORDERS,
     Accountant,
@@ -36,10 +36,10 @@ from privacy_wall.accounting import (
     event_from_dict,
     event_to_dict,
 )
-from privacy_wall.control_schema import accountant_changes, budgets, charges, reservations
-from privacy_wall.delta_policy import check_budget_delta
-from privacy_wall.ledger import BudgetExceeded, Charge, DuplicateCharge
-from privacy_wall.refusals import budget_exceeded, headroom_epsilon
+from privacy_wall.ledger.base import BudgetExceeded, Charge, DuplicateCharge
+from privacy_wall.ledger.delta_policy import check_budget_delta
+from privacy_wall.ledger.refusals import budget_exceeded, headroom_epsilon
+from privacy_wall.ledger.schema import accountant_changes, budgets, charges, reservations
 from privacy_wall.sqlengine import Bind, reading, run_writes, transaction
 
 
@@ -263,7 +263,7 @@ def set_budget(engine: Engine, dataset: str, epsilon: float | None, delta: float
         row = conn.execute(
             select(budgets).where(budgets.c.dataset == dataset).with_for_update()
         ).one_or_none()
-        check_budget_delta(conn, dataset, delta)  # below 1/N (privacy_wall.delta_policy)
+        check_budget_delta(conn, dataset, delta)  # below 1/N (privacy_wall.ledger.delta_policy)
         if row is None:
             conn.execute(
                 insert(budgets).values(

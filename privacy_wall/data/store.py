@@ -14,7 +14,7 @@ import numpy as np
 import scipy.sparse as sp
 from numpy.typing import NDArray
 
-from privacy_wall.formats import BagOfWords
+from privacy_wall.data.formats import BagOfWords
 
 
 class BoundViolation(ValueError):
@@ -175,7 +175,7 @@ class InMemoryBowStore:
 
     @classmethod
     def from_bag_of_words(cls, name: str, corpus: BagOfWords, *, public: bool = False) -> InMemoryBowStore:
-        """A store over a corpus read by `privacy_wall.formats.read_docword`."""
+        """A store over a corpus read by `privacy_wall.data.formats.read_docword`."""
         shape = (corpus.documents, len(corpus.vocabulary))
         return cls(name, sp.csr_array((corpus.counts, corpus.word_ids, corpus.indptr), shape=shape), public)
 

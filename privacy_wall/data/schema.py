@@ -4,7 +4,7 @@
   custodian marked it public (the gate allows seeds and sigma = 0 only then).
 `blocks`: the rows in blocks of columns, keyed by (dataset, first_row); a block holds rows first_row ..
   first_row + row_count - 1 (the blocks tile ids 0..N-1), its `features` and `labels` blobs laid
-  out by kind (privacy_wall.blocks). A full pass reads the blocks in order; a uniform minibatch reads the
+  out by kind (privacy_wall.data.blocks). A full pass reads the blocks in order; a uniform minibatch reads the
   blocks its sampled ids fall in.
 """
 

@@ -9,17 +9,17 @@ subsampled releases. An accountant turns a cost into (epsilon, delta):
   with mu^2 = sum_t 1/sigma_t^2 (Dong, Roth, Su 2022, "Gaussian differential privacy", Cor. 3.3), priced
   exactly by the analytic Gaussian mechanism (Balle and Wang 2018, Thm 8). Subsampled releases are
   C_q(G_{1/sigma})-DP (ibid., Thm 4.2); their privacy loss distributions compose by FFT
-  (privacy_wall.pld), and the least of that, `rdp` and the unamplified Gaussian is charged.
+  (privacy_wall.accounting.pld), and the least of that, `rdp` and the unamplified Gaussian is charged.
 - `rdp`: the WOR subsampled Gaussian RDP curve (Wang, Balle, Kasiviswanathan 2019, Thm 27; see
-  privacy_wall.wor_rdp) with the improved RDP-to-DP conversion (Balle et al. 2020, Thm 21; Canonne,
+  privacy_wall.accounting.wor_rdp) with the improved RDP-to-DP conversion (Balle et al. 2020, Thm 21; Canonne,
   Kamath, Steinke 2020), as dp_accounting's RdpAccountant computes it.
 - `paper`: autodp's analytical moments accountant with the classic conversion, which reproduces the
   papers' epsilons (docs/design.md section 3); for comparisons only.
 
 Conventions (docs/design.md section 2): replace-one neighbours; each iteration samples exactly S of N records
 uniformly without replacement; one Gaussian mechanism with noise multiplier sigma per iteration.
-This module and privacy_wall.pld are the only ones of the project that import autodp or dp_accounting,
-each where it prices (they take about a second to import, which a sigma = 0 fit never needs).
+This module and privacy_wall.accounting.pld are the only ones of the project that import autodp or
+dp_accounting, each where it prices (they take about a second to import, which a sigma = 0 fit never needs).
 """
 
 from __future__ import annotations
@@ -36,11 +36,11 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from privacy_wall import pld
-from privacy_wall.accountant_names import ACCOUNTANT_NAMES
-from privacy_wall.accountant_names import DEFAULT_ACCOUNTANT as DEFAULT_ACCOUNTANT  # re-exported
-from privacy_wall.pld import Group
-from privacy_wall.wor_rdp import sampled_gaussian_rdp
+from privacy_wall.accounting import pld
+from privacy_wall.accounting.names import ACCOUNTANT_NAMES
+from privacy_wall.accounting.names import DEFAULT_ACCOUNTANT as DEFAULT_ACCOUNTANT  # re-exported
+from privacy_wall.accounting.pld import Group
+from privacy_wall.accounting.wor_rdp import sampled_gaussian_rdp
 
 #: The fixed grid of Renyi orders on which every curve is stored (fractional near 1 for large sigma,
 #: dense where the optimum usually lies, sparse towards large orders for small epsilon targets).
@@ -326,8 +326,9 @@ class RdpAccountant(Accountant):
     version = "rdp/wbk19-thm27-v2/balle20/dp_accounting-0.6.0/grid-v1"
 
     def _subsampled_curve(self, sigma: float, sample_size: int, population: int) -> tuple[float, ...]:
-        """WBK 2019 Thm 27 (privacy_wall.wor_rdp). Subsampling never costs more than releasing on the whole
-        batch (each pair of neighbouring datasets yields subsamples that are neighbours or equal, and
+        """WBK 2019 Thm 27 (privacy_wall.accounting.wor_rdp). Subsampling never costs more than releasing on
+        the whole batch (each pair of neighbouring datasets yields subsamples that are neighbours or equal,
+        and
         Renyi divergence is jointly quasi-convex), so the unamplified Gaussian curve bounds it too."""
         with np.errstate(all="ignore"):
             curve = sampled_gaussian_rdp(sample_size / population, sigma, ORDERS)
@@ -353,8 +354,8 @@ class PldAccountant(RdpAccountant):
     privacy profile of C_q(f) is the larger of the hockey-stick curves of ((1-q) N(0, s^2) + q N(1, s^2),
     N(0, s^2)) and of its swap at every real eps; a pessimistic connect-the-dots PMF of that symmetrised
     profile (Doroshenko et al. 2022) dominates it; adaptive releases compose (Dong, Roth, Su, Thm 3.2) by FFT
-    convolution with the Gaussian part (privacy_wall.pld, which states the argument in full). Composing
-    the two ordered pairs separately and taking the larger epsilon would NOT be valid here.
+    convolution with the Gaussian part (privacy_wall.accounting.pld, which states the argument in full).
+    Composing the two ordered pairs separately and taking the larger epsilon would NOT be valid here.
 
     Two other valid bounds of the same composition may be smaller, and the smaller of valid epsilons is
     valid: the RDP curve (`rdp`), and the Gaussian one gets by reading every subsampled release as one on
@@ -387,7 +388,8 @@ class PldAccountant(RdpAccountant):
 
 
 def _gaussian_delta(mu2: float, eps: float) -> float:
-    """delta at eps of mu-GDP: the profile of privacy_wall.pld at q = 1 (0 at eps = inf, 1 at mu = inf)."""
+    """delta at eps of mu-GDP: the profile of privacy_wall.accounting.pld at q = 1 (0 at eps = inf, 1 at
+    mu = inf)."""
     if eps == math.inf or mu2 <= 0.0:
         return 0.0
     if not math.isfinite(mu2):
@@ -432,7 +434,7 @@ def get_accountant(name: str) -> Accountant:
 @lru_cache
 def configured_accountant() -> Accountant:
     """The deployment's accountant (VIPS_ACCOUNTANT), read once per process."""
-    from privacy_wall.accounting_settings import AccountingSettings  # pydantic-settings: only here
+    from privacy_wall.accounting.settings import AccountingSettings  # pydantic-settings: only here
 
     return get_accountant(AccountingSettings().accountant)
 

@@ -40,7 +40,7 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy.special import log_ndtr
 
-from privacy_wall.convolution import convolution_power
+from privacy_wall.accounting.convolution import convolution_power
 
 if TYPE_CHECKING:
     from dp_accounting.pld import pld_pmf

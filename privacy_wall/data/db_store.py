@@ -1,6 +1,6 @@
 """Row stores over the sensitive database: full passes and uniform minibatches over a dataset's blocks.
 
-Rows are kept in blocks of columns (privacy_wall.blocks; row ids 0..N-1): a full pass reads the blocks in
+Rows are kept in blocks of columns (privacy_wall.data.blocks; row ids 0..N-1): a full pass reads the blocks in
 order into arrays allocated once, a minibatch of S distinct ids reads only the blocks they fall in. With
 a worker's cache, a dataset whose decoded arrays fit it is read once per version and every later pass or
 minibatch is served from memory.
@@ -19,11 +19,11 @@ from sqlalchemy import Connection, Integer, Select, any_, bindparam, func, selec
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.exc import InterfaceError, OperationalError
 
-from privacy_wall import blocks as block_layout
-from privacy_wall.dataset_cache import DatasetCache, Version, rows_of
-from privacy_wall.sensitive_schema import blocks, stored_datasets
+from privacy_wall.data import blocks as block_layout
+from privacy_wall.data.dataset_cache import DatasetCache, Version, rows_of
+from privacy_wall.data.schema import blocks, stored_datasets
+from privacy_wall.data.store import Batch, DatasetInfo, Rows, uniform_rows
 from privacy_wall.sqlengine import Bind, reading
-from privacy_wall.store import Batch, DatasetInfo, Rows, uniform_rows
 
 #: Blocks fetched per statement by a minibatch (their blobs are alive together: at most about 64 MB).
 FETCH_BLOCKS = 64
@@ -111,7 +111,7 @@ def _fetch_blocks(conn: Connection, statement: Select[Any]) -> list[Any]:
 class DatabaseStore:
     """A dataset in the sensitive database, of the kind it was ingested as (tabular, regression, bow or
     binary). With a `cache`, a dataset whose decoded arrays fit it is decoded once per version and every
-    pass or minibatch of that version is taken from memory (privacy_wall.dataset_cache). No read uses a
+    pass or minibatch of that version is taken from memory (privacy_wall.data.dataset_cache). No read uses a
     row at or past the stored population."""
 
     bind: Bind

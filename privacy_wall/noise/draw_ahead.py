@@ -25,7 +25,8 @@ from fractions import Fraction
 import numpy as np
 from numpy.typing import NDArray
 
-from privacy_wall.mechanisms import discrete_gaussian_noise, private_generator
+from privacy_wall.noise.csprng import private_generator
+from privacy_wall.noise.discrete_gaussian import sample_discrete_gaussian
 
 Ints = NDArray[np.int64]
 
@@ -52,7 +53,7 @@ def _background() -> ThreadPoolExecutor:
 
 
 def _fresh_draw(sigma2: Fraction, size: int) -> Ints:
-    return discrete_gaussian_noise(sigma2, size, private_generator())
+    return sample_discrete_gaussian(sigma2, size, private_generator().bit_generator)
 
 
 class NoiseAhead:

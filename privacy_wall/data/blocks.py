@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from privacy_wall.store import Batch
+from privacy_wall.data.store import Batch
 
 #: About this many bytes of encoded rows per block: large reads for full passes, few wasted bytes when
 #: a minibatch needs one row of a block.

@@ -7,7 +7,7 @@ small epsilon with almost no noise. So a budget's delta must be below 1/N, N the
 and the usual advice is delta << 1/N (suggested_delta: a power of ten at most 1/(10 N)).
 
 Where a delta meets an N: budget set (ledger_db.set_budget, under the budget's lock), ingest and append
-(privacy_wall.ingest: the rows a budget's delta allows, before the commit point), and admission (a
+(privacy_wall.data.ingest: the rows a budget's delta allows, before the commit point), and admission (a
 budget set before this rule stays in the ledger as it is, but admits no job). Datasets marked public are
 exempt, as they are from the other invariants that protect records (sigma 0, seeds): nothing of theirs
 is protected. The calculators that take a population (`vips privacy`, `vips fit --local`) warn instead
@@ -65,7 +65,7 @@ def check_budget_delta(conn: Connection, dataset: str, delta: float) -> None:
     budget row's lock, as an append does."""
     from sqlalchemy import select  # here: the CLI's calculators import this module without a database
 
-    from privacy_wall.control_schema import datasets
+    from privacy_wall.ledger.schema import datasets
 
     row = conn.execute(
         select(datasets.c.population, datasets.c.public).where(datasets.c.name == dataset).with_for_update()

@@ -18,7 +18,7 @@ from datetime import datetime
 import numpy as np
 import scipy.sparse as sp
 
-from privacy_wall.store import Batch
+from privacy_wall.data.store import Batch
 
 #: A dataset version: its name, population and creation time in the sensitive store.
 Version = tuple[str, int, datetime]

@@ -63,7 +63,7 @@ from operator import index
 import numpy as np
 from numpy.typing import NDArray
 
-from privacy_wall import _discrete_gaussian
+from privacy_wall.noise import _discrete_gaussian
 
 SIGMA2_MAX = 2**48  # sigma <= 2^24 grid steps
 DENOMINATOR_MAX = 2**12

@@ -570,7 +570,7 @@ DOCWORD_BLOCK_BYTES = 4 * 1024 * 1024
 #: corpus (1.2 MB: 0.016 s against pyarrow's 0.009 s).
 SMALL_DOCWORD_BYTES = 4 * 1024 * 1024
 #: Documents per DocumentChunk at most (a long run of empty documents comes in parts); a multiple of
-#: privacy_wall.blocks.BOW_BLOCK_ROWS.
+#: privacy_wall.data.blocks.BOW_BLOCK_ROWS.
 CHUNK_DOCUMENTS = 65_536
 #: The largest count and the most documents the store holds (int32 counts, 32-bit row ids).
 MAX_COUNT = MAX_DOCUMENTS = 2**31 - 1

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from privacy_wall.accountant_names import DEFAULT_ACCOUNTANT
+from privacy_wall.accounting.names import DEFAULT_ACCOUNTANT
 
 
 class AccountingSettings(BaseSettings):
