@@ -36,11 +36,11 @@ from privacy_wall.ledger.base import Charge
 from privacy_wall.ledger.schema import datasets
 from privacy_wall.sqlengine import create_db_engine
 from service.app import create_app
-from service.keys import create_key
-from service.models import jobs, releases
-from service.posterior_store import store_posterior
-from service.release_arrays import encode_arrays
 from service.settings import ServiceSettings
+from service.store.keys import create_key
+from service.store.models import jobs, releases
+from service.store.posteriors import store_posterior
+from service.store.release_arrays import encode_arrays
 from service.ui import views
 from tests.dbservers import fresh_database
 from tests.test_api import RecordingQueue

@@ -20,7 +20,8 @@ Sections:
   held-out completion perplexity: epsilon 1, 2.4, 10, 100 (delta 1e-4, sigma by the `pld` accountant) and
   sigma = 0, on the README's job (the bundled corpus, K = 50, S = 2,000, T = 20, N_w = 500, a = 0.1) and on
   planted-topic corpora shaped like it (V = 5,000, ~50 tokens, K = 20) of growing D at S / D = 0.05, T = 20.
-- --sweep-unigram: the unigram fallback (issue 36) on the LDA schedule rule's rows (service.schedules: T and
+- --sweep-unigram: the unigram fallback (issue 36) on the LDA schedule rule's rows
+(service.planning.schedules: T and
   unigram_share by epsilon x D, S = D) at epsilon 0.5-10 and sigma 0, on the bundled corpus, planted-topic
   corpora and a stand-in from a third generator (`dirichlet_corpus`), against the training unigram.
 - --full: the paper's scale (D = 400,000, V = 5,000, K = 50, S = 20,000, N_w = 500, T = 20, sigma = 1.24)
@@ -70,7 +71,7 @@ from privacy_wall.queries.lda import (
     sanitize_counts,
     shifted_topic_word,
 )
-from service.schedules import job_scale, rule_for, rule_iterations, rule_options
+from service.planning.schedules import job_scale, rule_for, rule_iterations, rule_options
 from worker.datasets.synthetic_lda import generate_corpus, planted_topics
 from worker.datasets.wikipedia import load_wikipedia
 from worker.models.lda import (
@@ -637,7 +638,7 @@ def sweep_section(sizes: Sequence[int]) -> list[SweepRow]:
     return rows
 
 
-#: --sweep-unigram (issue 36): the rows reported for service/schedules.py's ("lda", "vips") rule, by
+#: --sweep-unigram (issue 36): the rows reported for service/planning/schedules.py's ("lda", "vips") rule, by
 #: privacy scale epsilon x D: (largest scale of the row, iterations T, unigram_share w); S = D,
 #: unigram_clip 3 and doc_length 500 (N_w) in every row. Read off grids on the bundled corpus and on
 #: planted-topic corpora (D 3,000 and 30,000; docs/schedules.md, "LDA"); a job that gives sigma
@@ -647,7 +648,7 @@ UNIGRAM_EPSILONS = (0.5, 1.0, 2.0, 5.0, 10.0)
 
 def unigram_rule(scale: float) -> tuple[int, float, float]:
     """(T, unigram_share, unigram_clip) the service's LDA rule chooses at `scale` (epsilon x D x 100,000 /
-    (K V): service.schedules); sigma 0 (an infinite scale) takes the largest finite scale's."""
+    (K V): service.planning.schedules); sigma 0 (an infinite scale) takes the largest finite scale's."""
     rule = rule_for("lda", "vips")
     scale = min(scale, sys.float_info.max)
     options = rule_options(rule, scale, {})
@@ -913,7 +914,7 @@ def full_worker_mode(work: Path) -> str:
     from privacy_wall.data.formats import BagOfWords
     from privacy_wall.data.ingest import ingest_bag_of_words
     from privacy_wall.sqlengine import create_db_engine
-    from service.client import VipsClient
+    from service.http.client import VipsClient
     from tests.e2e import production_service
 
     setting = FULL_SETTING

@@ -27,10 +27,11 @@ test-split images held out), K = 50, S = 400, T = 50, rho_t = t^-kappa (tau0 = 0
 kappa = 1, and kappa = 0.6): non-private SBN next to scikit-learn's BernoulliRBM with 50 units (its
 reconstruction NLL through p(h | v), learning rates 0.1 / 0.02 / 0.005 with 10 / 40 / 150 epochs), and the
 private SBN's NLL against epsilon (delta 1e-5) next to the exact per-pixel means, each private fit with the
-schedule the service chooses from epsilon alone (service.schedules, ("sbn", "vips"): S = N, T by epsilon x N)
-and kappa 1; CPU seconds per iteration. --frequency-copies runs each epsilon at each listed k ("rule": the
-rule's choice; the table's "rule's choice" column shows what the rule picks: T and k), --iterations fixes T,
---init-scale the model's init_scale, --private-only leaves out the RBM and the non-private fits.
+schedule the service chooses from epsilon alone (service.planning.schedules, ("sbn", "vips"): S = N, T by
+epsilon x N) and kappa 1; CPU seconds per iteration. --frequency-copies runs each epsilon at each listed k
+("rule": the rule's choice; the table's "rule's choice" column shows what the rule picks: T and k),
+--iterations fixes T, --init-scale the model's init_scale, --private-only leaves out the RBM and the
+non-private fits.
 
 Measured 2026-11-28 (mean over 3 fits, private fits at S = N = 4,000, T 3, kappa 1; the full table with
 k 1 / 2 / 4 / 8 and T 3 / 10 up to epsilon 200 is in docs/schedules.md, "VIPS-SBN"): with k 8 NLL
@@ -73,7 +74,7 @@ from privacy_wall.data.store import InMemoryBinaryStore
 from privacy_wall.gate import Gate
 from privacy_wall.ledger.base import InMemoryLedger
 from privacy_wall.queries.sbn import DEFAULT_FREQUENCY_COPIES
-from service.schedules import choose_schedule
+from service.planning.schedules import choose_schedule
 from worker.datasets.digits import load_binary_digits
 from worker.models.sbn import SigmoidBeliefNetwork, pixel_mean_metrics, reconstruction_metrics
 from worker.runner import LoopSettings, run_vips

@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from privacy_wall.ledger.delta_policy import suggested_delta
-from service.client import VipsClient
+from service.http.client import VipsClient
 from tests.e2e import embedded_service
 
 D = 20

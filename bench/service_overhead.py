@@ -25,7 +25,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from service.client import VipsClient
+from service.http.client import VipsClient
 from tests.e2e import production_service, synthetic_csv
 from worker.estimator import VIPSLogisticRegression
 

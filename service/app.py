@@ -20,17 +20,17 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.db import create_control_engine
 from service.errors import BudgetRefused, ServiceError, SpecError, StorageFull
-from service.limits import BodyLimit, ErrorBoundary, HeaderLimit, validation_errors
-from service.periodic import run_every
-from service.proxies import ForwardedHeaders
-from service.queue import CeleryQueue, JobQueue
-from service.rate_limits import KeyRateLimiter
-from service.reaper import start_reaper_thread
-from service.redoc import redoc_router
+from service.http.limits import BodyLimit, ErrorBoundary, HeaderLimit, validation_errors
+from service.http.proxies import ForwardedHeaders
+from service.http.rate_limits import KeyRateLimiter
+from service.http.redoc import redoc_router
+from service.jobs.periodic import run_every
+from service.jobs.queue import CeleryQueue, JobQueue
+from service.jobs.reaper import start_reaper_thread
 from service.routes import budgets, datasets, health, jobs, key_ledger, keys, posteriors
 from service.settings import ServiceSettings, get_settings
+from service.store.db import create_control_engine
 from service.ui import routes as ui_routes
 from service.ui.views import warm_spend_curves
 
@@ -47,7 +47,7 @@ dashboard for people is at /ui."""
 
 
 #: The API's documentation pages load only from this host (ReDoc's bundle is served without the logo it
-#: would fetch from cdn.redoc.ly: service.redoc); the policy refuses anything else. Swagger UI and ReDoc
+#: would fetch from cdn.redoc.ly: service.http.redoc); the policy refuses anything else. Swagger UI and ReDoc
 #: start from inline scripts and styles, ReDoc searches in a blob: worker.
 DOCS_POLICY = (
     "default-src 'self'; script-src 'self' 'unsafe-inline'; style-src 'self' 'unsafe-inline'; "
@@ -115,7 +115,7 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         # The reaper runs here too, so budget reserved by a job no worker will run is refunded even
-        # when no worker is alive (service.reaper).
+        # when no worker is alive (service.jobs.reaper).
         stop = (
             start_reaper_thread(
                 engine,
@@ -142,7 +142,7 @@ def create_app(
             app.state.engine.dispose()
 
     # Swagger UI and ReDoc from fastapi_offline's own copies, served here: /docs and /redoc work offline
-    # (/redoc from service.redoc, which drops the bundle's one request to another host).
+    # (/redoc from service.http.redoc, which drops the bundle's one request to another host).
     app = FastAPIOffline(
         redoc_url=None,
         title="VIPS",
@@ -155,7 +155,7 @@ def create_app(
     app.state.settings = settings
     app.state.engine = engine
     app.state.queue = queue
-    # Each key's reads, in this process (service.auth.take_read; writes have their own limits).
+    # Each key's reads, in this process (service.http.auth.take_read; writes have their own limits).
     app.state.read_limiter = KeyRateLimiter(
         settings.read_rate_per_key, settings.read_burst_per_key, what="reads"
     )

@@ -9,9 +9,11 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, StringConstraints, field_validator
 
 from privacy_wall.names import NAME_MAX_LENGTH, NAME_REGEX
-from service.job_status import JobStatus
-from service.keys import KEY_NAME_MAX_LENGTH, Role, key_name_problem
-from service.params import INT_MAX
+from service.store.job_status import JobStatus
+from service.store.keys import KEY_NAME_MAX_LENGTH, Role, key_name_problem
+
+#: The largest integer a request may carry: every integer column (SQLite and PostgreSQL) holds it.
+INT_MAX = 2**31 - 1
 
 Model = Literal["blr", "linreg", "lda", "sbn"]
 Algorithm = Literal["vips", "dpvi", "dpsep"]
@@ -34,7 +36,7 @@ def _finite_or_null(value: float) -> float | None:
 MaybeInfinite = Annotated[float, PlainSerializer(_finite_or_null, return_type=float | None, when_used="json")]
 #: Appended to the description of a MaybeInfinite field.
 NULL_UNBOUNDED = "; null when unbounded (infinite: the charges of a sigma-0 job on a public dataset)"
-#: The dataset name rule (privacy_wall.names) in bodies (service.params has it for paths and queries).
+#: The dataset name rule (privacy_wall.names) in bodies (service.http.params has it for paths and queries).
 DatasetName = Annotated[str, StringConstraints(min_length=1, max_length=NAME_MAX_LENGTH, pattern=NAME_REGEX)]
 
 
@@ -322,7 +324,7 @@ LARGEST_EPSILON = (
 
 
 class ResourceEstimate(BaseModel):
-    """What a job is estimated to need (service.resources); submission refuses one above the server's
+    """What a job is estimated to need (service.planning.resources); submission refuses one above the server's
     limits VIPS_MAX_JOB_MEMORY_MB, VIPS_MAX_RELEASE_MB and VIPS_MAX_JOB_STORED_MB."""
 
     memory_bytes: int = Field(description="peak memory of the worker running the job")
@@ -337,7 +339,7 @@ class ResourceEstimate(BaseModel):
 
 
 class ScheduleChoice(BaseModel):
-    """A job's schedule and where it came from (service.schedules)."""
+    """A job's schedule and where it came from (service.planning.schedules)."""
 
     iterations: int
     batch_size: int
@@ -415,7 +417,7 @@ class BudgetRefusal(BaseModel):
 
 
 class StorageRefusal(BaseModel):
-    """409 body when the submitting key's stored outputs leave no room for the job (service.job_storage)."""
+    """409 body when the submitting key's stored outputs leave no room for the job (service.jobs.storage)."""
 
     detail: str
     limit: Literal["storage"] = "storage"

@@ -7,6 +7,7 @@ control database and a file-system Celery broker that needs no Redis.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from functools import lru_cache
 from pathlib import Path
@@ -15,17 +16,34 @@ from typing import Any
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from service.proxies import Network, parse_networks
+#: A trusted proxy's network (VIPS_TRUSTED_PROXIES; service.http.proxies).
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def parse_networks(text: str) -> tuple[Network, ...]:
+    """A comma-separated list of addresses and CIDR networks ("127.0.0.1,::1,10.0.0.0/8"); ValueError
+    names an entry that is neither. An address is the network of that one address."""
+    networks = []
+    for item in text.split(","):
+        entry = item.strip()
+        if not entry:
+            continue
+        try:
+            networks.append(ipaddress.ip_network(entry, strict=False))
+        except ValueError:
+            raise ValueError(f"{entry!r} is not an IP address or CIDR network") from None
+    return tuple(networks)
+
 
 #: Embedded mode: the worker touches its alive file this often; /readyz wants it fresher than the stale age.
 WORKER_ALIVE_SECONDS = 2.0
 WORKER_STALE_SECONDS = 10.0
 
 #: Embedded mode: Celery's broker_transport, kombu's file-system transport whose messages appear whole.
-FILE_BROKER_TRANSPORT = "service.file_broker:Transport"
+FILE_BROKER_TRANSPORT = "service.jobs.file_broker:Transport"
 #: Production: Celery's broker_transport for a redis:// broker, kombu's Redis transport with a fix that
-#: keeps a worker alive through a Redis outage while it runs a job (service.redis_broker).
-REDIS_BROKER_TRANSPORT = "service.redis_broker:Transport"
+#: keeps a worker alive through a Redis outage while it runs a job (service.jobs.redis_broker).
+REDIS_BROKER_TRANSPORT = "service.jobs.redis_broker:Transport"
 
 RUN_JOB_TASK = "vips.run_job"
 REAP_TASK = "vips.reap"
@@ -80,17 +98,17 @@ class ServiceSettings(BaseSettings):
     #: A job queued this long after submission (or after a worker last deferred it) whose task the broker
     #: no longer holds was lost: failed and refunded. One whose task waits in the broker is never reaped.
     queued_timeout_seconds: float = 300.0
-    #: How often the API process (and each worker, and Celery beat) runs the reaper (service.reaper).
+    #: How often the API process (and each worker, and Celery beat) runs the reaper (service.jobs.reaper).
     reaper_interval_seconds: float = 10.0
     max_iterations: int = 100_000
-    #: Resource limits (service.resources): a job whose estimated worker memory, size of one stored
+    #: Resource limits (service.planning.resources): a job whose estimated worker memory, size of one stored
     #: release, or total stored bytes (releases and posterior) exceed them is refused with a 422 at
     #: submission. Memory defaults to what lets worker_concurrency job processes, each with its start, its
     #: dataset cache and one such job, fit 80% of this machine's memory together (default_job_memory_mb).
     max_job_memory_mb: float = Field(default=0.0, ge=0)  # 0: that default, filled in below
     max_release_mb: float = Field(default=64.0, gt=0)
     max_job_stored_mb: float = Field(default=1024.0, gt=0)
-    #: What one key's jobs may store in the control database together (service.job_storage): queued and
+    #: What one key's jobs may store in the control database together (service.jobs.storage): queued and
     #: running jobs at their estimates, ended ones at what they stored; a job that would pass it is refused
     #: (409) until the key deletes finished jobs' outputs.
     max_key_stored_mb: float = Field(default=2048.0, gt=0)
@@ -121,7 +139,7 @@ class ServiceSettings(BaseSettings):
     #: Request bodies above this many bytes are refused (413) before they are parsed.
     max_body_bytes: int = 1 << 20
     #: Peers (comma-separated addresses and CIDR networks) whose X-Forwarded-Proto and X-Forwarded-For
-    #: are believed (service.proxies): the reverse proxies in front of the API. Default: loopback only.
+    #: are believed (service.http.proxies): the reverse proxies in front of the API. Default: loopback only.
     trusted_proxies: str = "127.0.0.1,::1"
     #: A key keeps at most this many dashboard sessions; signing in once more closes its oldest.
     max_sessions_per_key: int = Field(default=10, ge=1)
@@ -137,7 +155,7 @@ class ServiceSettings(BaseSettings):
     pricing_rate_per_key: float = 5.0
     pricing_burst_per_key: int = 20
     #: Reads (GET and HEAD of the API and the dashboard) of one key are limited to read_rate_per_key per
-    #: second, bursts of read_burst_per_key (429 with Retry-After above it; service.auth), so one key's
+    #: second, bursts of read_burst_per_key (429 with Retry-After above it; service.http.auth), so one key's
     #: scripts cannot slow every other key's reads. Generous by default: a dashboard page with its plots
     #: is a handful of reads, `vips wait` and Client.wait poll once a second, and a notebook listing
     #: jobs then reading each is a burst of one per job; 20 per second (burst 200) is 20 times what any
@@ -163,7 +181,7 @@ class ServiceSettings(BaseSettings):
     #: After answering a release, a shard worker answers its job's next releases as they come, directly
     #: from the sensitive database, until none comes for this long (privacy_wall.shards.linger); 0: never.
     shard_linger_seconds: float = Field(default=1.0, ge=0, le=10)
-    #: Per connection (service.http_server): a request head above max_header_bytes is refused (400); the
+    #: Per connection (service.http.server): a request head above max_header_bytes is refused (400); the
     #: head must arrive within header_timeout_seconds, the body within body_timeout_seconds of it, else
     #: the connection is closed; idle kept-alive connections close after keep_alive_seconds; a server
     #: process closes new connections beyond max_connections. Per client address (an IPv6 /64 counts as
@@ -243,8 +261,8 @@ class ServiceSettings(BaseSettings):
         for folder in ("out", "processed", "staging", "control"):
             (queue / folder).mkdir(parents=True, exist_ok=True)
         config["broker_url"] = "filesystem://"
-        # kombu's file-system transport, whose messages appear in "out" whole (service.file_broker): kombu's
-        # own lets a consumer take a message's file before its writer wrote it.
+        # kombu's file-system transport, whose messages appear in "out" whole (service.jobs.file_broker):
+        # kombu's own lets a consumer take a message's file before its writer wrote it.
         config["broker_transport"] = FILE_BROKER_TRANSPORT
         config["broker_transport_options"] = {
             "data_folder_in": str(queue / "out"),

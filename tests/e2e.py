@@ -25,8 +25,8 @@ from sqlalchemy import Engine
 from privacy_wall.data.ingest import ingest
 from privacy_wall.data.settings import WallSettings
 from privacy_wall.sqlengine import create_db_engine
-from service.client import VipsClient
-from service.keys import create_key
+from service.http.client import VipsClient
+from service.store.keys import create_key
 from tests.dbservers import fresh_database
 from vips.choices import DEFAULT_LABEL
 from vips.migrate import upgrade

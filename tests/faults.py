@@ -19,7 +19,7 @@ import pytest
 from sqlalchemy import Engine, func, select
 
 from privacy_wall.ledger.schema import charges, reservations
-from service.models import jobs, releases
+from service.store.models import jobs, releases
 
 
 def wait_for(predicate: Callable[[], bool], seconds: float, what: str) -> None:

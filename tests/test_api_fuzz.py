@@ -22,7 +22,7 @@ from schemathesis.checks import not_a_server_error
 
 from privacy_wall.sqlengine import create_db_engine
 from service.app import create_app
-from service.queue import RecordingQueue
+from service.jobs.queue import RecordingQueue
 from service.settings import ServiceSettings
 from tests.dbservers import fresh_database
 from tests.test_api import MAX_ITERATIONS, populate

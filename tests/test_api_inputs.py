@@ -20,8 +20,8 @@ from fastapi.testclient import TestClient
 
 from privacy_wall.sqlengine import create_db_engine
 from service.app import create_app
-from service.limits import INPUT_EXCERPT, MAX_ERRORS
-from service.queue import RecordingQueue
+from service.http.limits import INPUT_EXCERPT, MAX_ERRORS
+from service.jobs.queue import RecordingQueue
 from service.settings import ServiceSettings
 from tests.dbservers import fresh_database
 from tests.test_api import BATCH, SIGMA, Api, make_api, populate

@@ -15,10 +15,10 @@ from privacy_wall.data.ingest import ingest
 from privacy_wall.ledger import database as ledger_db
 from privacy_wall.sqlengine import create_db_engine
 from service.app import create_app
-from service.keys import create_key
-from service.models import posteriors, releases
-from service.queue import RecordingQueue
+from service.jobs.queue import RecordingQueue
 from service.settings import ServiceSettings
+from service.store.keys import create_key
+from service.store.models import posteriors, releases
 from tests.dbservers import fresh_database
 from tests.test_ingest_store import tabular_data, write_tabular
 from worker.jobs import execute_job

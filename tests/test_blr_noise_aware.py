@@ -11,7 +11,7 @@ from sklearn.metrics import roc_auc_score
 
 from privacy_wall.data.store import InMemoryTabularStore
 from privacy_wall.queries.blr import LogisticRegressionQuery
-from service.options import option_problem
+from service.planning.options import option_problem
 from tests.fitting import fit_through_gate
 from worker.models.blr import (
     BayesianLogisticRegression,

@@ -442,7 +442,7 @@ def test_admin_key_verbs_create_list_and_revoke(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from privacy_wall.sqlengine import create_db_engine
-    from service.keys import authenticate
+    from service.store.keys import authenticate
 
     monkeypatch.setenv("VIPS_HOME", str(tmp_path / "home"))
     for name in ("VIPS_CONTROL_DATABASE_URL", "VIPS_SENSITIVE_DATABASE_URL"):

@@ -219,7 +219,7 @@ def test_sbn_errors(capsys: pytest.CaptureFixture[str], images: Images, tmp_path
 
 
 def test_top_words_name_the_documents_topics_with_their_shares() -> None:
-    from service.posterior_summary import top_words
+    from service.ui.posterior_summary import top_words
 
     document = {
         "lambda": [[1.0, 5.0, 2.0, 2.0], [9.0, 1.0, 1.0, 1.0]],

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from service.client import VipsClient
+from service.http.client import VipsClient
 from tests.dbservers import fresh_database
 from tests.test_api import Api, make_api
 from vips.cli import main

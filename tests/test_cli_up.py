@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from service.client import VipsClient
+from service.http.client import VipsClient
 from tests.e2e import Service, _clean_env, embedded_service, free_port
 from vips.store_lock import LOCK_NAME
 

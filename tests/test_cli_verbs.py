@@ -13,8 +13,8 @@ from types import SimpleNamespace
 
 import pytest
 
-import service.submission
-from service.client import VipsClient
+import service.routes.submission
+from service.http.client import VipsClient
 from tests.dbservers import fresh_database
 from tests.test_api import BATCH, PRIVATE_BUDGET, Api, charge, make_api
 from vips.cli import main
@@ -196,7 +196,7 @@ def test_job_ids_resolve_by_a_unique_prefix_of_eight_or_more_characters(
     api: Api, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     ids = iter(uuid.UUID(h) for h in ("abcdef12" + "0" * 24, "abcdef12" + "1" * 24, "abcdef13" + "0" * 24))
-    monkeypatch.setattr(service.submission, "uuid", SimpleNamespace(uuid4=lambda: next(ids)))
+    monkeypatch.setattr(service.routes.submission, "uuid", SimpleNamespace(uuid4=lambda: next(ids)))
     use(api, monkeypatch)
     first, second, third = (submitted(api, capsys) for _ in range(3))
     assert third.startswith("abcdef13")

@@ -1,4 +1,4 @@
-"""An unauthenticated connection flood against a real `vips serve` process (service.http_server): 300
+"""An unauthenticated connection flood against a real `vips serve` process (service.http.server): 300
 half-open connections from one address (each sends part of a request head, then a byte now and then, and
 is reopened as soon as the server closes it), kept up while a client from another address makes ordinary
 requests on fresh connections. The flooding address holds only its few half-open slots, the other client's

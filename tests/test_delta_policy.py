@@ -29,7 +29,7 @@ from privacy_wall.ledger.delta_policy import (
     within_bound,
 )
 from privacy_wall.ledger.schema import budgets, reservations
-from service.models import jobs
+from service.store.models import jobs
 from tests.dbservers import fresh_database
 from tests.test_api import Api, add_dataset, make_api
 from tests.test_cli_verbs import use

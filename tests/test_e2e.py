@@ -19,8 +19,8 @@ from sqlalchemy import select
 from privacy_wall.accounting.accountants import SubsampledGaussianEvent, privacy_cost
 from privacy_wall.ledger.schema import charges
 from privacy_wall.sqlengine import create_db_engine
-from service.client import VipsClient
-from service.models import releases
+from service.http.client import VipsClient
+from service.store.models import releases
 from tests.e2e import Service, embedded_service, production_service, start_vips, synthetic_csv
 
 DELTA = 1e-5

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from privacy_wall.accounting.accountants import SubsampledGaussianEvent, privacy_cost
-from service.client import VipsClient
+from service.http.client import VipsClient
 from tests.e2e import production_service, synthetic_csv
 from tests.test_cli_regression import write_csv
 from worker.datasets.regression import load_regression

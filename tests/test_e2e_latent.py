@@ -17,7 +17,7 @@ import pytest
 import scipy.sparse as sp
 
 from privacy_wall.accounting.accountants import SubsampledGaussianEvent, privacy_cost
-from service.client import VipsClient
+from service.http.client import VipsClient
 from tests.e2e import Service, production_service
 from worker.datasets.digits import load_binary_digits
 from worker.datasets.synthetic_lda import generate_corpus, planted_topics

@@ -15,8 +15,8 @@ import httpx
 from sqlalchemy import select
 
 from privacy_wall.sqlengine import create_db_engine
-from service.client import VipsClient
-from service.models import jobs
+from service.http.client import VipsClient
+from service.store.models import jobs
 from tests.e2e import embedded_service
 from tests.faults import assert_accounted, assert_killed_job_failed, child_pids, wait_for
 

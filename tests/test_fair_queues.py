@@ -13,8 +13,8 @@ import pytest
 from sqlalchemy import func, select, update
 
 from privacy_wall.ledger.schema import reservations
-from service.client import VipsClient
-from service.models import jobs
+from service.http.client import VipsClient
+from service.store.models import jobs
 from tests.dbservers import fresh_database
 from tests.e2e import embedded_service
 from tests.test_api import Api, make_api

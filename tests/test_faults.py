@@ -20,7 +20,7 @@ import pytest
 from sqlalchemy import Engine
 
 from privacy_wall.sqlengine import create_db_engine
-from service.client import VipsClient
+from service.http.client import VipsClient
 from tests.dbservers import fresh_database
 from tests.e2e import (
     Service,
@@ -265,7 +265,7 @@ REDIS_OUTAGE = 30.0
 
 def test_a_worker_survives_a_redis_outage_during_a_job_and_runs_the_next_job(tmp_path: Path) -> None:
     """Issue 34.9: Redis stopped while the worker runs a job, then started again on its port: the same
-    worker process reconnects (service.redis_broker) and runs a job submitted afterwards. It used to exit
+    worker process reconnects (service.jobs.redis_broker) and runs a job submitted afterwards. It used to exit
     at once ("'NoneType' object has no attribute 'hostname'" in kombu, closing the lost connection of the
     unacknowledged running job), and new jobs stayed queued."""
     with faulty_service(tmp_path, workers=1) as f:

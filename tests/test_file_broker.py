@@ -1,4 +1,4 @@
-"""The embedded broker (service.file_broker): kombu's file-system transport, whose messages appear whole.
+"""The embedded broker (service.jobs.file_broker): kombu's file-system transport, whose messages appear whole.
 
 kombu's own creates a message's file empty and then writes it; a consumer listing the folder in between
 took the empty file and the worker died on it ("Unrecoverable error: JSONDecodeError"), losing the message
@@ -24,8 +24,8 @@ import pytest
 from celery import Celery
 from kombu import Connection
 
-from service import file_broker
-from service.queue import CeleryQueue
+from service.jobs import file_broker
+from service.jobs.queue import CeleryQueue
 from service.settings import FILE_BROKER_TRANSPORT, ServiceSettings
 
 STRESS_QUEUE = "vips.stress"

@@ -1,4 +1,4 @@
-"""The server's per-connection limits (service.http_server) on a real `vips serve` process: slow heads
+"""The server's per-connection limits (service.http.server) on a real `vips serve` process: slow heads
 and bodies are cut at their deadlines, oversized heads refused, connections beyond the cap closed, and
 ordinary requests (kept alive) unaffected."""
 

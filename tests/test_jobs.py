@@ -22,9 +22,9 @@ from privacy_wall.gate import Gate
 from privacy_wall.ledger import database as ledger_db
 from privacy_wall.ledger.schema import charges
 from privacy_wall.sqlengine import create_db_engine
-from service.models import api_keys, jobs, releases
-from service.posterior_store import posterior_text
-from service.reaper import reap
+from service.jobs.reaper import reap
+from service.store.models import api_keys, jobs, releases
+from service.store.posteriors import posterior_text
 from tests.dbservers import fresh_database
 from tests.test_ingest_store import tabular_data, write_tabular
 from worker import jobs as job_runner

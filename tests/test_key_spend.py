@@ -21,8 +21,8 @@ from privacy_wall.accounting.accountants import (
 from privacy_wall.ledger import database as ledger_db
 from privacy_wall.ledger.base import Charge
 from privacy_wall.ledger.schema import charges, reservations
-from service.key_spend import key_spend
-from service.models import jobs
+from service.budgets.key_spend import key_spend
+from service.store.models import jobs
 from tests.dbservers import fresh_database
 from tests.test_api import DELTA, Api, N, finish, make_api
 from tests.test_cli_verbs import lines, use

@@ -18,7 +18,7 @@ from scipy.special import digamma, gammaln
 
 from privacy_wall.data.store import InMemoryBowStore
 from privacy_wall.queries.lda import LdaQuery
-from service.options import schedule_problem
+from service.planning.options import schedule_problem
 from tests.fitting import fit_through_gate
 from worker.datasets.synthetic_lda import SyntheticCorpus, generate_corpus, planted_topics
 from worker.models.lda import (

@@ -18,7 +18,7 @@ from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import KernelManager
 from nbclient import NotebookClient
 
-from service.client import ApiError
+from service.http.client import ApiError
 from tests.e2e import Service, embedded_service, synthetic_csv
 from vips import Client, JobFailed, VIPSLogisticRegression
 

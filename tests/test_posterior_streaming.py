@@ -16,8 +16,8 @@ import pytest
 from sqlalchemy import JSON, DateTime, String, column, func, insert, select, table
 
 from privacy_wall.sqlengine import create_db_engine
-from service.models import posterior_chunks
-from service.posterior_store import (
+from service.store.models import posterior_chunks
+from service.store.posteriors import (
     CHUNK_BYTES,
     PosteriorMissing,
     delete_posterior,
@@ -124,7 +124,7 @@ def test_migration_0011_moves_stored_documents_into_chunks_and_back(tmp_path: Pa
     from alembic import command
 
     from privacy_wall.ledger.schema import metadata
-    from service.keys import create_key
+    from service.store.keys import create_key
     from tests.test_api import add_dataset
     from tests.test_storage_caps import insert_job
 

@@ -17,10 +17,10 @@ from privacy_wall.accounting.accountants import SubsampledGaussianEvent, configu
 from privacy_wall.ledger import database as ledger_db
 from privacy_wall.ledger.base import Charge
 from privacy_wall.ledger.schema import reservations
-from service.job_end import end_job
-from service.key_spend import key_spend
-from service.models import jobs
-from service.quotas import QuotaExceeded, check_charge_quota, set_quota
+from service.budgets.key_spend import key_spend
+from service.budgets.quotas import QuotaExceeded, check_charge_quota, set_quota
+from service.jobs.end import end_job
+from service.store.models import jobs
 from tests.test_jobs import (
     DELTA,
     Crash,

@@ -1,5 +1,5 @@
-"""Per-key token buckets (service.rate_limits): bursts, refill, per-key isolation, Retry-After; and the
-API's read limit per key built on them (service.auth.take_read)."""
+"""Per-key token buckets (service.http.rate_limits): bursts, refill, per-key isolation, Retry-After; and the
+API's read limit per key built on them (service.http.auth.take_read)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from service import rate_limits
 from service.errors import RateLimited
-from service.rate_limits import KeyRateLimiter
+from service.http import rate_limits
+from service.http.rate_limits import KeyRateLimiter
 from service.settings import ServiceSettings
 from tests.dbservers import fresh_database
 from tests.test_api import make_api

@@ -19,8 +19,8 @@ from privacy_wall.ledger import database as ledger_db
 from privacy_wall.ledger.base import Charge
 from privacy_wall.ledger.schema import datasets
 from privacy_wall.sqlengine import create_db_engine
-from service import release_arrays
-from service.release_arrays import array_json, decode_arrays, encode_arrays, stored_bound
+from service.store import release_arrays
+from service.store.release_arrays import array_json, decode_arrays, encode_arrays, stored_bound
 from tests.dbservers import fresh_database
 
 DELTA = 1e-5
@@ -148,7 +148,7 @@ def test_migration_0007_converts_stored_releases_and_back(backend: str, tmp_path
                         )
                     )  # fmt: skip
             command.upgrade(config, "0007")
-            from service.models import releases
+            from service.store.models import releases
 
             with engine.connect() as conn:
                 rows = conn.execute(select(releases)).all()
@@ -168,7 +168,7 @@ def test_migration_0007_converts_stored_releases_and_back(backend: str, tmp_path
 
 def _add_jobs(engine: Engine, ids: list[str]) -> None:
     """The key, dataset and job rows releases point to (as revision 0006 has them)."""
-    from service.models import api_keys, jobs
+    from service.store.models import api_keys, jobs
 
     now = datetime.now(UTC)
     with engine.begin() as conn:

@@ -28,7 +28,7 @@ from privacy_wall.data.store import BoundViolation
 from privacy_wall.ledger import database as ledger_db
 from privacy_wall.ledger.base import BudgetExceeded, Charge
 from privacy_wall.ledger.refusals import refusal_detail
-from service.client import VipsClient
+from service.http.client import VipsClient
 from tests.dbservers import fresh_database
 from tests.test_api import finish, make_api
 from tests.test_cli_small import _point_the_cli_at
@@ -315,7 +315,7 @@ def test_an_unreachable_service_names_vips_url_and_its_default(
 ) -> None:
     monkeypatch.delenv("VIPS_URL", raising=False)
     monkeypatch.setenv("VIPS_API_KEY", "vips_x_y")
-    monkeypatch.setattr("service.client.DEFAULT_URL", "http://127.0.0.1:9")
+    monkeypatch.setattr("service.http.client.DEFAULT_URL", "http://127.0.0.1:9")
     monkeypatch.setattr("vips.commands.remote.DEFAULT_URL", "http://127.0.0.1:9")
     err = _run(capsys, ["jobs"], code=1)
     assert "VIPS_URL is not set, so the default http://127.0.0.1:9" in err and "vips up" in err, err

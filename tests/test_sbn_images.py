@@ -10,7 +10,7 @@ from scipy import ndimage
 from privacy_wall.accounting.accountants import calibrate_sigma
 from privacy_wall.data.store import Batch, InMemoryBinaryStore
 from privacy_wall.queries.sbn import DEFAULT_FREQUENCY_COPIES
-from service.schedules import choose_schedule
+from service.planning.schedules import choose_schedule
 from tests.fitting import fit_through_gate
 from worker.models.sbn import (
     NoiseVariances,
@@ -59,7 +59,7 @@ def test_hidden_units_learn_at_784_pixels() -> None:
 
 def private_fit(train: np.ndarray, epsilon: float, hidden: int = 10) -> SbnState:
     """One private fit with the schedule and model options the service picks from epsilon alone
-    (service.schedules: S = N, T 3 at these scales, frequency_copies by epsilon x N; `hidden` given),
+    (service.planning.schedules: S = N, T 3 at these scales, frequency_copies by epsilon x N; `hidden` given),
     kappa 1, delta 1e-5: the noise comes from the OS's CSPRNG (not seedable)."""
     schedule = choose_schedule("sbn", "vips", train.shape[0], epsilon, options={"hidden": hidden})
     sigma = calibrate_sigma(epsilon, schedule.batch_size, train.shape[0], schedule.iterations, 1e-5)

@@ -1,5 +1,5 @@
 """Schedules the service chooses (issue 35, item 4): a job that gives only its epsilon gets T and S from
-service.schedules, from public facts alone (model, algorithm, N, epsilon) and deterministically; the
+service.planning.schedules, from public facts alone (model, algorithm, N, epsilon) and deterministically; the
 quote shows the schedule and why; explicit values win; the estimators and `vips fit --local` choose the
 same way."""
 
@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from service.options import option_problem
-from service.schedules import RULES, Rule, choose_schedule, rule_batch, rule_for, rule_iterations
+from service.planning.options import option_problem
+from service.planning.schedules import RULES, Rule, choose_schedule, rule_batch, rule_for, rule_iterations
 from tests.dbservers import fresh_database
 from tests.test_api import Api, N, make_api
 from vips.cli import main

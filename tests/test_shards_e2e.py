@@ -23,7 +23,7 @@ from sqlalchemy import MetaData, select
 
 from privacy_wall.data.db_store import DatabaseStore
 from privacy_wall.sqlengine import create_db_engine
-from service.client import VipsClient
+from service.http.client import VipsClient
 from tests.e2e import Service, embedded_service, production_service, start_vips, synthetic_csv
 from tests.faults import assert_accounted, wait_for
 from worker.models.registry import model_setup

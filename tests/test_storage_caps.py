@@ -19,11 +19,11 @@ from sqlalchemy import JSON, Connection, DateTime, String, column, func, insert,
 
 from privacy_wall.ledger import database as ledger_db
 from privacy_wall.sqlengine import create_db_engine
-from service.job_end import end_job
-from service.job_storage import MIB
-from service.models import jobs, posteriors, releases
-from service.posterior_store import store_posterior
-from service.resources import estimate
+from service.jobs.end import end_job
+from service.jobs.storage import MIB
+from service.planning.resources import estimate
+from service.store.models import jobs, posteriors, releases
+from service.store.posteriors import store_posterior
 from tests.dbservers import fresh_database, schema_drift
 from tests.test_api import BATCH, SIGMA, Api, charge, make_api, open_reservations, store_release
 from tests.test_cli_verbs import use
@@ -174,7 +174,7 @@ def test_migration_0010_counts_what_earlier_jobs_stored(tmp_path: Path) -> None:
     from alembic import command
 
     from privacy_wall.ledger.schema import metadata
-    from service.keys import create_key
+    from service.store.keys import create_key
     from tests.test_api import add_dataset
 
     url = f"sqlite:///{tmp_path / 'control.db'}"

@@ -20,11 +20,11 @@ from privacy_wall.ledger import database as ledger_db
 from privacy_wall.ledger.schema import budgets, charges, reservations
 from privacy_wall.sqlengine import create_db_engine
 from service.app import create_app
-from service.job_end import end_job
-from service.models import jobs, releases
-from service.queue import RecordingQueue
-from service.reaper import reap
+from service.jobs.end import end_job
+from service.jobs.queue import RecordingQueue
+from service.jobs.reaper import reap
 from service.settings import ServiceSettings
+from service.store.models import jobs, releases
 from tests import test_jobs
 from tests.dbservers import fresh_database
 from tests.test_api import Api, populate

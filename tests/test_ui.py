@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from privacy_wall.ledger import database as ledger_db
-from service.keys import Principal, revoke_key
+from service.store.keys import Principal, revoke_key
 from service.ui.sessions import COOKIE, find_session, open_session
 from service.ui.views import spend_curve
 from tests.dbservers import fresh_database

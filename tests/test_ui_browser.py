@@ -27,7 +27,7 @@ import pytest
 from matplotlib.image import imread
 from playwright.sync_api import Browser, BrowserContext, FloatRect, Page, Request, sync_playwright
 
-from service.client import VipsClient
+from service.http.client import VipsClient
 from service.ui import convergence
 from tests.e2e import Service, embedded_service
 from tests.test_e2e_latent import write_binary_csv

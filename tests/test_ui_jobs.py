@@ -17,8 +17,8 @@ import pytest
 from sqlalchemy import insert
 
 from privacy_wall.ledger import database as ledger_db
-from service.keys import create_key
-from service.models import jobs
+from service.store.keys import create_key
+from service.store.models import jobs
 from service.ui import convergence, views
 from service.ui.views import JOBS_PER_PAGE
 from tests.dbservers import fresh_database
@@ -125,7 +125,7 @@ def _blr_releases(api: Api, job_id: str, iterations: int, noise: float, seed: in
 def test_the_convergence_signal_replays_the_releases_and_falls(api: Api) -> None:
     job_id = api.submit("alice", iterations=60).json()["id"]
     _blr_releases(api, job_id, 40, noise=0.01)
-    from service.job_reads import get_job
+    from service.routes.job_reads import get_job
 
     job = get_job(api.engine, job_id)
     assert job is not None
@@ -231,7 +231,7 @@ def test_reserved_is_spent_plus_in_flight_on_the_page_as_over_http(api: Api) -> 
 
 def test_the_dpvi_signal_is_the_workers_own_adagrad_replayed(api: Api) -> None:
     """The service's replay of DPVI's steps (it may not import the worker) against the worker's model."""
-    from service.job_reads import get_job
+    from service.routes.job_reads import get_job
     from worker.models.dpvi import DpviLogisticRegression
 
     job_id = api.submit("alice", iterations=50).json()["id"]

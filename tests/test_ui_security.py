@@ -16,11 +16,11 @@ from sqlalchemy import func, select
 
 from privacy_wall.ledger import database as ledger_db
 from service.app import create_app
-from service.keys import Principal
-from service.models import ui_sessions
-from service.proxies import parse_networks, trusted
-from service.queue import RecordingQueue
-from service.settings import ServiceSettings
+from service.http.proxies import trusted
+from service.jobs.queue import RecordingQueue
+from service.settings import ServiceSettings, parse_networks
+from service.store.keys import Principal
+from service.store.models import ui_sessions
 from service.ui.sessions import COOKIE, find_session, open_session
 from tests.dbservers import fresh_database
 from tests.test_api import Api, make_api

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from service.client import VipsClient
+from service.http.client import VipsClient
 from tests.e2e import embedded_service
 from tests.test_e2e_latent import write_binary_csv
 from vips.commands.server import limit_address_space

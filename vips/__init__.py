@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from privacy_wall.ledger.base import BudgetExceeded
-    from service.client import ApiConnectionError, ApiError
+    from service.http.client import ApiConnectionError, ApiError
     from vips.client import Client, JobFailed
     from worker.budget import BudgetCharge, PrivacyBudget
     from worker.estimator import (
@@ -51,8 +51,8 @@ _LAZY: dict[str, str] = {
     "DataNormWarning": "worker.preprocessing",
     "Client": "vips.client",
     "JobFailed": "vips.client",
-    "ApiError": "service.client",
-    "ApiConnectionError": "service.client",
+    "ApiError": "service.http.client",
+    "ApiConnectionError": "service.http.client",
 }
 
 __all__ = [

@@ -20,7 +20,7 @@ from typing import NoReturn
 
 from privacy_wall.accounting.names import ACCOUNTANT_NAMES
 from privacy_wall.names import NAME_RULE, did_you_mean, is_dataset_name
-from service.job_status import JOB_STATUSES
+from service.store.job_status import JOB_STATUSES
 from vips import choices
 from vips.errors import CliError, UsageError
 
@@ -206,8 +206,9 @@ def _add_fit(commands: argparse._SubParsersAction[_Parser]) -> None:
         type=_positive_int,
         metavar="T",
         help="T iterations (default: chosen by the service for --epsilon from the model, the algorithm and "
-        "N, see the quote's schedule, service/schedules.py and docs/schedules.md; with --sigma, the same "
-        "rule's choice for little noise: 10 for blr, lda and sbn by VIPS, 5 for linreg, 1000 for dpvi)",
+        "N, see the quote's schedule, service/planning/schedules.py and docs/schedules.md; with --sigma, "
+        "the same rule's choice for little noise: 10 for blr, lda and sbn by VIPS, 5 for linreg, 1000 for "
+        "dpvi)",
     )
     parser.add_argument(
         "--batch-size", type=_positive_int, metavar="S", help="S rows per iteration (default: chosen as T is)"

@@ -8,7 +8,7 @@ budget, cancel.
     model.predict_proba(X_test)[:, 1]                      # as `vips predict` on the same posterior
     client.jobs(), client.ledger("adult"), client.budget() # pandas DataFrames
 
-The transport is service.client's VipsClient: an answer other than 2xx raises its ApiError, whose text is
+The transport is service.http.client's VipsClient: an answer other than 2xx raises its ApiError, whose text is
 what the CLI prints after "vips: error: " (ApiConnectionError, status 0, when the service is unreachable).
 fit's estimator is VipsEstimator.from_posterior of the released posterior (worker.estimator): the same
 scikit-learn estimator a local fit returns, predicting exactly as `vips predict` does. A job that fails or is
@@ -31,8 +31,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from service.client import DEFAULT_URL, ApiTimeout, VipsClient
-from service.job_status import TERMINAL
+from service.http.client import DEFAULT_URL, ApiTimeout, VipsClient
+from service.store.job_status import TERMINAL
 from vips.commands.remote import budget_left
 from vips.progress import epsilon_text, fit_progress
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from sqlalchemy import Engine
 
-from service.reaper import fail_running_jobs
+from service.jobs.reaper import fail_running_jobs
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from privacy_wall.accounting.accountants import SubsampledGaussianEvent, calibra
 from privacy_wall.data.store import RowStore
 from privacy_wall.gate import Gate, PrivacyError
 from privacy_wall.ledger.base import InMemoryLedger
-from service.schedules import choose_schedule, chosen_options
+from service.planning.schedules import choose_schedule, chosen_options
 from worker.models.registry import model_setup
 from worker.posterior import Privacy, build_posterior
 from worker.runner import LoopSettings, run_vips
@@ -61,7 +61,7 @@ def with_chosen(
     options: dict[str, float] | None = None,
 ) -> Schedule:
     """The schedule with iterations and batch size filled in where it left them None, as the service
-    chooses them (service.schedules: from the model, N and epsilon alone)."""
+    chooses them (service.planning.schedules: from the model, N and epsilon alone)."""
     if schedule.iterations is not None and schedule.batch_size is not None:
         return schedule
     chosen = choose_schedule(
@@ -113,7 +113,7 @@ def fit_store(
     """Run the loop on the store `make_store(public)` builds, calling `progress` after each iteration and
     charging `budget` (refused with BudgetExceeded before anything is computed when it would not fit);
     `extra` goes into the posterior document; `dimension` (the data's d, public) for rules read at a
-    reference dimension (service.schedules)."""
+    reference dimension (service.planning.schedules)."""
     schedule = with_chosen(schedule, model, algorithm, population, dimension, options)
     chosen = chosen_options(model, algorithm, max(population, 1), schedule.epsilon, options, dimension)
     options = {**chosen, **options}  # the service's choice for the options the caller left out

@@ -1,7 +1,7 @@
 """Running one job: the VIPS loop over the gate, with every release stored under (job, t).
 
 Order per iteration: the gate writes the charge (job, t, attempt) to the ledger, computes and noises;
-then the release is stored in `releases` under (job, t) (its arrays as .npz, service.release_arrays) and
+then the release is stored in `releases` under (job, t) (its arrays as .npz, service.store.release_arrays) and
 the job's progress is updated. A retried or resumed task replays stored releases through the M-step
 without paying again. A release that cannot be stored (too large, refused by the database, out of memory)
 is dropped and its charge withdrawn; if a crash loses a release after its charge, the retry charges a new
@@ -45,15 +45,15 @@ from privacy_wall.sqlengine import (
     run_writes,
     transaction,
 )
-from service.job_end import end_job
-from service.job_status import TERMINAL
-from service.models import api_keys, jobs, posteriors, releases
-from service.posterior_store import store_posterior
-from service.quotas import QuotaExceeded, check_charge_quota
-from service.reaper import heartbeat_is_fresh
-from service.release_arrays import decode_arrays, encode_arrays, stored_bound
-from service.resources import human_bytes
-from service.timestamps import aware
+from service.budgets.quotas import QuotaExceeded, check_charge_quota
+from service.jobs.end import end_job
+from service.jobs.reaper import heartbeat_is_fresh
+from service.jobs.storage import human_bytes
+from service.store.job_status import TERMINAL
+from service.store.models import api_keys, jobs, posteriors, releases
+from service.store.posteriors import store_posterior
+from service.store.release_arrays import decode_arrays, encode_arrays, stored_bound
+from service.store.timestamps import aware
 from worker.models.registry import model_setup, public_schema_extra
 from worker.posterior import Privacy, build_posterior, dumps_posterior
 from worker.runner import LoopSettings, run_vips

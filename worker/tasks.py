@@ -22,10 +22,9 @@ from privacy_wall.data.db_store import DatabaseStore
 from privacy_wall.data.settings import get_wall_settings
 from privacy_wall.shards import SWEEP_SECONDS, ShardedSums, ShardTask, answer, keep_swept, linger, pending
 from privacy_wall.sqlengine import create_db_engine, reading
-from service.job_end import end_job
-from service.models import jobs
-from service.queue import CeleryQueue, send_run_job
-from service.reaper import reap, start_reaper_thread
+from service.jobs.end import end_job
+from service.jobs.queue import CeleryQueue, send_run_job
+from service.jobs.reaper import reap, start_reaper_thread
 from service.settings import (
     REAP_TASK,
     RUN_JOB_TASK,
@@ -35,6 +34,7 @@ from service.settings import (
     get_settings,
     shard_queue,
 )
+from service.store.models import jobs
 from worker.celery_app import app
 from worker.context import control_engine, dataset_cache, sensitive_engine
 from worker.jobs import DatabaseUnavailable, StorageLimits, execute_job
@@ -164,7 +164,7 @@ def killed_message(lost: BaseException) -> str:
 @task_failure.connect
 def _fail_killed_job(sender: Any = None, exception: BaseException | None = None, **info: Any) -> None:
     """In the worker's main process: a run_job whose job process died (WorkerLostError: killed by the
-    kernel, or any signal) fails its job now, by the path every job end takes (service.job_end: charges
+    kernel, or any signal) fails its job now, by the path every job end takes (service.jobs.end: charges
     kept, the reservation closed), instead of leaving it `running` until its heartbeat goes stale. Only a
     job still `running` is failed (one that ended meanwhile keeps its status). A cold shutdown of the
     worker (which kills its job processes itself) fails nothing: the reaper does, on the stale heartbeat;
@@ -194,7 +194,7 @@ def broker_queue() -> CeleryQueue:
 
 @app.task(name=REAP_TASK, ignore_result=True)
 def reap_jobs() -> list[str]:
-    """Celery beat's periodic reaper pass (service.reaper)."""
+    """Celery beat's periodic reaper pass (service.jobs.reaper)."""
     settings = get_settings()
     return reap(
         control_engine(),

@@ -12,14 +12,12 @@ from sqlalchemy import select
 from privacy_wall.ledger import database as ledger_db
 from privacy_wall.ledger.delta_policy import DeltaTooLarge
 from privacy_wall.sqlengine import reading
-from service.auth import AUTH_RESPONSES, CustodianKey
-from service.budgets import budget_or_none, budget_warning, finite, public_cap_refusal
-from service.deps import EngineDep
+from service.budgets.datasets import budget_or_none, budget_warning, finite, public_cap_refusal
+from service.budgets.job_costs import epsilon_spent
 from service.errors import Conflict, SpecError
-from service.job_costs import epsilon_spent
-from service.keys import key_names
-from service.models import jobs
-from service.params import DatasetNamePath, decimal_digits
+from service.http.auth import AUTH_RESPONSES, CustodianKey
+from service.http.deps import EngineDep
+from service.http.params import DatasetNamePath, decimal_digits
 from service.routes.datasets import budget_public, visible_dataset
 from service.schemas import (
     BudgetSet,
@@ -30,7 +28,9 @@ from service.schemas import (
     LedgerPublic,
     Message,
 )
-from service.timestamps import aware
+from service.store.keys import key_names
+from service.store.models import jobs
+from service.store.timestamps import aware
 
 router = APIRouter(prefix="/datasets", tags=["budgets"], responses=AUTH_RESPONSES)
 

@@ -12,14 +12,14 @@ from privacy_wall.ledger import database as ledger_db
 from privacy_wall.ledger.schema import datasets
 from privacy_wall.names import did_you_mean
 from privacy_wall.sqlengine import reading
-from service.auth import AUTH_RESPONSES, CurrentKey, owns_dataset, sees_dataset
-from service.budgets import budget_or_none, load_dataset
-from service.deps import EngineDep
+from service.budgets.datasets import budget_or_none, load_dataset
 from service.errors import NotFound
-from service.keys import Principal
-from service.params import DatasetNamePath
+from service.http.auth import AUTH_RESPONSES, CurrentKey, owns_dataset, sees_dataset
+from service.http.deps import EngineDep
+from service.http.params import DatasetNamePath
 from service.schemas import BudgetPublic, DatasetDetail, DatasetPublic, Message
-from service.timestamps import aware
+from service.store.keys import Principal
+from service.store.timestamps import aware
 
 router = APIRouter(prefix="/datasets", tags=["datasets"], responses=AUTH_RESPONSES)
 

@@ -8,8 +8,9 @@ from fastapi import APIRouter, Header, Query, Request, Response, status
 from fastapi.responses import StreamingResponse
 from sqlalchemy import Engine, Row
 
-from service.admission import plan_job, quote_job
-from service.auth import (
+from service.budgets.datasets import load_dataset
+from service.errors import NotFound
+from service.http.auth import (
     AUTH_RESPONSES,
     AnalystKey,
     JobCancellerKey,
@@ -18,21 +19,19 @@ from service.auth import (
     cancels_job,
     reads_releases,
 )
-from service.budgets import load_dataset
-from service.deps import EngineDep, QueueDep, SettingsDep
-from service.errors import NotFound
-from service.job_control import cancel_job
-from service.job_outputs import outputs_gone, release_page, releases_json
-from service.job_reads import list_jobs, to_public, visible_job
-from service.job_status import JobStatus
-from service.job_storage import delete_outputs
-from service.keys import Principal
-from service.params import INT_MAX, DatasetNameQuery, JobIdPath, Offset
-from service.pricing import pricing_slot, take_pricing_request
-from service.queue import JobQueue
-from service.release_arrays import coalesced
+from service.http.deps import EngineDep, QueueDep, SettingsDep
+from service.http.params import DatasetNameQuery, JobIdPath, Offset
+from service.jobs.control import cancel_job
+from service.jobs.queue import JobQueue
+from service.jobs.storage import delete_outputs
+from service.planning.admission import plan_job, quote_job
+from service.planning.pricing import pricing_slot, take_pricing_request
 from service.routes.datasets import visible_dataset
+from service.routes.job_outputs import outputs_gone, release_page, releases_json
+from service.routes.job_reads import list_jobs, to_public, visible_job
+from service.routes.submission import idempotency_turn, previous_submission, submit_job
 from service.schemas import (
+    INT_MAX,
     BudgetRefusal,
     JobCreate,
     JobPublic,
@@ -42,7 +41,9 @@ from service.schemas import (
     StorageRefusal,
 )
 from service.settings import ServiceSettings
-from service.submission import idempotency_turn, previous_submission, submit_job
+from service.store.job_status import JobStatus
+from service.store.keys import Principal
+from service.store.release_arrays import coalesced
 
 router = APIRouter(prefix="/jobs", tags=["jobs"], responses=AUTH_RESPONSES)
 

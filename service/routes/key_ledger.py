@@ -11,16 +11,16 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Response, status
 from sqlalchemy import Engine
 
-from service.auth import AUTH_RESPONSES, CustodianKey, require_role
-from service.budgets import PUBLIC_DEFAULT_DELTA, budget_or_none, finite, public_cap_refusal
-from service.deps import EngineDep
+from service.budgets.datasets import PUBLIC_DEFAULT_DELTA, budget_or_none, finite, public_cap_refusal
+from service.budgets.key_spend import KeySpend, key_spend
+from service.budgets.quotas import clear_quota, quotas, set_quota
 from service.errors import NotFound, SpecError
-from service.key_spend import KeySpend, key_spend
-from service.keys import Principal, key_record
-from service.params import DatasetNamePath, KeyIdPath
-from service.quotas import clear_quota, quotas, set_quota
+from service.http.auth import AUTH_RESPONSES, CustodianKey, require_role
+from service.http.deps import EngineDep
+from service.http.params import DatasetNamePath, KeyIdPath
 from service.routes.datasets import visible_dataset
 from service.schemas import LedgerKey, LedgerKeys, Message, QuotaPublic, QuotaUpdate
+from service.store.keys import Principal, key_record
 
 router = APIRouter(prefix="/datasets", tags=["budgets"], responses=AUTH_RESPONSES)
 

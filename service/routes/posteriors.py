@@ -6,11 +6,11 @@ from __future__ import annotations
 from fastapi import APIRouter
 from fastapi.responses import Response
 
-from service.auth import AUTH_RESPONSES, JobReaderKey
-from service.deps import EngineDep
-from service.job_outputs import posterior_response
-from service.job_reads import visible_job
-from service.params import JobIdPath
+from service.http.auth import AUTH_RESPONSES, JobReaderKey
+from service.http.deps import EngineDep
+from service.http.params import JobIdPath
+from service.routes.job_outputs import posterior_response
+from service.routes.job_reads import visible_job
 from service.schemas import Message, Posterior
 
 router = APIRouter(prefix="/jobs", tags=["posteriors"], responses=AUTH_RESPONSES)

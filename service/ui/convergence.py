@@ -29,8 +29,8 @@ import numpy as np
 from sqlalchemy import Engine, Row, func, select
 
 from privacy_wall.sqlengine import reading
-from service.models import releases
-from service.release_arrays import decode_arrays
+from service.store.models import releases
+from service.store.release_arrays import decode_arrays
 
 #: DPVI's defaults (worker.models.dpvi.DpviLogisticRegression), when a job does not set them.
 DPVI_PRIOR_VARIANCE, DPVI_LEARNING_RATE = 1.0, 0.5

@@ -1,7 +1,7 @@
 """The dashboard at /ui: server-rendered pages (Jinja2), no script, nothing from another host.
 
 Sign in with an API key (a form whose input is `api_key`); the session cookie is HttpOnly,
-SameSite=Strict, Secure over https (as the trusted proxies report it: service.proxies) and expires
+SameSite=Strict, Secure over https (as the trusted proxies report it: service.http.proxies) and expires
 (service.ui.sessions). Every state-changing request, the sign-in included, must come from this site's
 own pages (`cross_site`: Sec-Fetch-Site, Origin, Referer), and every form of a signed-in page also
 carries the session's CSRF token. Each page reads through the API's own functions, so a key sees what it
@@ -28,21 +28,21 @@ from sqlalchemy import Engine
 
 from privacy_wall.accounting.accountants import epsilon
 from privacy_wall.names import NAME_RULE, is_dataset_name
-from service.auth import owns_dataset, reads_releases, sees_dataset, take_read
-from service.budgets import exhausted, load_dataset
-from service.deps import EngineDep, SettingsDep
+from service.budgets.datasets import exhausted, load_dataset
+from service.budgets.key_spend import key_spend
 from service.errors import Conflict, NotFound, ServiceError, SpecError
-from service.job_outputs import job_posterior, posterior_response
-from service.job_reads import to_public, visible_job
-from service.key_spend import key_spend
-from service.keys import Principal, authenticate
-from service.params import JOB_ID_RULE, decimal_number, is_job_id
-from service.posterior_store import posterior_bytes
-from service.resources import human_bytes
+from service.http.auth import owns_dataset, reads_releases, sees_dataset, take_read
+from service.http.deps import EngineDep, SettingsDep
+from service.http.params import JOB_ID_RULE, decimal_number, is_job_id
+from service.jobs.storage import human_bytes
 from service.routes.budgets import set_budget
 from service.routes.datasets import list_datasets, show_dataset
+from service.routes.job_outputs import job_posterior, posterior_response
+from service.routes.job_reads import to_public, visible_job
 from service.schemas import BudgetPublic, BudgetUpdate
 from service.settings import ServiceSettings
+from service.store.keys import Principal, authenticate
+from service.store.posteriors import posterior_bytes
 from service.ui import convergence, views
 from service.ui.sessions import COOKIE, UiSession, close_session, find_session, open_session
 from service.ui.svg import inline as inline_svg
@@ -146,7 +146,7 @@ def _held(budget: BudgetPublic) -> float:
 
 
 def _exhausted(budget: BudgetPublic | None) -> bool:
-    """Is the budget's cap at or below its spend (service.budgets.exhausted)?"""
+    """Is the budget's cap at or below its spend (service.budgets.datasets.exhausted)?"""
     return budget is not None and exhausted(budget.epsilon, budget.epsilon_spent)
 
 

@@ -17,9 +17,9 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import Engine, delete, insert, select
 
 from privacy_wall.sqlengine import reading
-from service.keys import ROLES, Principal, expired
-from service.models import api_keys, ui_sessions
-from service.timestamps import aware
+from service.store.keys import ROLES, Principal, expired
+from service.store.models import api_keys, ui_sessions
+from service.store.timestamps import aware
 
 COOKIE = "vips_session"
 

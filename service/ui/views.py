@@ -15,16 +15,16 @@ from sqlalchemy import Engine, Row, func, select
 from privacy_wall.accounting.accountants import PrivacyCost, configured_accountant
 from privacy_wall.ledger.schema import budgets, charges
 from privacy_wall.sqlengine import reading
-from service.auth import sees_job
-from service.budgets import load_dataset
-from service.job_costs import job_costs
-from service.job_reads import list_jobs, to_public
-from service.keys import Principal, key_names
-from service.models import jobs
-from service.posterior_summary import Coefficient, TopicWords, coefficients, top_words
+from service.budgets.datasets import load_dataset
+from service.budgets.job_costs import job_costs
+from service.http.auth import sees_job
+from service.routes.job_reads import list_jobs, to_public
 from service.schemas import JobPublic
-from service.timestamps import aware
+from service.store.keys import Principal, key_names
+from service.store.models import jobs
+from service.store.timestamps import aware
 from service.ui import convergence
+from service.ui.posterior_summary import Coefficient, TopicWords, coefficients, top_words
 
 T = TypeVar("T")
 
@@ -116,7 +116,7 @@ def spend_plot(
 def step_labels(engine: Engine, principal: Principal, name: str, curve: SpendCurve) -> list[str] | None:
     """Each job's hover label on the spend plot, in the curve's order: the job, the key that submitted it
     (its name and id), its share and the total after it, for jobs this key may read (GET /v1/jobs's
-    rules, service.auth.sees_job); another key's job shows its share only. None beyond the plot's
+    rules, service.http.auth.sees_job); another key's job shows its share only. None beyond the plot's
     MARKERS_UP_TO jobs (they are not drawn one by one)."""
     from service.ui.plots import MARKERS_UP_TO
 
@@ -191,8 +191,8 @@ class JobsPage:
 
 
 def readable_jobs(engine: Engine, principal: Principal, page: int, dataset: str | None = None) -> JobsPage:
-    """Page `page` of the jobs this key may read (service.job_reads.list_jobs: the rules of GET /v1/jobs),
-    on `dataset` only if given."""
+    """Page `page` of the jobs this key may read (service.routes.job_reads.list_jobs: the rules of GET
+    /v1/jobs), on `dataset` only if given."""
     rows = list_jobs(engine, principal, dataset=dataset, limit=JOBS_PER_PAGE + 1, offset=page * JOBS_PER_PAGE)
     shown = rows[:JOBS_PER_PAGE]
     owners = {row.id: row.owner for row in shown} if principal.role in ("admin", "custodian") else None

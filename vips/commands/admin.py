@@ -15,7 +15,7 @@ from sqlalchemy import Engine
 
 from privacy_wall.data.ingest import IngestError, ingest
 from privacy_wall.sqlengine import create_db_engine
-from service.keys import InvalidKeyRequest, create_key, key_record, list_keys, revoke_key
+from service.store.keys import InvalidKeyRequest, create_key, key_record, list_keys, revoke_key
 from vips.choices import DEFAULT_LABEL
 from vips.commands.server import open_store
 from vips.errors import UsageError

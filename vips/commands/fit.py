@@ -33,7 +33,7 @@ from privacy_wall.data.store import (
     check_regression_bounds,
     check_tabular_bounds,
 )
-from service.options import (
+from service.planning.options import (
     MODEL_KINDS,
     algorithm_problem,
     option_problem,

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from service.client import DEFAULT_URL, ApiConnectionError, ApiError, ApiTimeout, VipsClient
+from service.http.client import DEFAULT_URL, ApiConnectionError, ApiError, ApiTimeout, VipsClient
 from vips.errors import RuntimeFailure, UsageError
 from vips.output import check_writable, print_json
 from vips.progress import epsilon_text, fit_progress, note

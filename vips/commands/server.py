@@ -25,9 +25,9 @@ from types import FrameType
 from sqlalchemy import Engine
 
 from privacy_wall.data.settings import WallSettings
-from service.db import create_control_engine
-from service.keys import create_key, list_keys
 from service.settings import SHARD_WORKER_ENV, ServiceSettings, machine_memory_mb, shard_queue
+from service.store.db import create_control_engine
+from service.store.keys import create_key, list_keys
 from vips.errors import RuntimeFailure, UsageError
 from vips.listen import bind_listener
 from vips.migrate import History, upgrade
@@ -126,9 +126,9 @@ def _serve(
     import uvicorn
 
     from service.app import create_app
-    from service.http_server import uvicorn_options
+    from service.http.server import uvicorn_options
 
-    # forwarded headers are read by the app, from VIPS_TRUSTED_PROXIES only (service.proxies)
+    # forwarded headers are read by the app, from VIPS_TRUSTED_PROXIES only (service.http.proxies)
     limits = {**uvicorn_options(settings), "proxy_headers": False}
     if listener is not None:
         config = uvicorn.Config(create_app(settings), host=host, port=port, log_level="warning", **limits)
@@ -324,8 +324,8 @@ def _run_embedded(args: argparse.Namespace, home: Path, url: str, listener: sock
     embedded = ServiceSettings(home=home)
     control = create_control_engine(embedded)
     embedded.worker_alive_path().unlink(missing_ok=True)  # a previous run's
-    from service.queue import CeleryQueue
-    from service.reaper import requeue_interrupted_jobs
+    from service.jobs.queue import CeleryQueue
+    from service.jobs.reaper import requeue_interrupted_jobs
 
     queue = CeleryQueue(embedded)
     try:

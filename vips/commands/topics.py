@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from service.posterior_summary import top_words
+from service.ui.posterior_summary import top_words
 from vips.errors import UsageError
 from worker.posterior import lda_parameters, load_posterior
 

@@ -20,14 +20,20 @@ from privacy_wall.ledger.base import BudgetExceeded
 from privacy_wall.ledger.delta_policy import delta_problem, suggested_delta
 from privacy_wall.ledger.refusals import refusal_detail
 from privacy_wall.sqlengine import reading
-from service.budgets import ensure_budget, finite
+from service.budgets.datasets import ensure_budget, finite
+from service.budgets.quotas import QuotaExceeded, quota_quote, tighter
 from service.errors import Conflict, Loc, SpecError
-from service.job_storage import MIB, key_stored_bytes, storage_problem
-from service.options import MODEL_KINDS, algorithm_problem, option_problem, schedule_problem, typed_options
-from service.pricing import pricing_slot
-from service.quotas import QuotaExceeded, quota_quote, tighter
-from service.resources import Resources, estimate, resource_errors
-from service.schedules import Schedule, choose_schedule
+from service.jobs.storage import MIB, key_stored_bytes, storage_problem
+from service.planning.options import (
+    MODEL_KINDS,
+    algorithm_problem,
+    option_problem,
+    schedule_problem,
+    typed_options,
+)
+from service.planning.pricing import pricing_slot
+from service.planning.resources import Resources, estimate, resource_errors
+from service.planning.schedules import Schedule, choose_schedule
 from service.schemas import BudgetRefusal, JobCreate, JobQuote, ResourceEstimate, ScheduleChoice
 from service.settings import ServiceSettings
 
@@ -62,8 +68,8 @@ class Plan:
 
 def check_spec(spec: JobCreate, dataset: Row[Any], settings: ServiceSettings) -> tuple[Schedule, Resources]:
     """Raise SpecError naming every bad field, or the resource limits the job exceeds; return the job's
-    schedule (what it gives, the rest chosen by service.schedules) and its resource estimate (computed
-    once, for the limits and the plan)."""
+    schedule (what it gives, the rest chosen by service.planning.schedules) and its resource estimate
+    (computed once, for the limits and the plan)."""
     errors: list[tuple[Loc, str]] = []
     if spec.iterations is not None and spec.iterations > settings.max_iterations:
         errors.append((("iterations",), f"must be <= {settings.max_iterations} (the server's maximum)"))

@@ -14,7 +14,7 @@ The estimates (`estimate`) are then
                                                       POSTERIOR_SERIALISED_BYTES posterior)
   release_bytes = 8 release + RELEASE_OVERHEAD_BYTES
   stored_bytes  = T release_bytes + POSTERIOR_BYTES_PER_VALUE posterior
-A release is stored as .npz (service.release_arrays: 8 bytes per float64, deflated only where that
+A release is stored as .npz (service.store.release_arrays: 8 bytes per float64, deflated only where that
 shrinks it, plus headers); the posterior document is JSON (docs/posterior-format.md). The serialisation
 terms count what storing a document costs on top of its arrays. tests/test_resources.py checks the
 estimates against peaks measured with tracemalloc.
@@ -25,10 +25,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from service.errors import Loc
-from service.options import LDA_DEFAULTS
+from service.jobs.storage import human_bytes
+from service.planning.options import LDA_DEFAULTS
 
 #: A stored release: 8 bytes per float64 (.npz, deflated only where a sample shrinks to 3/4:
-#: service.release_arrays), plus 216 bytes per block (its .npy header and zip entries; up to 7 blocks)
+#: service.store.release_arrays), plus 216 bytes per block (its .npy header and zip entries; up to 7 blocks)
 #: and the zip's 22-byte end record.
 RELEASE_BYTES_PER_VALUE = 8
 RELEASE_OVERHEAD_BYTES = 7 * 216 + 22
@@ -171,8 +172,8 @@ def sbn_footprint(j: int, s: int, hidden: int, frequency_copies: int = 1) -> Foo
     (9 J Q); the packed J P arrays of the E-step and the gate (sums per chunk,
     means, noise: (3 + ceil(S / C)) J P); the last release's and the E-step's J K^2 (2 J K^2); per chunk
     C (2 K^2 + 2 P); the batch (3 S J). Release s1 (K), s3 (J, frequency_copies times), s4 (J), s5, s6
-    (J K), s7 mirrored (J K^2).
-    Posterior: three J Q matrices, four J (K + 1) blocks, the statistics, and vectors (6 K + 2 J)."""
+    (J K), s7 mirrored (J K^2). Posterior: three J Q matrices, four J (K + 1) blocks, the statistics, and
+    vectors (6 K + 2 J)."""
     k = hidden
     q, p = (k + 1) ** 2, k * (k + 1) // 2
     chunk = min(s, SBN_CHUNK_ROWS)
@@ -218,14 +219,6 @@ def estimate(
         driver=f.driver,
         why=f.why,
     )
-
-
-def human_bytes(count: float) -> str:
-    """1.3 GB, 64 MB, 12 kB (decimal units, two significant figures)."""
-    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if count >= size:
-            return f"{count / size:.2g} {unit}" if count < 10 * size else f"{count / size:.0f} {unit}"
-    return f"{int(count)} B"
 
 
 def resource_errors(

@@ -16,24 +16,9 @@ import ipaddress
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+from service.settings import Network
 
 _SCHEMES = {"http": ("http", "ws"), "https": ("https", "wss"), "ws": ("http", "ws"), "wss": ("https", "wss")}
-
-
-def parse_networks(text: str) -> tuple[Network, ...]:
-    """A comma-separated list of addresses and CIDR networks ("127.0.0.1,::1,10.0.0.0/8"); ValueError
-    names an entry that is neither. An address is the network of that one address."""
-    networks = []
-    for item in text.split(","):
-        entry = item.strip()
-        if not entry:
-            continue
-        try:
-            networks.append(ipaddress.ip_network(entry, strict=False))
-        except ValueError:
-            raise ValueError(f"{entry!r} is not an IP address or CIDR network") from None
-    return tuple(networks)
 
 
 def trusted(host: str | None, networks: tuple[Network, ...]) -> bool:

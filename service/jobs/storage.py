@@ -1,7 +1,7 @@
 """What each key's jobs store in the control database, and the per-key cap on it (docs/design.md section 3).
 
-A job's `stored_bytes` is its admission estimate (service.resources: T releases and the posterior) while
-it is queued or running, and what it stored (its releases' bytes and its posterior's JSON text) once it
+A job's `stored_bytes` is its admission estimate (service.planning.resources: T releases and the posterior)
+while it is queued or running, and what it stored (its releases' bytes and its posterior's JSON text) once it
 has ended; deleting its outputs sets it to 0. A key stores the sum over its jobs. Submission checks
   stored(key) + estimate(job) <= VIPS_MAX_KEY_STORED_MB
 under a lock of the key's row, in the transaction that inserts the job, so concurrent submissions of one
@@ -17,13 +17,20 @@ from sqlalchemy import Connection, Engine, Row, delete, func, select, update
 from sqlalchemy.sql.elements import ColumnElement
 
 from service.errors import Conflict, StorageFull
-from service.job_status import TERMINAL
-from service.models import jobs, posteriors, releases
-from service.posterior_store import delete_posterior
-from service.resources import human_bytes
 from service.schemas import StorageRefusal
+from service.store.job_status import TERMINAL
+from service.store.models import jobs, posteriors, releases
+from service.store.posteriors import delete_posterior
 
 MIB = 1 << 20
+
+
+def human_bytes(count: float) -> str:
+    """1.3 GB, 64 MB, 12 kB (decimal units, two significant figures)."""
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if count >= size:
+            return f"{count / size:.2g} {unit}" if count < 10 * size else f"{count / size:.0f} {unit}"
+    return f"{int(count)} B"
 
 
 def measured_bytes(job_id: str) -> ColumnElement[Any]:
@@ -67,7 +74,7 @@ def storage_problem(stored: int, estimate: int, max_key_stored_mb: float) -> str
 
 def check_storage_room(conn: Connection, key_id: str, estimate: int, max_key_stored_mb: float) -> None:
     """Raise StorageFull unless the key's storage has room for `estimate` more bytes. The caller holds
-    the key's row lock (service.submission) and inserts the job in the same transaction."""
+    the key's row lock (service.routes.submission) and inserts the job in the same transaction."""
     stored = key_stored_bytes(conn, key_id)
     problem = storage_problem(stored, estimate, max_key_stored_mb)
     if problem is not None:

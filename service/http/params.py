@@ -10,9 +10,7 @@ from typing import Annotated
 from fastapi import Path, Query
 
 from privacy_wall.names import NAME_MAX_LENGTH, NAME_REGEX, NAME_RULE
-
-#: The largest integer a request may carry: every integer column (SQLite and PostgreSQL) holds it.
-INT_MAX = 2**31 - 1
+from service.schemas import INT_MAX
 
 DatasetNamePath = Annotated[
     str,
@@ -42,7 +40,7 @@ JobIdPath = Annotated[
         examples=["3f2a9c0e"],
     ),
 ]
-#: Key ids are 16 hex digits (service.keys) in a column of 32 characters.
+#: Key ids are 16 hex digits (service.store.keys) in a column of 32 characters.
 KEY_ID_MAX_LENGTH = 32
 KEY_ID_REGEX = r"^[A-Za-z0-9]{1,32}$"
 KeyIdPath = Annotated[

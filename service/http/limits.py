@@ -46,7 +46,7 @@ class HeaderLimit:
     """Answer 431 to a request whose header fields add up to more than `max_bytes` (names and values).
 
     The server's h11 parser already refuses a head it cannot complete within that many bytes
-    (service.http_server), but one that arrives whole in a single read is parsed whatever its size."""
+    (service.http.server), but one that arrives whole in a single read is parsed whatever its size."""
 
     def __init__(self, app: ASGIApp, max_bytes: int) -> None:
         self.app = app

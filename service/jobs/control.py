@@ -8,8 +8,8 @@ from typing import Any
 from sqlalchemy import Engine, Row, and_, update
 
 from service.errors import Conflict
-from service.job_end import end_job
-from service.models import jobs
+from service.jobs.end import end_job
+from service.store.models import jobs
 
 
 def cancel_job(engine: Engine, job: Row[Any]) -> None:

@@ -12,9 +12,9 @@ from typing import Annotated, Any
 from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from service.deps import EngineDep
-from service.keys import Principal, Role, authenticate
-from service.rate_limits import KeyRateLimiter
+from service.http.deps import EngineDep
+from service.http.rate_limits import KeyRateLimiter
+from service.store.keys import Principal, Role, authenticate
 
 #: Methods that only read: each costs a token of its key's read limit (VIPS_READ_RATE_PER_KEY).
 READ_METHODS = frozenset({"GET", "HEAD"})

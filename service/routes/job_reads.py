@@ -1,5 +1,5 @@
 """Reading jobs: by id or unambiguous prefix, listed newest first, each restricted to what the key may
-read (service.auth.sees_job), and the public view of each with what it has spent."""
+read (service.http.auth.sees_job), and the public view of each with what it has spent."""
 
 from __future__ import annotations
 
@@ -10,15 +10,15 @@ from sqlalchemy import Engine, Row, Select, select
 
 from privacy_wall.ledger.schema import datasets
 from privacy_wall.sqlengine import reading
-from service.auth import sees_job
-from service.budgets import finite, load_dataset
+from service.budgets.datasets import finite, load_dataset
+from service.budgets.job_costs import epsilon_spent
 from service.errors import Conflict, NotFound
-from service.job_costs import epsilon_spent
-from service.keys import Principal, key_names
-from service.models import jobs
-from service.options import typed_options
+from service.http.auth import sees_job
+from service.planning.options import typed_options
 from service.schemas import JobPublic
-from service.timestamps import aware
+from service.store.keys import Principal, key_names
+from service.store.models import jobs
+from service.store.timestamps import aware
 
 
 def get_job(engine: Engine, job_id: str) -> Row[Any] | None:

@@ -2,8 +2,7 @@
 
     client = VipsClient.from_env()            # VIPS_URL (default http://127.0.0.1:8000), VIPS_API_KEY
     job = client.submit_job(dataset="adult", model="blr", iterations=100, batch_size=500, epsilon=1.0)
-    client.wait(job["id"])
-    document = client.posterior(job["id"])
+    client.wait(job["id"]) document = client.posterior(job["id"])
 
 Every method returns the decoded JSON and raises ApiError on a non-2xx answer (ApiConnectionError,
 status 0, when the server cannot be reached).
@@ -21,7 +20,7 @@ from urllib.parse import quote
 
 import httpx
 
-from service.job_status import TERMINAL
+from service.store.job_status import TERMINAL
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 DEFAULT_TIMEOUT_SECONDS = 60.0
@@ -100,8 +99,9 @@ class VipsClient:
 
     @property
     def key_id(self) -> str | None:
-        """The id of the key this client sends (service.keys.split_key), None without a well-formed one."""
-        from service.keys import split_key  # not at import: the client needs no database code to start
+        """The id of the key this client sends (service.store.keys.split_key), None without a well-formed
+        one."""
+        from service.store.keys import split_key  # not at import: the client needs no database code to start
 
         return None if self._api_key is None else split_key(self._api_key)
 
@@ -370,8 +370,7 @@ class VipsClient:
         """Poll the job until it is succeeded, failed or cancelled; returns the final job.
 
         `on_progress` gets the job after every poll (e.g. to drive a progress bar). Raises TimeoutError
-        after `timeout` seconds.
-        """
+        after `timeout` seconds."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             job = self.job(job_id)

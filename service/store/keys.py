@@ -25,8 +25,8 @@ from typing import Any, Literal, get_args
 from sqlalchemy import Engine, insert, select, update
 
 from privacy_wall.sqlengine import reading
-from service.models import api_keys
-from service.timestamps import aware
+from service.store.models import api_keys
+from service.store.timestamps import aware
 
 Role = Literal["admin", "custodian", "analyst", "client"]
 ROLES: tuple[Role, ...] = get_args(Role)

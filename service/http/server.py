@@ -38,8 +38,8 @@ import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.server import ServerState
 
-from service.proxies import Network, trusted
-from service.settings import ServiceSettings
+from service.http.proxies import trusted
+from service.settings import Network, ServiceSettings
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ from typing import Annotated, cast
 from fastapi import Depends, Request
 from sqlalchemy import Engine
 
-from service.queue import JobQueue
+from service.jobs.queue import JobQueue
 from service.settings import ServiceSettings
 
 

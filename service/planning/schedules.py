@@ -13,8 +13,7 @@ VIPS-BLR the long-standing T 10, S N).
 A rule may also choose model options by the same privacy scale (for instance how many copies of the SBN's
 pixel frequencies each release carries): only options the job does not give, and only when it gives epsilon
 (a job that gives sigma keeps the model's defaults). They are public choices like T and S, stored with the
-job's options.
-"""
+job's options."""
 
 from __future__ import annotations
 
@@ -23,7 +22,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from service.options import LDA_DEFAULTS
+from service.planning.options import LDA_DEFAULTS
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from service.errors import AccountantBusy
-from service.rate_limits import KeyRateLimiter
+from service.http.rate_limits import KeyRateLimiter
 from service.settings import ServiceSettings
 
 _pricing_slots: dict[int, threading.BoundedSemaphore] = {}

@@ -25,12 +25,12 @@ from sqlalchemy import Engine, or_, select, update
 
 from privacy_wall.ledger import database as ledger_db
 from privacy_wall.ledger.schema import reservations
-from service.job_end import end_job
-from service.job_status import TERMINAL
-from service.models import jobs
-from service.periodic import run_every
-from service.queue import JobQueue
-from service.timestamps import aware
+from service.jobs.end import end_job
+from service.jobs.periodic import run_every
+from service.jobs.queue import JobQueue
+from service.store.job_status import TERMINAL
+from service.store.models import jobs
+from service.store.timestamps import aware
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +56,7 @@ def unstarted_message(timeout_seconds: float) -> str:
 
 
 #: Which of these queued jobs' tasks the broker still holds, from one read of it; None when it cannot be
-#: read (service.queue.JobQueue.holds).
+#: read (service.jobs.queue.JobQueue.holds).
 Holds = Callable[[AbstractSet[str]], set[str] | None]
 
 
