@@ -241,8 +241,8 @@ def test_a_seeded_gate_takes_no_shards(stored: tuple[Engine, Engine]) -> None:
 
 
 def test_the_migrated_channel_tables_match_the_schema(tmp_path: Path) -> None:
-    """Alembic's comparison of the migrated sensitive database with sensitive_schema finds nothing to do;
-    before s0004 it finds the requests' missing shard count, before s0005 their missing heartbeat."""
+    """Alembic's comparison of the migrated sensitive database with privacy_wall.data.schema finds nothing to
+    do; before s0004 it finds the requests' missing shard count, before s0005 their missing heartbeat."""
     from alembic import command
 
     from privacy_wall.data.schema import metadata

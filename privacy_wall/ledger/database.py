@@ -1,4 +1,4 @@
-"""The budget ledger in the control database (docs/design.md section 3), over the tables of control_schema.
+"""The budget ledger in the control database (docs/design.md section 3), over the tables of ledger/schema.py.
 
 Every admission-changing operation runs in one transaction that first locks the dataset's budget row
 (SELECT ... FOR UPDATE in PostgreSQL; BEGIN IMMEDIATE in SQLite, see sqlengine), so concurrent
