@@ -200,6 +200,7 @@ def vips_fit(
     passes: bool = False,
     unigram_share: float = 0.0,
     unigram_clip: float = 1.0,
+    word_prior: tuple[float, ...] | None = None,
 ) -> VipsFit:
     """VIPS-LDA through the gate (public and seeded at sigma = 0; `passes`: shuffled passes instead of
     uniform minibatches, sigma = 0 only); seconds exclude on_iteration's time."""
@@ -229,7 +230,7 @@ def vips_fit(
     result = run_vips(
         Gate(store, ledger, seed=seed if public else None, passes=passes),
         query,
-        LatentDirichletAllocation(topics, seed=seed),
+        LatentDirichletAllocation(topics, seed=seed, word_prior=word_prior),
         LoopSettings(iterations, batch_size, sigma, tau0, kappa),
         job_id="bench",
         dimension=counts.shape[1],
@@ -541,6 +542,7 @@ def sweep_fit(
     store: InMemoryBowStore,
     unigram_share: float = 0.0,
     unigram_clip: float = 1.0,
+    word_prior: tuple[float, ...] | None = None,
 ) -> VipsFit:
     """One fit of the sweeps (--sweep, --sweep-unigram): N_w DOC_LENGTH, a CLIP, the service's step sizes
     (tau0 0, kappa 1), delta SWEEP_DELTA, model seed 0."""
@@ -559,6 +561,7 @@ def sweep_fit(
         store=store,
         unigram_share=unigram_share,
         unigram_clip=unigram_clip,
+        word_prior=word_prior,
     )
 
 
@@ -672,12 +675,27 @@ def dirichlet_corpus(documents: int, seed: int) -> tuple[Counts, Counts]:
     return sp.csr_array(counts[:documents]), sp.csr_array(counts[documents:])
 
 
-def unigram_sweep_section(seeds: int, sizes: Sequence[int] = (3000,)) -> list[SweepRow]:
+def unigram_sweep_section(
+    seeds: int,
+    sizes: Sequence[int] = (3000,),
+    *,
+    word_prior: bool = True,
+    epsilons: Sequence[float] = UNIGRAM_EPSILONS,
+    noiseless: bool = True,
+) -> list[SweepRow]:
     """Private LDA with the unigram block on the LDA rule's schedule at UNIGRAM_EPSILONS (and sigma 0 on
     its last row), `seeds` fits each, against the training unigram: on the bundled corpus (K 50), then per
     size D a planted-topic corpus (worker.datasets.synthetic_lda; V 5,000, ~50 tokens, K 20) and the
-    stand-in (`dirichlet_corpus`, K 20)."""
+    stand-in (`dirichlet_corpus`, K 20). `word_prior` (as a job's default option): the M-step shrinks the
+    unigram towards the public English word frequencies of the corpus's vocabulary (worker.models.word_prior;
+    the synthetic corpora have no words, so they get no prior)."""
     wiki = load_wikipedia()
+    priors: dict[str, tuple[float, ...] | None] = {}
+    if word_prior:
+        from worker.models.word_prior import public_prior
+
+        p0 = public_prior(wiki.vocabulary)
+        priors["bundled Wikipedia"] = None if p0 is None else tuple(float(x) for x in p0)
     corpora = [("bundled Wikipedia", wiki.train, wiki.test, README_TOPICS)]
     for documents in sizes:
         setting = SyntheticSetting(
@@ -695,7 +713,7 @@ def unigram_sweep_section(seeds: int, sizes: Sequence[int] = (3000,)) -> list[Sw
         test_unigram = unigram_perplexity(evaluation.observed, evaluation.held_out)
         private_store = InMemoryBowStore(name, train, public=False)
         public_store = InMemoryBowStore(name, train, public=True)
-        for target in (*UNIGRAM_EPSILONS, math.inf):
+        for target in (*epsilons, *((math.inf,) if noiseless else ())):
             scale = job_scale("lda", "vips", documents, target, {"topics": topics}, int(train.shape[1]))
             iterations, share, clip = unigram_rule(scale)
             sigma = (
@@ -713,6 +731,7 @@ def unigram_sweep_section(seeds: int, sizes: Sequence[int] = (3000,)) -> list[Sw
                     store=public_store if sigma == 0 else private_store,
                     unigram_share=share,
                     unigram_clip=clip,
+                    word_prior=priors.get(name),
                 )
                 row = SweepRow(
                     name, documents, documents, topics, fit.epsilon, sigma,
@@ -1110,6 +1129,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         default="3000",
         help="--sweep-unigram: the synthetic corpora's sizes, comma-separated (default %(default)s)",
     )
+    parser.add_argument(
+        "--no-unigram-prior",
+        action="store_true",
+        help="--sweep-unigram: no public English word-frequency prior (a job's option word_prior=0)",
+    )
+    parser.add_argument(
+        "--unigram-epsilons",
+        default=",".join(str(e) for e in UNIGRAM_EPSILONS),
+        help="--sweep-unigram: the epsilons, comma-separated (default %(default)s)",
+    )
+    parser.add_argument("--no-noiseless", action="store_true", help="--sweep-unigram: skip the sigma 0 rows")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "out")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -1126,11 +1156,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.sweep_unigram:
         unigram_sizes = [int(size) for size in args.unigram_sizes.split(",") if size.strip()]
-        table = sweep_markdown(unigram_sweep_section(args.sweep_unigram, unigram_sizes))
+        epsilons = [float(e) for e in args.unigram_epsilons.split(",") if e.strip()]
+        table = sweep_markdown(
+            unigram_sweep_section(
+                args.sweep_unigram,
+                unigram_sizes,
+                word_prior=not args.no_unigram_prior,
+                epsilons=epsilons,
+                noiseless=not args.no_noiseless,
+            )
+        )
         print(table)
-        (args.out / "lda_sweep_unigram.md").write_text(
+        name = "lda_sweep_unigram_no_prior.md" if args.no_unigram_prior else "lda_sweep_unigram.md"
+        (args.out / name).write_text(
             f"Produced by `python -m bench.lda --sweep-unigram {args.sweep_unigram} --unigram-sizes "
-            f"{args.unigram_sizes}`.\n\n{table}",
+            f"{args.unigram_sizes} --unigram-epsilons {args.unigram_epsilons}"
+            f"{' --no-unigram-prior' if args.no_unigram_prior else ''}"
+            f"{' --no-noiseless' if args.no_noiseless else ''}`.\n\n{table}",
             encoding="utf-8",
         )
         return 0

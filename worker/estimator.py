@@ -36,7 +36,7 @@ from __future__ import annotations
 import math
 import sys
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Self
 
@@ -138,6 +138,7 @@ class VipsEstimator(BaseEstimator):  # type: ignore[misc]
         progress: Progress | None = None,
         extra: dict[str, Any] | None = None,
         dimension: int | None = None,
+        vocabulary: Sequence[str] | None = None,
     ) -> dict[str, Any]:
         """Run the loop on the store `make_store(public)` builds (worker.fit_loop; charged to `budget` when
         set), calling `progress` after each iteration; set the fitted attributes and return the posterior
@@ -158,6 +159,7 @@ class VipsEstimator(BaseEstimator):  # type: ignore[misc]
             budget=self.budget,
             extra=extra,
             dimension=dimension,
+            vocabulary=vocabulary,
         )
         self.state_ = fitted.state
         self._set_posterior(fitted.document)
@@ -474,11 +476,15 @@ class VIPSLatentDirichletAllocation(TransformerMixin, VipsEstimator):  # type: i
     doc_length N_w: documents are resampled to N_w tokens inside the wall (0 keeps them: sigma 0 only);
     clip a: each document's contribution is clipped to a N_w. unigram_share, unigram_clip: the unigram
     fallback (privacy_wall.queries.lda); None: as the service chooses them with epsilon
-    (service.planning.schedules), else the model's default (none).
+    (service.planning.schedules), else the model's default (none). vocabulary: the words of the columns
+    (public), carried into the posterior; word_prior 1 (default) lets the fallback's unigram shrink towards
+    public English word frequencies when the vocabulary is English (worker.models.word_prior), 0 not.
     """
 
     model_name = "lda"
-    option_names = ("topics", "alpha", "eta", "doc_length", "clip", "unigram_share", "unigram_clip")
+    option_names = (
+        "topics", "alpha", "eta", "doc_length", "clip", "unigram_share", "unigram_clip", "word_prior"
+    )  # fmt: skip
 
     topics: int = 10
     alpha: float | None = None
@@ -487,6 +493,8 @@ class VIPSLatentDirichletAllocation(TransformerMixin, VipsEstimator):  # type: i
     clip: float = 0.1
     unigram_share: float | None = None
     unigram_clip: float | None = None
+    word_prior: int | None = None
+    vocabulary: Sequence[str] | None = None
 
     def fit(
         self, counts: Any, y: object = None, *, dataset: str = "local", progress: Progress | None = None
@@ -495,12 +503,17 @@ class VIPSLatentDirichletAllocation(TransformerMixin, VipsEstimator):  # type: i
         matrix = sp.csr_array(validate_data(self, counts, accept_sparse="csr", dtype=np.float64))
         check_non_negative(matrix, f"{type(self).__name__}.fit")
         population = int(matrix.shape[0])
+        vocabulary = None if self.vocabulary is None else [str(word) for word in self.vocabulary]
+        if vocabulary is not None and len(vocabulary) != matrix.shape[1]:
+            raise ValueError(f"vocabulary has {len(vocabulary)} words for {matrix.shape[1]} columns")
         self._fit_store(
             lambda public: InMemoryBowStore(dataset, matrix, public=public),
             population,
             dataset,
             progress,
+            None if vocabulary is None else {"vocabulary": vocabulary},
             dimension=int(matrix.shape[1]),
+            vocabulary=vocabulary,
         )
         return self
 

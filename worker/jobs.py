@@ -656,7 +656,14 @@ def _run(
 ) -> dict[str, Any]:
     stage.doing = "setting up the model"
     options = dict(job.options)
-    setup = model_setup(job.model, options, sigma=job.sigma, algorithm=job.algorithm)
+    vocabulary = None
+    if job.model == "lda":  # the public word list, for the unigram fallback's public prior
+        with reading(control) as conn:
+            schema = conn.execute(
+                select(datasets.c.schema).where(datasets.c.name == job.dataset)
+            ).scalar_one()
+        vocabulary = schema.get("vocabulary") if isinstance(schema, dict) else None
+    setup = model_setup(job.model, options, sigma=job.sigma, algorithm=job.algorithm, vocabulary=vocabulary)
     # One connection of each kind for the whole job: no pool checkout (and its ping) per iteration.
     with (
         control.connect() as reads,

@@ -51,6 +51,9 @@ MODEL_OPTIONS: dict[str, dict[str, OptionSpec]] = {
         # (0: topic statistics alone) and each document's clip for them.
         "unigram_share": _SHARE,
         "unigram_clip": _POSITIVE,
+        # word_prior 1 (default): the fallback's unigram shrinks towards public English word frequencies
+        # when the vocabulary is English (worker.models.word_prior); 0: towards nothing but the release.
+        "word_prior": _whole(0, 1),
     },
     # frequency_copies: the copies of the pixel frequencies in each release (privacy_wall.queries.sbn);
     # init_scale: the spread of the initial weights (worker.models.sbn; public, it shapes only the start).

@@ -212,6 +212,7 @@ def _run_local(args: argparse.Namespace) -> int:
                 dataset,
                 progress=progress,
                 dimension=data.dimension,
+                vocabulary=data.vocabulary,
             )
     except BoundViolation as exc:
         raise UsageError(f"{path}: {exc}") from None

@@ -13,6 +13,8 @@ the batch mean of each document's clipped word counts, and s keeps its negative 
 (post-processing: it reads only the released s and u, their noise stds, D, K, V and the public seed):
   - averages the u releases with inverse-variance weights into u_bar; the unigram p_u is each word's
     posterior mean under an empirical-Bayes prior fitted to all of u_bar (`unigram_estimate`), normalised;
+    with a public word-frequency prior p0 (word_prior) the empirical-Bayes prior is a log-normal
+    regression on log p0 instead (worker.models.word_prior.prior_unigram_estimate);
   - mixes the raw D s as above into X (rho_t), tracking X's per-entry noise variance v from the stds;
   - per topic, n_k = sum_v X_kv, r = X_k - n_k p_u, and the topic's counts are m_k p_u + soft(r, t), with
     m_k = n_k floored at 3 noise stds of that sum and the universal threshold t = sqrt(v) sqrt(2 log(K V)),
@@ -154,6 +156,11 @@ class LatentDirichletAllocation:
     eta: float | None = None
     seed: int = 0
     name: str = "lda"
+    #: A public word-frequency prior p0 over the vocabulary (worker.models.word_prior.public_prior), or
+    #: None: with the unigram block the M-step's unigram then shrinks towards it (prior_unigram_estimate).
+    word_prior: tuple[float, ...] | None = None
+    #: Where word_prior came from ("wordfreq 3.1.1, en, large"), named in the posterior.
+    word_prior_source: str | None = None
 
     def __post_init__(self) -> None:
         if self.topics < 1:
@@ -221,7 +228,12 @@ class LatentDirichletAllocation:
         unigram_weight = weight + state.unigram_weight
         u_bar = unigram_sum / unigram_weight
         u_bar_std = math.sqrt(1.0 / unigram_weight) if u_std > 0 else 0.0
-        p_u = unigram_estimate(u_bar, u_bar_std)
+        if self.word_prior is not None and len(self.word_prior) == words:
+            from worker.models.word_prior import prior_unigram_estimate  # scipy.optimize: only here
+
+            p_u = prior_unigram_estimate(u_bar, u_bar_std, np.asarray(self.word_prior, dtype=np.float64))
+        else:
+            p_u = unigram_estimate(u_bar, u_bar_std)
         # A topic's token mass; its counts start from the mass floored at 3 noise stds of that sum (a topic
         # whose mass is noise is the unigram), the residual is taken against the mass itself.
         total = raw.sum(axis=1, keepdims=True)
@@ -236,7 +248,7 @@ class LatentDirichletAllocation:
     def posterior(self, state: LdaState) -> dict[str, Any]:
         """Natural parameters E[log beta], the last released s, the variational lambda, and per topic its
         20 most probable word ids with their probabilities E[beta_kv] ("topics"; the vocabulary maps ids
-        to words)."""
+        to words); "word_prior" names the public word frequencies the unigram shrank towards, if any."""
         probabilities = topic_word_probabilities(state.lam)
         tops = top_words(state.lam, 20)
         lam = state.lam.tolist()  # one list under both keys: worker.posterior writes its text once
@@ -253,6 +265,7 @@ class LatentDirichletAllocation:
                 {"word_ids": ids, "probabilities": [float(probabilities[k, v]) for v in ids]}
                 for k, ids in enumerate(tops)
             ],
+            **({"word_prior": self.word_prior_source} if self.word_prior is not None else {}),
         }
 
 

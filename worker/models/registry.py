@@ -9,6 +9,7 @@ models' own (worker.models).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,10 +56,16 @@ def check_model_options(model: str, options: dict[str, float], sigma: float, alg
 
 
 def model_setup(
-    model: str, options: dict[str, float], *, sigma: float, algorithm: str = "vips"
+    model: str,
+    options: dict[str, float],
+    *,
+    sigma: float,
+    algorithm: str = "vips",
+    vocabulary: Sequence[str] | None = None,
 ) -> ModelSetup:
     """The model and query a job of `model` fitted by `algorithm` with `options` runs (step-size options
-    tau0, kappa are the VIPS loop's, not the model's)."""
+    tau0, kappa are the VIPS loop's, not the model's). `vocabulary`: an LDA dataset's public word list,
+    for the unigram fallback's public prior (option word_prior)."""
     check_model_options(model, options, sigma, algorithm)
     given: dict[str, Any] = {name: value for name, value in options.items() if name not in ("tau0", "kappa")}
     if algorithm == "dpvi":
@@ -92,7 +99,24 @@ def model_setup(
         from worker.models.lda import LatentDirichletAllocation
 
         topics = int(options.get("topics", LDA_DEFAULTS["topics"]))
-        lda = LatentDirichletAllocation(topics=topics, alpha=options.get("alpha"), eta=options.get("eta"))
+        unigram_share = float(options.get("unigram_share", 0.0))
+        word_prior, source = None, None
+        if unigram_share > 0 and vocabulary and options.get("word_prior", 1):
+            from importlib.metadata import version
+
+            from worker.models.word_prior import public_prior
+
+            p0 = public_prior(vocabulary, language="en", wordlist="large")
+            if p0 is not None:
+                word_prior = tuple(float(p) for p in p0)
+                source = f"wordfreq {version('wordfreq')} (en, large)"
+        lda = LatentDirichletAllocation(
+            topics=topics,
+            alpha=options.get("alpha"),
+            eta=options.get("eta"),
+            word_prior=word_prior,
+            word_prior_source=source,
+        )
         doc_length = int(options.get("doc_length", LDA_DEFAULTS["doc_length"]))
         query = LdaQuery(
             topics,
@@ -100,7 +124,7 @@ def model_setup(
             doc_length=doc_length,
             clip=float(options.get("clip", LDA_DEFAULTS["clip"])),
             max_document_length=UNCLIPPED_DOCUMENT_LENGTH if doc_length == 0 else None,
-            unigram_share=float(options.get("unigram_share", 0.0)),
+            unigram_share=unigram_share,
             unigram_clip=float(options.get("unigram_clip", 1.0)),
         )
         return ModelSetup(lda, query)
