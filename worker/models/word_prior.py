@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from functools import lru_cache
 
 import numpy as np
 
@@ -71,21 +70,29 @@ START_WORDS = 10
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 
 
-@lru_cache(maxsize=4)
-def _frequencies(language: str, wordlist: str) -> dict[str, float] | None:
+def _frequencies(vocabulary: Sequence[str], language: str, wordlist: str) -> Array | None:
+    """wordfreq's frequency of each word (0 when it lacks the word), or None without wordfreq. Its list
+    (~50 MB as a dict for English "large") is read for this call and not kept: wordfreq's own caches are
+    cleared, so a worker does not hold it between jobs (reading it again takes ~0.2 s)."""
     try:
-        from wordfreq import get_frequency_dict
+        from wordfreq import get_frequency_dict, get_frequency_list
     except ImportError:
         return None
-    return dict(get_frequency_dict(language, wordlist))
+    try:
+        table = get_frequency_dict(language, wordlist)
+        return np.array([table.get(str(word).lower(), 0.0) for word in vocabulary], dtype=np.float64)
+    finally:
+        get_frequency_dict.cache_clear()
+        get_frequency_list.cache_clear()
 
 
 def public_prior(vocabulary: Sequence[str], language: str = "en", wordlist: str = "large") -> Array | None:
     """p0 over `vocabulary` from wordfreq (module docstring), or None when no prior applies."""
-    table = _frequencies(language, wordlist)
-    if table is None or not vocabulary:
+    if not vocabulary:
         return None
-    found = np.array([table.get(str(word).lower(), 0.0) for word in vocabulary], dtype=np.float64)
+    found = _frequencies(vocabulary, language, wordlist)
+    if found is None:
+        return None
     if (found > 0).mean() < MIN_COVERAGE:
         return None
     found[found <= 0] = found[found > 0].min()
