@@ -692,10 +692,10 @@ def unigram_sweep_section(
     wiki = load_wikipedia()
     priors: dict[str, tuple[float, ...] | None] = {}
     if word_prior:
-        from worker.models.word_prior import public_prior
+        from worker.models.word_prior import english_prior
 
-        p0 = public_prior(wiki.vocabulary)
-        priors["bundled Wikipedia"] = None if p0 is None else tuple(float(x) for x in p0)
+        prior = english_prior(wiki.vocabulary)
+        priors["bundled Wikipedia"] = None if prior is None else prior[0]
     corpora = [("bundled Wikipedia", wiki.train, wiki.test, README_TOPICS)]
     for documents in sizes:
         setting = SyntheticSetting(

@@ -656,13 +656,11 @@ def _run(
 ) -> dict[str, Any]:
     stage.doing = "setting up the model"
     options = dict(job.options)
-    vocabulary = None
-    if job.model == "lda":  # the public word list, for the unigram fallback's public prior
-        with reading(control) as conn:
-            schema = conn.execute(
-                select(datasets.c.schema).where(datasets.c.name == job.dataset)
-            ).scalar_one()
-        vocabulary = schema.get("vocabulary") if isinstance(schema, dict) else None
+    # The dataset's public schema: LDA's vocabulary (for the unigram fallback's prior) and the posterior's
+    # columns. It cannot change while the job holds its reservation (an append needs none open).
+    with reading(control) as conn:
+        schema = conn.execute(select(datasets.c.schema).where(datasets.c.name == job.dataset)).scalar_one()
+    vocabulary = schema.get("vocabulary") if job.model == "lda" and isinstance(schema, dict) else None
     setup = model_setup(job.model, options, sigma=job.sigma, algorithm=job.algorithm, vocabulary=vocabulary)
     # One connection of each kind for the whole job: no pool checkout (and its ping) per iteration.
     with (
@@ -695,7 +693,6 @@ def _run(
     stage.doing = "building the posterior"
     with reading(control) as conn:
         delta = conn.execute(select(budgets.c.delta).where(budgets.c.dataset == job.dataset)).scalar_one()
-        schema = conn.execute(select(datasets.c.schema).where(datasets.c.name == job.dataset)).scalar_one()
     return build_posterior(
         model=job.model,
         algorithm=job.algorithm,

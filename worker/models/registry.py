@@ -102,14 +102,9 @@ def model_setup(
         unigram_share = float(options.get("unigram_share", 0.0))
         word_prior, source = None, None
         if unigram_share > 0 and vocabulary and options.get("word_prior", 1):
-            from importlib.metadata import version
+            from worker.models.word_prior import english_prior
 
-            from worker.models.word_prior import public_prior
-
-            p0 = public_prior(vocabulary, language="en", wordlist="large")
-            if p0 is not None:
-                word_prior = tuple(float(p) for p in p0)
-                source = f"wordfreq {version('wordfreq')} (en, large)"
+            word_prior, source = english_prior(vocabulary) or (None, None)
         lda = LatentDirichletAllocation(
             topics=topics,
             alpha=options.get("alpha"),

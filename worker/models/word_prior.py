@@ -86,6 +86,17 @@ def _frequencies(vocabulary: Sequence[str], language: str, wordlist: str) -> Arr
         get_frequency_list.cache_clear()
 
 
+def english_prior(vocabulary: Sequence[str]) -> tuple[tuple[float, ...], str] | None:
+    """LDA's prior as the model holds it: p0 over `vocabulary` from wordfreq's English "large" list and
+    the list's name for the posterior ("wordfreq 3.1.1 (en, large)"), or None when no prior applies."""
+    p0 = public_prior(vocabulary, language="en", wordlist="large")
+    if p0 is None:
+        return None
+    from importlib.metadata import version
+
+    return tuple(float(p) for p in p0), f"wordfreq {version('wordfreq')} (en, large)"
+
+
 def public_prior(vocabulary: Sequence[str], language: str = "en", wordlist: str = "large") -> Array | None:
     """p0 over `vocabulary` from wordfreq (module docstring), or None when no prior applies."""
     if not vocabulary:
