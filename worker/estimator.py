@@ -479,16 +479,20 @@ class VIPSLatentDirichletAllocation(TransformerMixin, VipsEstimator):  # type: i
     (service.planning.schedules), else the model's default (none). vocabulary: the words of the columns
     (public), carried into the posterior; word_prior 1 (default) lets the fallback's unigram shrink towards
     public English word frequencies when the vocabulary is English (worker.models.word_prior), 0 not.
+    smoothing f: the M-step's pull of the topics towards the corpus's word frequencies (None: the model's
+    default; 0: the paper's M-step, worker.models.lda).
     """
 
     model_name = "lda"
     option_names = (
-        "topics", "alpha", "eta", "doc_length", "clip", "unigram_share", "unigram_clip", "word_prior"
+        "topics", "alpha", "eta", "smoothing", "doc_length", "clip", "unigram_share", "unigram_clip",
+        "word_prior",
     )  # fmt: skip
 
     topics: int = 10
     alpha: float | None = None
     eta: float | None = None
+    smoothing: float | None = None
     doc_length: int = 500
     clip: float = 0.1
     unigram_share: float | None = None

@@ -45,6 +45,9 @@ MODEL_OPTIONS: dict[str, dict[str, OptionSpec]] = {
         "topics": _whole(1, 1000),
         "alpha": _POSITIVE,
         "eta": _POSITIVE,
+        # The M-step's pull of the topics towards the corpus's word frequencies (worker.models.lda; 0: the
+        # paper's M-step).
+        "smoothing": _NON_NEGATIVE,
         "doc_length": _whole(0, 100_000),
         "clip": _CLIP_FRACTION,
         # The unigram fallback (privacy_wall.queries.lda): the release's share for the word frequencies

@@ -96,9 +96,10 @@ def model_setup(
         return ModelSetup(linreg, linreg.query())
     if model == "lda":
         from privacy_wall.queries.lda import LdaQuery
-        from worker.models.lda import LatentDirichletAllocation
+        from worker.models.lda import LatentDirichletAllocation, default_smoothing
 
         topics = int(options.get("topics", LDA_DEFAULTS["topics"]))
+        doc_length = int(options.get("doc_length", LDA_DEFAULTS["doc_length"]))
         unigram_share = float(options.get("unigram_share", 0.0))
         word_prior, source = None, None
         if unigram_share > 0 and vocabulary and options.get("word_prior", 1):
@@ -109,10 +110,10 @@ def model_setup(
             topics=topics,
             alpha=options.get("alpha"),
             eta=options.get("eta"),
+            smoothing=float(options.get("smoothing", default_smoothing(doc_length))),
             word_prior=word_prior,
             word_prior_source=source,
         )
-        doc_length = int(options.get("doc_length", LDA_DEFAULTS["doc_length"]))
         query = LdaQuery(
             topics,
             alpha=lda.doc_topic_prior,
