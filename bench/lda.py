@@ -78,6 +78,7 @@ from worker.models.lda import (
     LatentDirichletAllocation,
     LdaState,
     completion_perplexity,
+    default_smoothing,
     expected_log_beta,
     perplexity_bound,
     split_documents,
@@ -230,7 +231,9 @@ def vips_fit(
     result = run_vips(
         Gate(store, ledger, seed=seed if public else None, passes=passes),
         query,
-        LatentDirichletAllocation(topics, seed=seed, word_prior=word_prior),
+        LatentDirichletAllocation(
+            topics, seed=seed, word_prior=word_prior, smoothing=default_smoothing(doc_length)
+        ),
         LoopSettings(iterations, batch_size, sigma, tau0, kappa),
         job_id="bench",
         dimension=counts.shape[1],

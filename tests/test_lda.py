@@ -159,7 +159,7 @@ def test_smoothing_is_a_job_option_with_the_doc_length_default() -> None:
     def smoothing(options: dict[str, float]) -> float:
         model = model_setup("lda", options, sigma=0.0).model
         assert isinstance(model, LatentDirichletAllocation)
-        return model.topic_smoothing
+        return model.smoothing
 
     assert smoothing({"topics": 3}) == SMOOTHING
     assert smoothing({"topics": 3, "doc_length": 0}) == 0.0
@@ -231,16 +231,16 @@ def test_private_fits_degrade_smoothly(train: SyntheticCorpus, test_split: tuple
 
 
 def test_m_step_and_expected_log_beta() -> None:
-    model = LatentDirichletAllocation(topics=2, eta=0.5)
+    model = LatentDirichletAllocation(topics=2, eta=0.5, smoothing=SMOOTHING)
     state = model.initial_state(4)
     assert state.lam.shape == (2, 4) and (state.lam > 0).all()
     np.testing.assert_array_equal(state.lam, model.initial_state(4).lam)  # seeded: reproducible
     s = np.array([[1.0, 0.0, 2.0, 0.0], [0.0, 3.0, 0.0, 1.0]])
     new = model.m_step(state, {"s": s}, population=10, rho=0.25)
-    # The default pull: each topic gets f / K of every word's count summed over topics.
+    # The pull: each topic gets f / K of every word's count summed over topics.
     pulled = 0.5 + 10 * s + (SMOOTHING / 2) * 10 * s.sum(axis=0)
     np.testing.assert_allclose(new.lam, 0.75 * state.lam + 0.25 * pulled)
-    paper = LatentDirichletAllocation(topics=2, eta=0.5, smoothing=0.0)  # the paper's Eq. / Alg. 3
+    paper = LatentDirichletAllocation(topics=2, eta=0.5)  # the model's default: the paper's Alg. 3
     np.testing.assert_allclose(
         paper.m_step(state, {"s": s}, population=10, rho=0.25).lam, 0.75 * state.lam + 0.25 * (0.5 + 10 * s)
     )
@@ -391,7 +391,7 @@ def test_unigram_m_step_is_post_processing_and_falls_back_to_the_unigram() -> No
     rng = np.random.default_rng(5)
     topics, words, population = 4, 300, 1000
     truth = rng.dirichlet(np.full(words, 0.3))
-    model = LatentDirichletAllocation(topics=topics)
+    model = LatentDirichletAllocation(topics=topics, smoothing=SMOOTHING)
     releases = [
         (
             {"s": rng.normal(0.0, 1.0, size=(topics, words)), "u": truth * 50 + rng.normal(0, 0.01, words)},

@@ -479,8 +479,9 @@ class VIPSLatentDirichletAllocation(TransformerMixin, VipsEstimator):  # type: i
     (service.planning.schedules), else the model's default (none). vocabulary: the words of the columns
     (public), carried into the posterior; word_prior 1 (default) lets the fallback's unigram shrink towards
     public English word frequencies when the vocabulary is English (worker.models.word_prior), 0 not.
-    smoothing f: the M-step's pull of the topics towards the corpus's word frequencies (None: the model's
-    default; 0: the paper's M-step, worker.models.lda).
+    smoothing f: the M-step's pull of the topics towards the corpus's word frequencies (None: a job's
+    default, worker.models.lda.default_smoothing: 0.2 with resampled documents, 0 with doc_length 0; 0 is
+    the paper's M-step).
     """
 
     model_name = "lda"

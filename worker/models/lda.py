@@ -23,13 +23,14 @@ the batch mean of each document's clipped word counts, and s keeps its negative 
   - lambda = eta + those counts; the next E-step's E[log beta] is that of lambda times the initial state's
     Gamma(100, 1/100) jitter (public_params), which keeps the topics apart.
 
-Both M-steps then pull the topics towards the corpus's word frequencies (`smoothing` f, SMOOTHING by
-default; 0 is the paper's M-step): with X the topic counts they form (D s, or the fallback's counts above),
+Both M-steps then pull the topics towards the corpus's word frequencies (`smoothing` f; 0, the model's
+default, is the paper's M-step; a job's default is `default_smoothing(doc_length)`): with X the topic
+counts they form (D s, or the fallback's counts above),
   lambda_kv = eta + X_kv + (f / K) sum_j X_jv,
 a Dirichlet prior on each topic centred on the word frequencies X implies, weighing f times a mean topic's
 mass. Resampling to N_w tokens counts a document of L tokens N_w / L times over, so lambda = eta + X
 alone is far too sure of every topic's rare words (issue 36: on the bundled Wikipedia corpus at sigma 0,
-held-out completion perplexity 3.8% below the unigram's at f 0 and ~25% below at f 0.2).
+held-out completion perplexity 3.8% below the unigram's at f 0 and 26% below at f 0.2).
 Post-processing like the rest: it reads only the released values.
 """
 
@@ -49,8 +50,9 @@ from worker.models.base import Array
 
 #: Fixed E-step iterations for documents outside the wall (prediction and evaluation).
 EVALUATION_ITERATIONS = 100
-#: The M-step's default pull of the topics towards the corpus's word frequencies (module docstring); read
-#: off the bundled Wikipedia corpus and planted-topic and stand-in corpora (docs/schedules.md, "LDA").
+#: A job's pull of the topics towards the corpus's word frequencies when documents are resampled (module
+#: docstring); read off the bundled Wikipedia corpus and planted-topic and stand-in corpora
+#: (docs/schedules.md, "The M-step's pull towards the word frequencies").
 SMOOTHING = 0.2
 
 
@@ -179,9 +181,9 @@ class LatentDirichletAllocation:
     word_prior: tuple[float, ...] | None = None
     #: Where word_prior came from ("wordfreq 3.1.1, en, large"), named in the posterior.
     word_prior_source: str | None = None
-    #: f, the pull towards the corpus's word frequencies (module docstring); None: SMOOTHING (callers that
-    #: know the query's doc_length pass default_smoothing(doc_length)).
-    smoothing: float | None = None
+    #: f, the pull towards the corpus's word frequencies (module docstring); 0 is the paper's M-step. Callers
+    #: that build the query pass default_smoothing(its doc_length), as a job does.
+    smoothing: float = 0.0
 
     def __post_init__(self) -> None:
         if self.topics < 1:
@@ -189,7 +191,7 @@ class LatentDirichletAllocation:
         for label, value in (("alpha", self.alpha), ("eta", self.eta)):
             if value is not None and not (value > 0 and math.isfinite(value)):
                 raise ValueError(f"{label} must be a finite number > 0")
-        if self.smoothing is not None and not (self.smoothing >= 0 and math.isfinite(self.smoothing)):
+        if not (self.smoothing >= 0 and math.isfinite(self.smoothing)):
             raise ValueError("smoothing must be a finite number >= 0")
 
     @property
@@ -200,13 +202,9 @@ class LatentDirichletAllocation:
     def topic_word_prior(self) -> float:
         return 1.0 / self.topics if self.eta is None else float(self.eta)
 
-    @property
-    def topic_smoothing(self) -> float:
-        return SMOOTHING if self.smoothing is None else float(self.smoothing)
-
     def _lambda(self, counts: Array) -> Array:
         """lambda_kv = eta + X_kv + (f / K) sum_j X_jv from topic counts X (module docstring)."""
-        pull = (self.topic_smoothing / counts.shape[0]) * counts.sum(axis=0, keepdims=True)
+        pull = (self.smoothing / counts.shape[0]) * counts.sum(axis=0, keepdims=True)
         out: Array = self.topic_word_prior + counts + pull
         return out
 
@@ -291,7 +289,7 @@ class LatentDirichletAllocation:
                 "lambda": lam,
                 "alpha": self.doc_topic_prior,
                 "eta": self.topic_word_prior,
-                "smoothing": self.topic_smoothing,
+                "smoothing": self.smoothing,
             },
             "lambda": lam,
             "topics": [
