@@ -24,6 +24,7 @@ Sections:
 (service.planning.schedules: T and
   unigram_share by epsilon x D, S = D) at epsilon 0.5-10 and sigma 0, on the bundled corpus, planted-topic
   corpora and a stand-in from a third generator (`dirichlet_corpus`), against the training unigram.
+  With --text-csv, a public CSV text corpus (bench.text_corpus) instead of the bundled one, at K 50 and 10.
 - --full: the paper's scale (D = 400,000, V = 5,000, K = 50, S = 20,000, N_w = 500, T = 20, sigma = 1.24)
   on a synthetic corpus: seconds per iteration and peak RSS, beside scikit-learn's online LDA updates on
   minibatches of the same size from the same corpus (the ratio of seconds per iteration).
@@ -33,6 +34,7 @@ Sections:
     python -m bench.lda --whole-process [--repeats R]   # `vips fit --local` as a process vs scikit-learn
     python -m bench.lda --sweep [--sweep-sizes 2786,10000]  # private LDA vs the unigram baseline
     python -m bench.lda --sweep-unigram 2 [--unigram-sizes 3000,30000]  # the unigram fallback, LDA rule
+    python -m bench.lda --sweep-unigram 2 --unigram-sizes "" --text-csv NewsArticles.csv  # held-out text
 
 Fits run through the real pieces: an in-memory store, privacy_wall.gate.Gate, an InMemoryLedger and
 worker.runner.run_vips. Private fits cannot be seeded (OS CSPRNG): their repeats are independent runs.
@@ -55,6 +57,7 @@ import numpy as np
 import scipy.sparse as sp
 from threadpoolctl import threadpool_limits
 
+from bench.text_corpus import TextCorpus, text_corpus
 from privacy_wall.accounting.accountants import (
     calibrate_sigma,
     calibrate_sigma_strong,
@@ -650,6 +653,8 @@ def sweep_section(sizes: Sequence[int]) -> list[SweepRow]:
 #: planted-topic corpora (D 3,000 and 30,000; docs/schedules.md, "LDA"); a job that gives sigma
 #: keeps T 10 and the model's defaults (w 0).
 UNIGRAM_EPSILONS = (0.5, 1.0, 2.0, 5.0, 10.0)
+#: --text-csv: the topics fitted on a text corpus (the issue's news measurements used K 50 and K 10).
+TEXT_TOPICS = (50, 10)
 
 
 def unigram_rule(scale: float) -> tuple[int, float, float]:
@@ -685,21 +690,29 @@ def unigram_sweep_section(
     word_prior: bool = True,
     epsilons: Sequence[float] = UNIGRAM_EPSILONS,
     noiseless: bool = True,
+    texts: Sequence[TextCorpus] = (),
+    text_topics: Sequence[int] = TEXT_TOPICS,
 ) -> list[SweepRow]:
     """Private LDA with the unigram block on the LDA rule's schedule at UNIGRAM_EPSILONS (and sigma 0 on
     its last row), `seeds` fits each, against the training unigram: on the bundled corpus (K 50), then per
     size D a planted-topic corpus (worker.datasets.synthetic_lda; V 5,000, ~50 tokens, K 20) and the
     stand-in (`dirichlet_corpus`, K 20). `word_prior` (as a job's default option): the M-step shrinks the
     unigram towards the public English word frequencies of the corpus's vocabulary (worker.models.word_prior;
-    the synthetic corpora have no words, so they get no prior)."""
-    wiki = load_wikipedia()
-    priors: dict[str, tuple[float, ...] | None] = {}
-    if word_prior:
-        from worker.models.word_prior import english_prior
+    the synthetic corpora have no words, so they get no prior). `texts` (bench.text_corpus, --text-csv):
+    each such corpus instead of the bundled one, at each of `text_topics`."""
+    from worker.models.word_prior import english_prior
 
-        prior = english_prior(wiki.vocabulary)
-        priors["bundled Wikipedia"] = None if prior is None else prior[0]
-    corpora = [("bundled Wikipedia", wiki.train, wiki.test, README_TOPICS)]
+    priors: dict[str, tuple[float, ...] | None] = {}
+    corpora: list[tuple[str, Counts, Counts, int]] = []
+    named = [(text.name, text.train, text.test, text.vocabulary) for text in texts]
+    if not texts:
+        wiki = load_wikipedia()
+        named = [("bundled Wikipedia", wiki.train, wiki.test, wiki.vocabulary)]
+    for name, train, test, vocabulary in named:
+        prior = english_prior(vocabulary) if word_prior else None
+        priors[name] = None if prior is None else prior[0]
+        for topics in text_topics if texts else (README_TOPICS,):
+            corpora.append((name, train, test, topics))
     for documents in sizes:
         setting = SyntheticSetting(
             documents, SWEEP_VOCABULARY, SWEEP_TOPICS, SWEEP_MEAN_LENGTH, test_documents=1000
@@ -1143,6 +1156,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="--sweep-unigram: the epsilons, comma-separated (default %(default)s)",
     )
     parser.add_argument("--no-noiseless", action="store_true", help="--sweep-unigram: skip the sigma 0 rows")
+    parser.add_argument(
+        "--text-csv",
+        type=Path,
+        action="append",
+        default=[],
+        help="--sweep-unigram: a public CSV text corpus instead of the bundled one (bench/text_corpus.py: "
+        "80/20 split, the 5,000 most frequent training words); repeatable",
+    )
+    parser.add_argument("--text-column", default="text", help="--text-csv: the column of texts (%(default)s)")
+    parser.add_argument(
+        "--text-topics",
+        default=",".join(str(k) for k in TEXT_TOPICS),
+        help="--text-csv: the topics K, comma-separated (default %(default)s)",
+    )
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "out")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -1160,6 +1187,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.sweep_unigram:
         unigram_sizes = [int(size) for size in args.unigram_sizes.split(",") if size.strip()]
         epsilons = [float(e) for e in args.unigram_epsilons.split(",") if e.strip()]
+        texts = [text_corpus(path, args.text_column) for path in args.text_csv]
         table = sweep_markdown(
             unigram_sweep_section(
                 args.sweep_unigram,
@@ -1167,13 +1195,19 @@ def main(argv: Sequence[str] | None = None) -> int:
                 word_prior=not args.no_unigram_prior,
                 epsilons=epsilons,
                 noiseless=not args.no_noiseless,
+                texts=texts,
+                text_topics=[int(k) for k in args.text_topics.split(",") if k.strip()],
             )
         )
         print(table)
-        name = "lda_sweep_unigram_no_prior.md" if args.no_unigram_prior else "lda_sweep_unigram.md"
+        stem = "lda_sweep_text" if texts else "lda_sweep_unigram"
+        name = f"{stem}_no_prior.md" if args.no_unigram_prior else f"{stem}.md"
+        text_flags = "".join(f" --text-csv {path.name}" for path in args.text_csv)
+        if texts:
+            text_flags += f" --text-column {args.text_column} --text-topics {args.text_topics}"
         (args.out / name).write_text(
             f"Produced by `python -m bench.lda --sweep-unigram {args.sweep_unigram} --unigram-sizes "
-            f"{args.unigram_sizes} --unigram-epsilons {args.unigram_epsilons}"
+            f"{args.unigram_sizes} --unigram-epsilons {args.unigram_epsilons}{text_flags}"
             f"{' --no-unigram-prior' if args.no_unigram_prior else ''}"
             f"{' --no-noiseless' if args.no_noiseless else ''}`.\n\n{table}",
             encoding="utf-8",

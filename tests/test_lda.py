@@ -416,6 +416,46 @@ def test_unigram_m_step_is_post_processing_and_falls_back_to_the_unigram() -> No
         assert np.abs(beta[k] - unigram).sum() < 0.02
 
 
+def test_keep_threshold_keeps_pure_noise_at_most_one_time_in_a_hundred() -> None:
+    """The M-step's threshold for n entries: n independent N(0, 1) exceed it in absolute value with
+    probability at most NOISE_KEPT (the union bound: 2 n Phi(-z) = NOISE_KEPT). Monte Carlo: 4,000 draws of
+    1,200 noise entries; the binomial standard error of 1% is 0.16%, so 1.5% is three of them above."""
+    from scipy.special import ndtr
+
+    from worker.models.lda import NOISE_KEPT, keep_threshold
+
+    for entries in (1200, 250_000):
+        z = keep_threshold(entries)
+        assert 2 * entries * ndtr(-z) == pytest.approx(NOISE_KEPT, rel=1e-9)
+    rng = np.random.default_rng(0)
+    z = keep_threshold(1200)
+    kept = sum(bool((np.abs(rng.standard_normal(1200)) > z).any()) for _ in range(4000))
+    assert kept / 4000 < 0.015
+
+
+def test_unigram_m_step_keeps_an_excess_that_clears_the_threshold_whole() -> None:
+    """Hard thresholding: where a topic's count X_kv stands more than t (keep_threshold) noise stds from its
+    share of the unigram, the topic keeps X_kv itself (soft thresholding would take t off); everywhere else
+    the topic's count is its mass times the unigram (smoothing 0: lambda = eta + counts)."""
+    rng = np.random.default_rng(11)
+    topics, words, population = 4, 300, 1000
+    truth = rng.dirichlet(np.full(words, 0.3))
+    s = np.tile(0.2 * truth, (topics, 1))
+    s[0, 7] += 0.008  # raw excess 8 against unit noise (declared s std 0.001 x D 1000): t = 4.46
+    u = truth * 50 + rng.normal(0, 0.01, words)
+    model = LatentDirichletAllocation(topics=topics, smoothing=0.0)
+    state = model.m_step(
+        model.initial_state(words), {"s": s, "u": u}, population, 1.0, {"s": 0.001, "u": 0.01}
+    )
+    counts = state.lam - model.topic_word_prior
+    raw = population * s
+    unigram = unigram_estimate(u, 0.01)
+    assert counts[0, 7] == pytest.approx(raw[0, 7], rel=1e-9)
+    expected = raw.sum(axis=1, keepdims=True) * unigram[None, :]
+    expected[0, 7] = raw[0, 7]
+    np.testing.assert_allclose(counts, expected, rtol=1e-9)
+
+
 def test_unigram_estimate_shrinks_the_noisy_tail() -> None:
     """The empirical-Bayes unigram is a distribution (positive, sums to 1), u itself without noise, close to
     it when the noise is small, and at a noise comparable to the tail's counts a better estimate of a Zipf
