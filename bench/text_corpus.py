@@ -3,7 +3,7 @@
 The rows with a non-empty text are split at random (seed 0) into training and test documents, 80 / 20.
 Words are `vips data prepare-text`'s (vips.tokens); English stop words (scikit-learn's list) and one-letter
 words are dropped; the vocabulary is the `size` most frequent remaining words of the training documents
-(ties alphabetical; ids in alphabetical order, as vips.bow.frequent_words). Documents left empty are
+(vips.bow.frequent_words: ties and ids in alphabetical order). Documents left empty are
 dropped. A bench measurement on public text, so the vocabulary may come from the training half; a
 custodian's vocabulary must not come from their sensitive texts (README, "Texts for LDA").
 
@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import csv
 import sys
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
 
-from vips.bow import count_documents
+from vips.bow import count_documents, frequent_words
 from vips.tokens import tokenize
 
 TRAINING_SHARE = 0.8
@@ -67,9 +66,7 @@ def text_corpus(path: Path, column: str = "text", size: int = VOCABULARY_SIZE, s
     cut = round(TRAINING_SHARE * len(documents))
     train_texts = [documents[i] for i in order[:cut]]
     test_texts = [documents[i] for i in order[cut:]]
-    frequency: Counter[str] = Counter(word for text in train_texts for word in text.split())
-    ranked = sorted(frequency, key=lambda word: (-frequency[word], word))
-    vocabulary = tuple(sorted(ranked[:size]))
+    vocabulary = frequent_words(train_texts, size)
 
     def counts(texts: list[str]) -> sp.csr_array:
         matrix = count_documents(texts, vocabulary).matrix
