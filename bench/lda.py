@@ -532,6 +532,8 @@ class SweepRow:
     completion: float
     unigram: float
     test_unigram: float  # `vips evaluate`'s baseline: the test documents' observed halves' frequencies
+    #: --sweep-unigram: the private unigram's completion perplexity at the same epsilon (`private_unigram`).
+    private_unigram: float = math.nan
 
     @property
     def beats_unigram(self) -> bool:
@@ -666,6 +668,41 @@ def unigram_rule(scale: float) -> tuple[int, float, float]:
     return rule_iterations(rule, scale), options["unigram_share"], options.get("unigram_clip", 1.0)
 
 
+#: The private unigram comparator's share of the budget on the unigram block (the query needs w < 1).
+UNIGRAM_ONLY_SHARE = 0.999
+
+
+def private_unigram(
+    train: Counts,
+    *,
+    epsilon: float,
+    clip: float,
+    store: InMemoryBowStore,
+    word_prior: tuple[float, ...] | None = None,
+) -> tuple[np.ndarray, float]:
+    """The cheap private model the LDA fits should never fall behind (issue 36), and the ledger's epsilon:
+    at the same epsilon and delta, one release through the gate of each document's clipped word counts
+    with (almost) the whole budget (K 1, T 1, S = D, unigram_share UNIGRAM_ONLY_SHARE), estimated as the
+    LDA M-step estimates its unigram (empirical Bayes, with `word_prior` if given;
+    LatentDirichletAllocation.private_unigram). With S = D one release at the whole budget is the best any
+    number of such releases can do (Gaussian releases of the same sum compose to one at the same noise)."""
+    documents = int(train.shape[0])
+    fit = sweep_fit(
+        train,
+        topics=1,
+        sigma=calibrate_sigma(epsilon, documents, documents, 1, SWEEP_DELTA),
+        batch_size=documents,
+        iterations=1,
+        store=store,
+        unigram_share=UNIGRAM_ONLY_SHARE,
+        unigram_clip=clip,
+        word_prior=word_prior,
+    )
+    unigram = LatentDirichletAllocation(1, word_prior=word_prior).private_unigram(fit.state)
+    assert unigram is not None  # the fit had the unigram block
+    return unigram, fit.epsilon
+
+
 def dirichlet_corpus(documents: int, seed: int) -> tuple[Counts, Counts]:
     """The stand-in, a generator unlike worker.datasets.synthetic_lda's (a check on the LDA rule, not what
     it was read off). 30 topics drawn from Dirichlet(0.02) over V = 5,000 words, each mixed half and half
@@ -749,31 +786,77 @@ def unigram_sweep_section(
                     unigram_clip=clip,
                     word_prior=priors.get(name),
                 )
+                private_perplexity = math.nan
+                if sigma > 0:
+                    cheap, _ = private_unigram(
+                        train, epsilon=target, clip=clip, store=private_store, word_prior=priors.get(name)
+                    )
+                    private_perplexity = evaluation.completion(cheap[None, :])
                 row = SweepRow(
                     name, documents, documents, topics, fit.epsilon, sigma,
-                    evaluation.completion(fit.state.lam), unigram, test_unigram,
+                    evaluation.completion(fit.state.lam), unigram, test_unigram, private_perplexity,
                 )  # fmt: skip
                 log(
                     f"  {name} D {documents}: eps {_eps(row.epsilon)} (T {iterations}, w {share}): "
-                    f"{row.completion:.1f}, unigram {unigram:.1f} ({fit.seconds:.0f} s)"
+                    f"{row.completion:.1f}, unigram {unigram:.1f}, private unigram {private_perplexity:.1f} "
+                    f"({fit.seconds:.0f} s)"
                 )
                 rows.append(row)
     return rows
 
 
+def _gap(value: float, baseline: float) -> str:
+    return "-" if math.isnan(value) or math.isnan(baseline) else f"{100 * (value / baseline - 1):+.1f}%"
+
+
 def sweep_markdown(rows: Sequence[SweepRow]) -> str:
+    """One line per fit; with --sweep-unigram's comparator, also the gap to the private unigram."""
+    cheap = any(not math.isnan(row.private_unigram) for row in rows)
     lines = [
         "| corpus | D | S | K | epsilon (delta 1e-4) | sigma | completion perplexity | unigram (training "
-        "frequencies) | vs unigram | test documents' own frequencies (`vips evaluate`'s baseline) |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "frequencies) | vs unigram |"
+        + (" private unigram, same epsilon | vs private unigram |" if cheap else "")
+        + " test documents' own frequencies (`vips evaluate`'s baseline) |",
+        "|---|---|---|---|---|---|---|---|---|" + ("---|---|" if cheap else "") + "---|",
     ]
     for row in rows:
-        gap = 100 * (row.completion / row.unigram - 1)
+        comparator = (
+            f" {row.private_unigram:.1f} | {_gap(row.completion, row.private_unigram)} |" if cheap else ""
+        )
         lines.append(
             f"| {row.corpus} | {row.documents:,} | {row.batch_size:,} | {row.topics} | {_eps(row.epsilon)} "
-            f"| {row.sigma:.3g} | {row.completion:.1f} | {row.unigram:.1f} | {gap:+.1f}% "
-            f"| {row.test_unigram:.1f} |"
+            f"| {row.sigma:.3g} | {row.completion:.1f} | {row.unigram:.1f} | "
+            f"{_gap(row.completion, row.unigram)} |{comparator} {row.test_unigram:.1f} |"
         )
+    return "\n".join(lines) + "\n"
+
+
+def sweep_summary(rows: Sequence[SweepRow]) -> str:
+    """Per corpus and epsilon, the mean completion perplexity's gap to the training unigram and, in
+    brackets, the private unigram's own gap to it (the mean of its fits): what the topics bought over the
+    cheap private model, and what the private unigram costs against the training one."""
+    groups: dict[tuple[str, int, int], dict[str, list[SweepRow]]] = {}
+    for row in rows:  # the ledger's epsilons, to 3 digits
+        groups.setdefault((row.corpus, row.documents, row.topics), {}).setdefault(
+            _eps(row.epsilon), []
+        ).append(row)
+    epsilons = sorted({_eps(row.epsilon) for row in rows}, key=float)
+    lines = [
+        "| corpus (D, K) | " + " | ".join(f"eps {e}" for e in epsilons) + " |",
+        "|---|" + "---|" * len(epsilons),
+    ]
+    for (corpus, documents, topics), by_epsilon in groups.items():
+        cells = []
+        for key in epsilons:
+            fits = by_epsilon.get(key, [])
+            if not fits:
+                cells.append("")
+                continue
+            unigram = fits[0].unigram
+            own = _gap(float(np.mean([row.completion for row in fits])), unigram)
+            cheap = [row.private_unigram for row in fits if not math.isnan(row.private_unigram)]
+            cells.append(own + (f" ({_gap(float(np.mean(cheap)), unigram)})" if cheap else ""))
+        lines.append(f"| {corpus} ({documents:,}, {topics}) | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -1188,16 +1271,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         unigram_sizes = [int(size) for size in args.unigram_sizes.split(",") if size.strip()]
         epsilons = [float(e) for e in args.unigram_epsilons.split(",") if e.strip()]
         texts = [text_corpus(path, args.text_column) for path in args.text_csv]
-        table = sweep_markdown(
-            unigram_sweep_section(
-                args.sweep_unigram,
-                unigram_sizes,
-                word_prior=not args.no_unigram_prior,
-                epsilons=epsilons,
-                noiseless=not args.no_noiseless,
-                texts=texts,
-                text_topics=[int(k) for k in args.text_topics.split(",") if k.strip()],
-            )
+        unigram_rows = unigram_sweep_section(
+            args.sweep_unigram,
+            unigram_sizes,
+            word_prior=not args.no_unigram_prior,
+            epsilons=epsilons,
+            noiseless=not args.no_noiseless,
+            texts=texts,
+            text_topics=[int(k) for k in args.text_topics.split(",") if k.strip()],
+        )
+        table = (
+            "Mean gap to the training unigram (in brackets: the private unigram's, at the same epsilon)\n\n"
+            f"{sweep_summary(unigram_rows)}\n{sweep_markdown(unigram_rows)}"
         )
         print(table)
         stem = "lda_sweep_text" if texts else "lda_sweep_unigram"

@@ -274,14 +274,7 @@ class LatentDirichletAllocation:
         weight = 1.0 / u_std**2 if u_std > 0 else 1.0
         unigram_sum = weight * u + (0.0 if state.unigram_sum is None else state.unigram_sum)
         unigram_weight = weight + state.unigram_weight
-        u_bar = unigram_sum / unigram_weight
-        u_bar_std = math.sqrt(1.0 / unigram_weight) if u_std > 0 else 0.0
-        if self.word_prior is not None and len(self.word_prior) == words:
-            from worker.models.word_prior import prior_unigram_estimate  # scipy.optimize: only here
-
-            p_u = prior_unigram_estimate(u_bar, u_bar_std, np.asarray(self.word_prior, dtype=np.float64))
-        else:
-            p_u = unigram_estimate(u_bar, u_bar_std)
+        p_u = self._unigram(unigram_sum, unigram_weight, noisy=u_std > 0)
         # A topic's token mass; its counts start from the mass floored at 3 noise stds of that sum (a topic
         # whose mass is noise is the unigram), the residual is taken against the mass itself.
         total = raw.sum(axis=1, keepdims=True)
@@ -292,6 +285,24 @@ class LatentDirichletAllocation:
         counts = np.maximum(mass * p_u[None, :] + kept, 0.0)
         lam = self._lambda(counts)
         return LdaState(lam, {"s": s, "u": u}, raw, variance, unigram_sum, unigram_weight)
+
+    def _unigram(self, unigram_sum: Array, unigram_weight: float, noisy: bool) -> Array:
+        """p_u from the inverse-variance sums of the u releases (module docstring): u_bar = sum / weight,
+        its noise std sqrt(1 / weight) when `noisy` (the weights are 1 / std^2), else 0."""
+        u_bar = unigram_sum / unigram_weight
+        u_bar_std = math.sqrt(1.0 / unigram_weight) if noisy else 0.0
+        if self.word_prior is not None and len(self.word_prior) == u_bar.size:
+            from worker.models.word_prior import prior_unigram_estimate  # scipy.optimize: only here
+
+            return prior_unigram_estimate(u_bar, u_bar_std, np.asarray(self.word_prior, dtype=np.float64))
+        return unigram_estimate(u_bar, u_bar_std)
+
+    def private_unigram(self, state: LdaState) -> Array | None:
+        """The private unigram p_u the last M-step used (V, sums to 1), from the state's u releases alone;
+        None without the unigram block. Post-processing, as the M-step."""
+        if state.unigram_sum is None:
+            return None
+        return self._unigram(state.unigram_sum, state.unigram_weight, noisy=state.raw_variance > 0)
 
     def posterior(self, state: LdaState) -> dict[str, Any]:
         """Natural parameters E[log beta], the last released s, the variational lambda, and per topic its

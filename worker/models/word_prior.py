@@ -232,9 +232,10 @@ def _start(y: Array, x: Array) -> Array:
 
 def _newton(model: _Marginal, theta: Array) -> Array:
     """Maximise model's log marginal likelihood from theta within the box LOWER..UPPER: Newton steps (on a
-    Hessian made negative definite where it is not) in the coordinates not held at the box's edge, projected
-    on the box and halved until the likelihood does not drop (stopping rules above). b stays fixed where x
-    is constant (p0 uniform: b is not identified)."""
+    Hessian made negative definite where it is not) in the coordinates not held at the box's edge, scaled
+    (`_bounded`) and halved until the likelihood does not drop, and the gradient's direction where halving
+    the Newton step never gains (stopping rules above). b stays fixed where x is constant (p0 uniform: b is
+    not identified)."""
     lower, upper = np.array(LOWER), np.array(UPPER)
     theta = np.clip(theta, lower, upper)
     identified = np.array([True, bool(np.ptp(model.x) > 0), True])
@@ -248,15 +249,20 @@ def _newton(model: _Marginal, theta: Array) -> Array:
         values, vectors = np.linalg.eigh(h)
         # Directions of non-negative curvature get their curvature's sign flipped (or a tiny curvature).
         values = -np.maximum(np.abs(values), max(1e-8 * float(np.abs(values).max()), 1e-12))
-        step = np.zeros(3)
-        step[free] = -(vectors @ ((vectors.T @ g) / values))
-        step = np.clip(theta + np.clip(step, -1.0, 1.0), lower, upper) - theta  # at most e-fold changes
-        for _ in range(HALVINGS):
-            trial = theta + step
-            new_loglik, new_grad, new_hess = model.derivatives(trial)
-            if new_loglik >= loglik:
-                break
-            step = 0.5 * step
+        newton = np.zeros(3)
+        newton[free] = -(vectors @ ((vectors.T @ g) / values))
+        gradient = np.where(free, grad, 0.0)
+        for direction in (newton, gradient):
+            step = _bounded(theta, direction, lower, upper)
+            for _ in range(HALVINGS):
+                trial = theta + step
+                new_loglik, new_grad, new_hess = model.derivatives(trial)
+                if new_loglik >= loglik:
+                    break
+                step = 0.5 * step
+            else:
+                continue
+            break
         else:
             return theta
         gain = new_loglik - loglik
@@ -264,6 +270,18 @@ def _newton(model: _Marginal, theta: Array) -> Array:
         if np.abs(step).max() < TOLERANCE or gain < GAIN:
             break
     return theta
+
+
+def _bounded(theta: Array, direction: Array, lower: Array, upper: Array) -> Array:
+    """The step along `direction` scaled as a whole to move no coordinate of theta more than 1 (at most
+    e-fold changes of omega and of the typical count), then projected on the box. Scaling keeps an ascent
+    direction one; clipping each coordinate on its own, as before, could turn it into a descent direction
+    where the Hessian is nearly singular, and Newton's method then stopped at its starting point (a
+    private unigram 70% worse than usual in ~3% of releases on a small corpus at epsilon 1)."""
+    largest = float(np.abs(direction).max())
+    step = direction / max(largest, 1.0)
+    out: Array = np.clip(theta + step, lower, upper) - theta
+    return out
 
 
 def fit_prior(y: Array, std: float, p0: Array) -> tuple[Array, dict[str, float]]:
