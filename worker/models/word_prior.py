@@ -21,8 +21,9 @@ narrower than the prior, so m_v is the prior's density at y_v. With r = log c - 
 l(c) = -r^2 / (2 omega^2) - log omega - log c - log(2 pi) / 2, the gradient and Hessian of sum_v log m_v
 are posterior moments (Louis 1982): in (mu_v, log omega), d log m_v = E[dl | y_v] = (E[r] / omega^2,
 E[r^2] / omega^2 - 1) and d^2 log m_v = E[d^2 l | y_v] + Cov[dl | y_v], all from E[r^k | y_v], k <= 4.
-Newton's method with step halving (`_newton`) finds theta in about ten likelihood evaluations from a
-regression of log y on x over the words well above the noise (`_start`), 0.05-0.1 s at V = 5,000.
+Newton's method with step halving (`_newton`; a step is scaled as a whole, never clipped coordinate by
+coordinate) finds theta in about ten likelihood evaluations from a regression of log y on x over the
+words well above the noise (`_start`), 0.05-0.1 s at V = 5,000.
 A nonparametric prior on log c_v - b x_v (Kiefer-Wolfowitz, as worker.models.lda.posterior_means) gave
 the same perplexities on the Wikipedia corpus at every epsilon tried, so only this estimator is kept.
 """
