@@ -14,6 +14,7 @@ import pytest
 
 from tests.test_cli import run_error, run_ok
 from vips.cli import main
+from vips.commands.predict import warn_if_no_better
 from worker.datasets.synthetic_lda import generate_corpus, planted_topics
 from worker.datasets.wikipedia import write_bag_of_words
 from worker.models.lda import unigram_perplexity
@@ -106,6 +107,56 @@ def test_lda_local_private_fit_spends_at_most_epsilon(
                  "--option", "doc_length=40"),
     )  # fmt: skip
     assert 0 < summary["epsilon"] <= 2.0 and summary["sigma"] > 0 and summary["batch_size"] == 100
+
+
+def test_lda_evaluate_scores_the_fits_private_unigram(
+    capsys: pytest.CaptureFixture[str], corpus: Corpus, tmp_path: Path
+) -> None:
+    """A private fit with the unigram block carries the private unigram it fell back to; `vips evaluate`
+    scores it beside the topics (the same completion split, one topic), and a posterior whose topics add
+    nothing to it gets a note naming both perplexities. A posterior with a malformed one is refused."""
+    posterior = tmp_path / "lda.json"
+    run_ok(
+        capsys,
+        lda_argv(corpus, "--epsilon", "5", "--iterations", "3", "--batch-size", "400", "--option",
+                 "doc_length=40", "--option", "unigram_share=0.5", "-o", str(posterior)),
+    )  # fmt: skip
+    document = json.loads(posterior.read_text())
+    unigram = np.array(document["private_unigram"])
+    assert unigram.shape == (WORDS,) and np.all(unigram > 0) and abs(unigram.sum() - 1.0) < 1e-9
+    evaluate = ["evaluate", "--posterior", str(posterior), "--input", str(corpus.test)]
+    metrics = run_ok(capsys, evaluate)
+    private = metrics["baseline"]["private_unigram_perplexity"]
+    # 400 documents of 40 tokens over 30 words at epsilon 5: the private frequencies are close to the
+    # training ones (a uniform guess over 30 words would be 30, the planted unigram ~25).
+    assert private == pytest.approx(corpus.unigram, rel=0.1)
+    # A posterior that is its own private unigram (one topic, lambda = p_u) gets the note, not the warning.
+    own = {**document, "lambda": [list(unigram * 1000.0)], "variational_parameters": {"alpha": 1.0}}
+    own["natural_parameters"] = {"expected_log_beta": [list(np.log(unigram))]}
+    own["topics"] = document["topics"][:1]
+    same = tmp_path / "same.json"
+    same.write_text(json.dumps(own))
+    scored = run_ok(capsys, ["evaluate", "--posterior", str(same), "--input", str(corpus.test)])
+    assert scored["perplexity"] == pytest.approx(scored["baseline"]["private_unigram_perplexity"], rel=1e-9)
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({**document, "private_unigram": list(unigram[:-1])}))
+    assert "private_unigram" in run_error(capsys, [*evaluate[:2], str(bad), *evaluate[3:]])
+
+
+def test_lda_note_when_topics_do_not_beat_their_private_unigram(capsys: pytest.CaptureFixture[str]) -> None:
+    def stderr(perplexity: float, private: float | None) -> str:
+        baseline = {
+            "perplexity": 100.0,
+            **({} if private is None else {"private_unigram_perplexity": private}),
+        }
+        warn_if_no_better("lda", {"perplexity": perplexity, "baseline": baseline})
+        return capsys.readouterr().err
+
+    assert stderr(90.0, 95.0) == ""  # topics beat both
+    assert "add nothing" in stderr(95.0, 95.0) and "warning" not in stderr(95.0, 94.0)
+    assert stderr(90.0, None) == ""  # no private unigram in the posterior
+    worse = stderr(105.0, 95.0)  # no better than the word frequencies: the warning alone
+    assert "warning" in worse and "add nothing" not in worse
 
 
 def test_lda_errors(capsys: pytest.CaptureFixture[str], corpus: Corpus, tmp_path: Path) -> None:

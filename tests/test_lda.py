@@ -414,6 +414,11 @@ def test_unigram_m_step_is_post_processing_and_falls_back_to_the_unigram() -> No
     unigram = unigram_estimate(u_bar, 0.01 / math.sqrt(len(releases)))
     for k in range(topics):
         assert np.abs(beta[k] - unigram).sum() < 0.02
+    # The posterior carries that unigram (a function of the releases alone) for `vips evaluate`.
+    np.testing.assert_allclose(model.private_unigram(first), unigram, rtol=1e-12)  # type: ignore[arg-type]
+    np.testing.assert_allclose(model.posterior(first)["private_unigram"], unigram, rtol=1e-12)  # type: ignore[arg-type]
+    assert model.private_unigram(model.initial_state(words)) is None
+    assert "private_unigram" not in model.posterior(model.initial_state(words))
 
 
 def test_keep_threshold_keeps_pure_noise_at_most_one_time_in_a_hundred() -> None:

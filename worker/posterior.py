@@ -215,11 +215,13 @@ def label_column(document: dict[str, Any]) -> str | None:
 
 @dataclass(frozen=True)
 class LdaPosterior:
-    """q(beta) = prod_k Dirichlet(lam_k), the document-topic prior alpha and the vocabulary (if any)."""
+    """q(beta) = prod_k Dirichlet(lam_k), the document-topic prior alpha, the vocabulary (if any) and the
+    private unigram the fit fell back to (if it had the unigram block)."""
 
     lam: Array
     alpha: float
     vocabulary: tuple[str, ...] | None
+    private_unigram: Array | None = None
 
 
 def lda_parameters(document: dict[str, Any]) -> LdaPosterior:
@@ -232,7 +234,12 @@ def lda_parameters(document: dict[str, Any]) -> LdaPosterior:
         raise PosteriorError("an lda posterior needs variational_parameters.alpha") from exc
     if not (alpha > 0 and math.isfinite(alpha)):
         raise PosteriorError("lda posterior: alpha must be a finite number > 0")
-    return LdaPosterior(lam, alpha, _names(document, "vocabulary", lam.shape[1], "lda"))
+    unigram = None
+    if document.get("private_unigram") is not None:
+        unigram = _matrix(document, "private_unigram", "lda", 1)
+        if unigram.shape != (lam.shape[1],) or (unigram <= 0).any() or abs(float(unigram.sum()) - 1.0) > 1e-6:
+            raise PosteriorError("lda posterior: 'private_unigram' must be V positive numbers summing to 1")
+    return LdaPosterior(lam, alpha, _names(document, "vocabulary", lam.shape[1], "lda"), unigram)
 
 
 @dataclass(frozen=True)

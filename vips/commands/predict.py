@@ -10,7 +10,8 @@ The posterior's model decides the input and the output (docs/design.md section 6
 - lda: a UCI docword file with its vocabulary (--vocab; words are matched to the posterior's vocabulary
   by spelling, unknown words dropped; without --vocab the file must use the posterior's word ids);
   predict writes each document's topic proportions (columns topic_0 ... topic_{K-1}); evaluate prints
-  {"perplexity" (document completion), "perplexity_bound", "documents", "tokens"}.
+  {"perplexity" (document completion), "perplexity_bound", "documents", "tokens"}, and in "baseline" also
+  "private_unigram_perplexity" when the posterior carries the private unigram its fit fell back to.
 - sbn: a CSV of 0/1 columns (matched to the posterior's by name when it names them); predict writes
   reconstruction probabilities (one column per posterior column);
   evaluate prints {"pixel_accuracy", "nll" (nats per row), "n"}.
@@ -224,16 +225,21 @@ def _evaluate_lda(document: dict[str, Any], args: argparse.Namespace) -> dict[st
     if tokens < 2:
         raise UsageError(f"{args.input}: perplexity needs held-out tokens, the file has {tokens} known words")
     observed, held_out = split_documents(counts, seed=0)
+    baseline: dict[str, float] = {
+        # the observed halves' word frequencies scoring the held-out halves; V for uniform words
+        "perplexity": unigram_perplexity(observed, held_out),
+        "uniform_perplexity": int(counts.shape[1]),
+    }
+    if fitted.private_unigram is not None:
+        # the fit's own private word frequencies (one topic): what the topics add to the same release
+        unigram = fitted.private_unigram[None, :]
+        baseline["private_unigram_perplexity"] = completion_perplexity(unigram, observed, held_out, 1.0)
     return {
         "perplexity": completion_perplexity(fitted.lam, observed, held_out, fitted.alpha),
         "perplexity_bound": perplexity_bound(fitted.lam, counts, fitted.alpha),
         "documents": int(counts.shape[0]),
         "tokens": tokens,
-        # the observed halves' word frequencies scoring the held-out halves; V for uniform words
-        "baseline": {
-            "perplexity": unigram_perplexity(observed, held_out),
-            "uniform_perplexity": int(counts.shape[1]),
-        },
+        "baseline": baseline,
     }
 
 
@@ -257,16 +263,25 @@ HEADLINE: dict[str, tuple[str, bool, str]] = {
 
 
 def warn_if_no_better(model: str, metrics: dict[str, Any]) -> None:
-    """One warning on stderr when the posterior does not beat its model's baseline."""
+    """One warning on stderr when the posterior does not beat its model's baseline; for an LDA posterior
+    with a private unigram that does beat it, one note when its topics do not beat that private unigram."""
     name, higher_is_better, baseline = HEADLINE[model]
     score, bar = metrics[name], metrics["baseline"][name]
-    if (score > bar) if higher_is_better else (score < bar):
+    if not ((score > bar) if higher_is_better else (score < bar)):
+        print(
+            f"vips: warning: this posterior is no better than the baseline: {name} {score:.4g} vs {bar:.4g}, "
+            f"the {baseline}; more data, a larger epsilon or fewer parameters may help",
+            file=sys.stderr,
+        )
         return
-    print(
-        f"vips: warning: this posterior is no better than the baseline: {name} {score:.4g} vs {bar:.4g}, "
-        f"the {baseline}; more data, a larger epsilon or fewer parameters may help",
-        file=sys.stderr,
-    )
+    private = metrics["baseline"].get("private_unigram_perplexity")
+    if private is not None and score >= private:
+        print(
+            f"vips: note: the topics add nothing to the private word frequencies released with them: "
+            f"perplexity {score:.4g} vs {private:.4g}; the fit is its private unigram (more documents or a "
+            "larger epsilon let topics pay)",
+            file=sys.stderr,
+        )
 
 
 def run_evaluate(args: argparse.Namespace) -> int:

@@ -307,9 +307,12 @@ class LatentDirichletAllocation:
     def posterior(self, state: LdaState) -> dict[str, Any]:
         """Natural parameters E[log beta], the last released s, the variational lambda, and per topic its
         20 most probable word ids with their probabilities E[beta_kv] ("topics"; the vocabulary maps ids
-        to words); "word_prior" names the public word frequencies the unigram shrank towards, if any."""
+        to words); "word_prior" names the public word frequencies the unigram shrank towards, if any;
+        "private_unigram" (with the unigram block) is the private unigram p_u the last M-step used, the
+        cheap model the topics fall back to (`vips evaluate` scores it beside them)."""
         probabilities = topic_word_probabilities(state.lam)
         tops = top_words(state.lam, 20)
+        unigram = self.private_unigram(state)
         lam = state.lam.tolist()  # one list under both keys: worker.posterior writes its text once
         return {
             "natural_parameters": {"expected_log_beta": expected_log_beta(state.lam).tolist()},
@@ -326,6 +329,7 @@ class LatentDirichletAllocation:
                 for k, ids in enumerate(tops)
             ],
             **({"word_prior": self.word_prior_source} if self.word_prior is not None else {}),
+            **({"private_unigram": unigram.tolist()} if unigram is not None else {}),
         }
 
 
