@@ -534,6 +534,13 @@ class SweepRow:
     test_unigram: float  # `vips evaluate`'s baseline: the test documents' observed halves' frequencies
     #: --sweep-unigram: the private unigram's completion perplexity at the same epsilon (`private_unigram`).
     private_unigram: float = math.nan
+    #: --sweep-unigram: the epsilon the fit was calibrated to (the ledger's may differ in its last digits).
+    target_epsilon: float = math.nan
+
+    @property
+    def summary_epsilon(self) -> float:
+        """The epsilon the summary groups by: the target where known, else the ledger's."""
+        return self.epsilon if math.isnan(self.target_epsilon) else self.target_epsilon
 
     @property
     def beats_unigram(self) -> bool:
@@ -794,7 +801,7 @@ def unigram_sweep_section(
                     private_perplexity = evaluation.completion(cheap[None, :])
                 row = SweepRow(
                     name, documents, documents, topics, fit.epsilon, sigma,
-                    evaluation.completion(fit.state.lam), unigram, test_unigram, private_perplexity,
+                    evaluation.completion(fit.state.lam), unigram, test_unigram, private_perplexity, target,
                 )  # fmt: skip
                 log(
                     f"  {name} D {documents}: eps {_eps(row.epsilon)} (T {iterations}, w {share}): "
@@ -836,11 +843,11 @@ def sweep_summary(rows: Sequence[SweepRow]) -> str:
     brackets, the private unigram's own gap to it (the mean of its fits): what the topics bought over the
     cheap private model, and what the private unigram costs against the training one."""
     groups: dict[tuple[str, int, int], dict[str, list[SweepRow]]] = {}
-    for row in rows:  # the ledger's epsilons, to 3 digits
+    for row in rows:
         groups.setdefault((row.corpus, row.documents, row.topics), {}).setdefault(
-            _eps(row.epsilon), []
+            _eps(row.summary_epsilon), []
         ).append(row)
-    epsilons = sorted({_eps(row.epsilon) for row in rows}, key=float)
+    epsilons = sorted({_eps(row.summary_epsilon) for row in rows}, key=float)
     lines = [
         "| corpus (D, K) | " + " | ".join(f"eps {e}" for e in epsilons) + " |",
         "|---|" + "---|" * len(epsilons),

@@ -39,14 +39,14 @@ def test_private_unigram_is_the_clipped_word_frequencies_at_the_ledgers_epsilon(
     assert np.abs(noisy - clipped / clipped.sum()).sum() > np.abs(topic - clipped / clipped.sum()).sum()
 
 
-def _row(epsilon: float, completion: float, private_unigram: float) -> SweepRow:
-    return SweepRow("c", 100, 100, 5, epsilon, 1.0, completion, 100.0, 90.0, private_unigram)
+def _row(epsilon: float, completion: float, private_unigram: float, target: float = math.nan) -> SweepRow:
+    return SweepRow("c", 100, 100, 5, epsilon, 1.0, completion, 100.0, 90.0, private_unigram, target)
 
 
 def test_summary_averages_fits_per_corpus_and_epsilon() -> None:
     rows = [
         _row(1.0, 110.0, 104.0),
-        _row(1.0, 120.0, 106.0),
+        _row(0.9994, 120.0, 106.0, target=1.0),  # grouped by its target, not the ledger's 0.999
         _row(9.99, 98.0, 99.0),
         _row(math.inf, 80.0, math.nan),
     ]

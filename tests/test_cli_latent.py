@@ -113,8 +113,8 @@ def test_lda_evaluate_scores_the_fits_private_unigram(
     capsys: pytest.CaptureFixture[str], corpus: Corpus, tmp_path: Path
 ) -> None:
     """A private fit with the unigram block carries the private unigram it fell back to; `vips evaluate`
-    scores it beside the topics (the same completion split, one topic), and a posterior whose topics add
-    nothing to it gets a note naming both perplexities. A posterior with a malformed one is refused."""
+    scores it beside the topics (on the same held-out halves), and a posterior whose topics do no better
+    than it gets a note naming both perplexities. A posterior with a malformed one is refused."""
     posterior = tmp_path / "lda.json"
     run_ok(
         capsys,
@@ -130,14 +130,23 @@ def test_lda_evaluate_scores_the_fits_private_unigram(
     # 400 documents of 40 tokens over 30 words at epsilon 5: the private frequencies are close to the
     # training ones (a uniform guess over 30 words would be 30, the planted unigram ~25).
     assert private == pytest.approx(corpus.unigram, rel=0.1)
-    # A posterior that is its own private unigram (one topic, lambda = p_u) gets the note, not the warning.
-    own = {**document, "lambda": [list(unigram * 1000.0)], "variational_parameters": {"alpha": 1.0}}
-    own["natural_parameters"] = {"expected_log_beta": [list(np.log(unigram))]}
+    # A posterior whose one topic is its private unigram gets the note on stderr, not the warning. Both are
+    # the test file's own word frequencies here, so that they beat the observed halves' frequencies.
+    test_counts = generate_corpus(100, planted_topics(TOPICS, WORDS, seed=0), mean_length=40, seed=2).counts
+    frequencies = np.asarray(test_counts.sum(axis=0), dtype=np.float64).ravel()
+    frequencies /= frequencies.sum()
+    own = {**document, "lambda": [list(frequencies)], "variational_parameters": {"alpha": 1.0}}
+    own["natural_parameters"] = {"expected_log_beta": [list(np.log(frequencies))]}
     own["topics"] = document["topics"][:1]
+    own["private_unigram"] = list(frequencies)
     same = tmp_path / "same.json"
     same.write_text(json.dumps(own))
-    scored = run_ok(capsys, ["evaluate", "--posterior", str(same), "--input", str(corpus.test)])
+    assert main(["evaluate", "--posterior", str(same), "--input", str(corpus.test)]) == 0
+    out, err = capsys.readouterr()
+    scored = json.loads(out)
     assert scored["perplexity"] == pytest.approx(scored["baseline"]["private_unigram_perplexity"], rel=1e-9)
+    assert scored["perplexity"] < scored["baseline"]["perplexity"]
+    assert "note: the topics do no better than the private word frequencies" in err and "warning" not in err
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({**document, "private_unigram": list(unigram[:-1])}))
     assert "private_unigram" in run_error(capsys, [*evaluate[:2], str(bad), *evaluate[3:]])
@@ -153,10 +162,10 @@ def test_lda_note_when_topics_do_not_beat_their_private_unigram(capsys: pytest.C
         return capsys.readouterr().err
 
     assert stderr(90.0, 95.0) == ""  # topics beat both
-    assert "add nothing" in stderr(95.0, 95.0) and "warning" not in stderr(95.0, 94.0)
+    assert "no better than the private" in stderr(95.0, 95.0) and "warning" not in stderr(95.0, 94.0)
     assert stderr(90.0, None) == ""  # no private unigram in the posterior
     worse = stderr(105.0, 95.0)  # no better than the word frequencies: the warning alone
-    assert "warning" in worse and "add nothing" not in worse
+    assert "warning" in worse and "no better than the private" not in worse
 
 
 def test_lda_errors(capsys: pytest.CaptureFixture[str], corpus: Corpus, tmp_path: Path) -> None:

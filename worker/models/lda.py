@@ -78,6 +78,8 @@ class LdaState:
     raw_variance: float = 0.0
     unigram_sum: Array | None = None
     unigram_weight: float = 0.0
+    #: Whether the u releases carry noise (their weights are then 1 / std^2).
+    unigram_noisy: bool = False
 
     @property
     def topics(self) -> int:
@@ -274,7 +276,8 @@ class LatentDirichletAllocation:
         weight = 1.0 / u_std**2 if u_std > 0 else 1.0
         unigram_sum = weight * u + (0.0 if state.unigram_sum is None else state.unigram_sum)
         unigram_weight = weight + state.unigram_weight
-        p_u = self._unigram(unigram_sum, unigram_weight, noisy=u_std > 0)
+        noisy = u_std > 0
+        p_u = self._unigram(unigram_sum, unigram_weight, noisy)
         # A topic's token mass; its counts start from the mass floored at 3 noise stds of that sum (a topic
         # whose mass is noise is the unigram), the residual is taken against the mass itself.
         total = raw.sum(axis=1, keepdims=True)
@@ -284,7 +287,7 @@ class LatentDirichletAllocation:
         kept = np.where(np.abs(residual) > threshold, residual, 0.0)
         counts = np.maximum(mass * p_u[None, :] + kept, 0.0)
         lam = self._lambda(counts)
-        return LdaState(lam, {"s": s, "u": u}, raw, variance, unigram_sum, unigram_weight)
+        return LdaState(lam, {"s": s, "u": u}, raw, variance, unigram_sum, unigram_weight, noisy)
 
     def _unigram(self, unigram_sum: Array, unigram_weight: float, noisy: bool) -> Array:
         """p_u from the inverse-variance sums of the u releases (module docstring): u_bar = sum / weight,
@@ -302,7 +305,7 @@ class LatentDirichletAllocation:
         None without the unigram block. Post-processing, as the M-step."""
         if state.unigram_sum is None:
             return None
-        return self._unigram(state.unigram_sum, state.unigram_weight, noisy=state.raw_variance > 0)
+        return self._unigram(state.unigram_sum, state.unigram_weight, state.unigram_noisy)
 
     def posterior(self, state: LdaState) -> dict[str, Any]:
         """Natural parameters E[log beta], the last released s, the variational lambda, and per topic its
@@ -424,6 +427,12 @@ def perplexity_bound(
 def unigram_perplexity(train: Counts, test: Counts, smoothing: float = 0.5) -> float:
     """The empirical word-frequency baseline (add-`smoothing`), scored on every token of `test`."""
     frequency = np.asarray(sp.csr_array(train).sum(axis=0), dtype=np.float64) + smoothing
-    log_p = np.log(frequency / frequency.sum())
+    return word_frequency_perplexity(frequency / frequency.sum(), test)
+
+
+def word_frequency_perplexity(p: Array, test: Counts) -> float:
+    """exp(-sum_dv n_dv log p_v / sum_dv n_dv): every token of `test` scored by word frequencies p
+    (V, positive, summing to 1)."""
     held = sp.csr_array(test)
+    log_p = np.log(np.asarray(p, dtype=np.float64))
     return math.exp(-float(np.dot(held.data, log_p[held.indices])) / float(held.data.sum()))

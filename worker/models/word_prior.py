@@ -268,7 +268,8 @@ def _newton(model: _Marginal, theta: Array) -> Array:
             return theta
         gain = new_loglik - loglik
         theta, loglik, grad, hess = trial, new_loglik, new_grad, new_hess
-        if np.abs(step).max() < TOLERANCE or gain < GAIN:
+        # A gradient step's small gain says nothing about convergence: only a Newton step may stop the fit.
+        if direction is newton and (np.abs(step).max() < TOLERANCE or gain < GAIN):
             break
     return theta
 
@@ -278,7 +279,7 @@ def _bounded(theta: Array, direction: Array, lower: Array, upper: Array) -> Arra
     e-fold changes of omega and of the typical count), then projected on the box. Scaling keeps an ascent
     direction one; clipping each coordinate on its own, as before, could turn it into a descent direction
     where the Hessian is nearly singular, and Newton's method then stopped at its starting point (a
-    private unigram 70% worse than usual in ~3% of releases on a small corpus at epsilon 1)."""
+    private unigram 70% worse than usual in 6 of 150 releases on a small corpus at epsilon 1)."""
     largest = float(np.abs(direction).max())
     step = direction / max(largest, 1.0)
     out: Array = np.clip(theta + step, lower, upper) - theta
