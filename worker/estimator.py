@@ -142,7 +142,7 @@ class VipsEstimator(BaseEstimator):  # type: ignore[misc]
     ) -> dict[str, Any]:
         """Run the loop on the store `make_store(public)` builds (worker.fit_loop; charged to `budget` when
         set), calling `progress` after each iteration; set the fitted attributes and return the posterior
-        document."""
+        document. Column names of a DataFrame X (feature_names_in_) are the features' public names."""
         if self.budget is not None and not isinstance(self.budget, PrivacyBudget):
             raise TypeError(f"budget must be a PrivacyBudget, not {type(self.budget).__name__}")
         if self.budget is not None:
@@ -160,6 +160,7 @@ class VipsEstimator(BaseEstimator):  # type: ignore[misc]
             extra=extra,
             dimension=dimension,
             vocabulary=vocabulary,
+            columns=getattr(self, "feature_names_in_", None),
         )
         self.state_ = fitted.state
         self._set_posterior(fitted.document)

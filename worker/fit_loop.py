@@ -110,12 +110,13 @@ def fit_store(
     extra: dict[str, Any] | None = None,
     dimension: int | None = None,
     vocabulary: Sequence[str] | None = None,
+    columns: Sequence[str] | None = None,
 ) -> Fitted:
     """Run the loop on the store `make_store(public)` builds, calling `progress` after each iteration and
     charging `budget` (refused with BudgetExceeded before anything is computed when it would not fit);
     `extra` goes into the posterior document; `dimension` (the data's d, public) for rules read at a
     reference dimension (service.planning.schedules); `vocabulary` (LDA's public word list) for the unigram
-    fallback's public prior."""
+    fallback's public prior; `columns` (the public feature names) for BLR's intercept step."""
     schedule = with_chosen(schedule, model, algorithm, population, dimension, options)
     chosen = chosen_options(model, algorithm, max(population, 1), schedule.epsilon, options, dimension)
     options = {**chosen, **options}  # the service's choice for the options the caller left out
@@ -136,7 +137,9 @@ def fit_store(
             f"delta {schedule.delta:g} differs from the budget's delta {budget.delta:g}: "
             f"give delta={budget.delta:g}"
         )
-    setup = model_setup(model, options, sigma=sigma, algorithm=algorithm, vocabulary=vocabulary)
+    setup = model_setup(
+        model, options, sigma=sigma, algorithm=algorithm, vocabulary=vocabulary, columns=columns
+    )
     store = make_store(public)
     accountant = get_accountant(schedule.accountant)
     ledger = InMemoryLedger(delta=schedule.delta, epsilon_budget=schedule.epsilon, accountant=accountant)

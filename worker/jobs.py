@@ -656,12 +656,20 @@ def _run(
 ) -> dict[str, Any]:
     stage.doing = "setting up the model"
     options = dict(job.options)
-    # The dataset's public schema: LDA's vocabulary (for the unigram fallback's prior) and the posterior's
-    # columns. It cannot change while the job holds its reservation (an append needs none open).
+    # The dataset's public schema: LDA's vocabulary (for the unigram fallback's prior), the features' names
+    # (for BLR's intercept step) and the posterior's columns. It cannot change while the job holds its
+    # reservation (an append needs none open).
     with reading(control) as conn:
         schema = conn.execute(select(datasets.c.schema).where(datasets.c.name == job.dataset)).scalar_one()
-    vocabulary = schema.get("vocabulary") if job.model == "lda" and isinstance(schema, dict) else None
-    setup = model_setup(job.model, options, sigma=job.sigma, algorithm=job.algorithm, vocabulary=vocabulary)
+    public = schema if isinstance(schema, dict) else {}
+    setup = model_setup(
+        job.model,
+        options,
+        sigma=job.sigma,
+        algorithm=job.algorithm,
+        vocabulary=public.get("vocabulary") if job.model == "lda" else None,
+        columns=public.get("features") if job.model == "blr" else None,
+    )
     # One connection of each kind for the whole job: no pool checkout (and its ping) per iteration.
     with (
         control.connect() as reads,

@@ -213,6 +213,7 @@ def _run_local(args: argparse.Namespace) -> int:
                 progress=progress,
                 dimension=data.dimension,
                 vocabulary=data.vocabulary,
+                columns=data.columns,
             )
     except BoundViolation as exc:
         raise UsageError(f"{path}: {exc}") from None

@@ -37,18 +37,18 @@ two off):
   tau_t (>= k sqrt(d) tau; 0 when T = 1, the service's schedule for a job that gives epsilon), so that the
   schedule no longer decides the ridge.
 The eigenvalue floor at 0 of the step above makes the result PSD again.
-- The intercept (column `intercept`, 0 by default: the public scaler and every bundled dataset put the
-  constant column first). With few positives z = sum (y - 1/2) x is dominated by (share - 1/2) N mean(x),
-  which only the intercept explains exactly (H e_0 is proportional to the xi-weighted mean of x). Soft-
-  thresholding the intercept's row and column of H with the rest (their entries are the features' means,
-  shrunk by t) and shrinking w_0 by the prior in directions the noise dominates put that mean into the
-  feature weights, w_j ~ -mean(x_j): on held-out MLC churn (14% churners) rows with larger features scored
-  lower, AUC below 1/2. So the intercept's entries are left out of both SURE passes and soft-thresholded
-  at their own weighted SURE threshold; if at least half of them survive (the column carries the
-  features' means; a column that is not an intercept, or features of mean 0, keep almost none) w_0 gets
-  a flat prior and is integrated out exactly (intercept_moments: the other weights see the Schur
-  complement of H_00, i.e. centred features, and z_f - H_f0 z_0 / H_00), and q(alpha) is the precision of
-  the other weights only. Otherwise, and for intercept=None, the step above unchanged.
+- The intercept (column `intercept`: the registry gives the one named "intercept", else 0, where the public
+  scaler and every bundled dataset put the constant column). With few positives z = sum (y - 1/2) x is
+  dominated by (share - 1/2) N mean(x), which only the intercept explains exactly (H e_0 is proportional to
+  the xi-weighted mean of x). Soft-thresholding the intercept's row and column of H with the rest (their
+  entries are the features' means, shrunk by t) and shrinking w_0 by the prior in directions the noise
+  dominates put that mean into the feature weights, w_j ~ -mean(x_j): on held-out MLC churn (14% churners)
+  rows with larger features scored lower, AUC below 1/2. So the intercept's entries are left out of both SURE
+  passes and soft-thresholded at their own weighted SURE threshold; if at least half of them survive (the
+  column carries the features' means; a column that is not an intercept, or features of mean 0, keep almost
+  none) w_0 gets a flat prior and is integrated out exactly (intercept_moments: the other weights see the
+  Schur complement of H_00, i.e. centred features, and z_f - H_f0 z_0 / H_00), and q(alpha) is the precision
+  of the other weights only. Otherwise, and for intercept=None, the step above unchanged.
 q(alpha) = Gamma(a0 + d/2, b0 + (mu^T mu + tr Sigma) / 2). Every step is post-processing of released
 values and their public noise std (bench/README.md, "BLR accuracy" and "VIPS-BLR schedules and M-steps",
 measure the gains).

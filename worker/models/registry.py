@@ -55,6 +55,14 @@ def check_model_options(model: str, options: dict[str, float], sigma: float, alg
         raise ModelOptionError(conflict[1])
 
 
+def intercept_column(columns: Sequence[str] | None) -> int:
+    """The column VIPS-BLR's intercept step treats as the intercept: the one named "intercept" (as
+    `vips scale` and PublicBoundsScaler name the column of 1s they add), else column 0, where they put it;
+    the step itself checks that the column carries the features' means (worker.models.blr)."""
+    names = [] if columns is None else [str(name) for name in columns]
+    return names.index("intercept") if "intercept" in names else 0
+
+
 def model_setup(
     model: str,
     options: dict[str, float],
@@ -62,10 +70,12 @@ def model_setup(
     sigma: float,
     algorithm: str = "vips",
     vocabulary: Sequence[str] | None = None,
+    columns: Sequence[str] | None = None,
 ) -> ModelSetup:
     """The model and query a job of `model` fitted by `algorithm` with `options` runs (step-size options
     tau0, kappa are the VIPS loop's, not the model's). `vocabulary`: an LDA dataset's public word list,
-    for the unigram fallback's public prior (option word_prior)."""
+    for the unigram fallback's public prior (option word_prior). `columns`: a tabular dataset's public
+    feature names, for VIPS-BLR's intercept step (`intercept_column`)."""
     check_model_options(model, options, sigma, algorithm)
     given: dict[str, Any] = {name: value for name, value in options.items() if name not in ("tau0", "kappa")}
     if algorithm == "dpvi":
@@ -88,7 +98,8 @@ def model_setup(
 
         if "noise_aware" in given:
             given["noise_aware"] = bool(given["noise_aware"])
-        return ModelSetup(BayesianLogisticRegression(**given), LogisticRegressionQuery())
+        blr = BayesianLogisticRegression(**given, intercept=intercept_column(columns))
+        return ModelSetup(blr, LogisticRegressionQuery())
     if model == "linreg":
         from worker.models.linreg import BayesianLinearRegression
 
