@@ -34,6 +34,7 @@ INTERCEPT_LAST = ["x1", "x2", "intercept"]
 def test_the_intercept_is_the_column_of_that_name_else_column_0() -> None:
     assert intercept_column(INTERCEPT_LAST) == 2
     assert intercept_column(np.array(["intercept", "x1"], dtype=object)) == 0
+    assert intercept_column(["num__x1", "num__intercept"]) == 1  # a ColumnTransformer's names
     assert intercept_column(["x1", "x2"]) == 0 and intercept_column(None) == 0
     model = model_setup("blr", {}, sigma=1.0, columns=INTERCEPT_LAST).model
     assert isinstance(model, BayesianLogisticRegression) and model.intercept == 2

@@ -163,6 +163,7 @@ def test_lda_note_when_topics_do_not_beat_their_private_unigram(capsys: pytest.C
 
     assert stderr(90.0, 95.0) == ""  # topics beat both
     assert "no better than the private" in stderr(95.0, 95.0) and "warning" not in stderr(95.0, 94.0)
+    assert "no better than the private" in stderr(95.0 * (1 - 1e-12), 95.0)  # equal but for rounding
     assert stderr(90.0, None) == ""  # no private unigram in the posterior
     worse = stderr(105.0, 95.0)  # no better than the word frequencies: the warning alone
     assert "warning" in worse and "no better than the private" not in worse

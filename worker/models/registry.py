@@ -56,11 +56,13 @@ def check_model_options(model: str, options: dict[str, float], sigma: float, alg
 
 
 def intercept_column(columns: Sequence[str] | None) -> int:
-    """The column VIPS-BLR's intercept step treats as the intercept: the one named "intercept" (as
-    `vips scale` and PublicBoundsScaler name the column of 1s they add), else column 0, where they put it;
-    the step itself checks that the column carries the features' means (worker.models.blr)."""
+    """The column VIPS-BLR's intercept step treats as the intercept: the first one named "intercept" (as
+    `vips scale` and PublicBoundsScaler name the column of 1s they add), or "<step>__intercept" (the name a
+    scikit-learn ColumnTransformer gives it), else column 0, where they put it; the step itself checks that
+    the column carries the features' means (worker.models.blr)."""
     names = [] if columns is None else [str(name) for name in columns]
-    return names.index("intercept") if "intercept" in names else 0
+    found = [j for j, name in enumerate(names) if name == "intercept" or name.endswith("__intercept")]
+    return found[0] if found else 0
 
 
 def model_setup(

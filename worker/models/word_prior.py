@@ -49,11 +49,13 @@ LOW = 1e-6
 TOP = 30.0
 POINTS = 160
 KEEP = 10.0
-#: Newton's method stops when no coordinate of theta moves more than TOLERANCE, when a step raises the log
-#: likelihood (a sum over the words) by less than GAIN, when HALVINGS halvings of a step do not raise it, or
-#: after ITERATIONS steps.
+#: Newton's method stops when a Newton step moves no coordinate of theta more than TOLERANCE or raises the
+#: log likelihood (a sum over the words) by less than GAIN, after GRADIENT_STALLS gradient steps in a row
+#: (taken where halving the Newton step never gains) that each gain less than GAIN, when HALVINGS halvings
+#: of both steps do not raise it, or after ITERATIONS steps.
 TOLERANCE = 1e-6
 GAIN = 1e-6
+GRADIENT_STALLS = 3
 HALVINGS = 20
 ITERATIONS = 50
 #: theta stays in this box (a in noise stds): the typical word's count at least 20 grid points above LOW,
@@ -241,6 +243,7 @@ def _newton(model: _Marginal, theta: Array) -> Array:
     theta = np.clip(theta, lower, upper)
     identified = np.array([True, bool(np.ptp(model.x) > 0), True])
     loglik, grad, hess = model.derivatives(theta)
+    stalls = 0  # gradient steps in a row that gained less than GAIN
     for _ in range(ITERATIONS):
         # Coordinates on the box's edge with the gradient pointing out stay there for this step.
         free = identified & ~(((theta <= lower) & (grad < 0)) | ((theta >= upper) & (grad > 0)))
@@ -268,9 +271,16 @@ def _newton(model: _Marginal, theta: Array) -> Array:
             return theta
         gain = new_loglik - loglik
         theta, loglik, grad, hess = trial, new_loglik, new_grad, new_hess
-        # A gradient step's small gain says nothing about convergence: only a Newton step may stop the fit.
-        if direction is newton and (np.abs(step).max() < TOLERANCE or gain < GAIN):
-            break
+        # One gradient step's small gain says little about convergence (the next Newton step may gain more);
+        # several in a row do.
+        if direction is newton:
+            if np.abs(step).max() < TOLERANCE or gain < GAIN:
+                break
+            stalls = 0
+        else:
+            stalls = stalls + 1 if gain < GAIN else 0
+            if stalls >= GRADIENT_STALLS:
+                break
     return theta
 
 
