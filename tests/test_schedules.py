@@ -239,3 +239,22 @@ def test_an_lda_job_with_only_epsilon_runs_the_fallback_the_rule_chooses(api: Ap
     assert quote["iterations"] == expected.iterations
     job = api.submit(**spec).json()
     assert job["options"] == {"topics": 1000, **expected.options}
+
+
+def test_the_quote_says_what_the_scale_was_measured_to_give() -> None:
+    """LDA's and the SBN's small scales end `why` with what their sweeps measured there (docs/schedules.md);
+    larger scales, jobs that give sigma and rules without such rows say nothing of it."""
+    news = choose_schedule("lda", "vips", 3_000, 1.0, dimension=5_000, options={"topics": 50})  # scale 1,200
+    assert news.why.endswith("; expect about the private word frequencies the fit falls back to (its "
+                             "posterior's private_unigram): at this scale topics clear the noise only where "
+                             "they are very strong")  # fmt: skip
+    middle = choose_schedule("lda", "vips", 30_000, 1.0, dimension=5_000, options={"topics": 20})  # 30,000
+    assert middle.why.endswith("; expect strong topics to pay; on encyclopedia or news text, about the "
+                               "private word frequencies")  # fmt: skip
+    large = choose_schedule("lda", "vips", 30_000, 10.0, dimension=5_000, options={"topics": 20})
+    assert "expect" not in large.why
+    assert "expect" not in choose_schedule("lda", "vips", 3_000, None, dimension=5_000).why
+    pixels = choose_schedule("sbn", "vips", 4_000, 1.0)
+    assert pixels.why.endswith("; expect about the pixel means: no hidden unit learns at this scale")
+    assert "expect" not in choose_schedule("sbn", "vips", 40_000, 1.0).why
+    assert "expect" not in choose_schedule("blr", "vips", 1_000, 0.1).why

@@ -42,6 +42,9 @@ class Rule:
     #: entry is what matters (LDA's K x V topic-word counts): a job's scale is then epsilon x N x
     #: reference_size / its size. None: epsilon x N.
     reference_size: int | None = None
+    #: (largest epsilon x N of the row, what a fit there was measured to give, in words for the quote),
+    #: increasing; scales past the last row (and jobs that give sigma) get no such words.
+    expect: tuple[tuple[float, str], ...] = ()
 
 
 #: The rules, one per (model, algorithm): docs/schedules.md has the table each was read off.
@@ -84,6 +87,19 @@ RULES: dict[tuple[str, str], Rule] = {
         source="VIPS-LDA's grids on the bundled Wikipedia corpus and planted-topic corpora "
         "(bench/lda.py --sweep-unigram)",
         reference_size=100_000,
+        # What the sweeps measured against the private unigram at the same epsilon (docs/schedules.md,
+        # "What the topics buy over a private unigram at the same epsilon").
+        expect=(
+            (
+                10_000.0,
+                "about the private word frequencies the fit falls back to (its posterior's private_unigram): "
+                "at this scale topics clear the noise only where they are very strong",
+            ),
+            (
+                60_000.0,
+                "strong topics to pay; on encyclopedia or news text, about the private word frequencies",
+            ),
+        ),
     ),
     # Small epsilon x N: no unit can learn, the fit is the pixel means, so the release weights them (8
     # copies). Above: one release from weights spread wide enough (init_scale 3) that units switch on, then
@@ -95,6 +111,7 @@ RULES: dict[tuple[str, str], Rule] = {
             (math.inf, {"frequency_copies": 1, "init_scale": 3.0}),
         ),
         source="the SBN's epsilon curve on 28 x 28 digits (bench/sbn.py --images)",
+        expect=((16_000.0, "about the pixel means: no hidden unit learns at this scale"),),
     ),
 }
 
@@ -178,6 +195,11 @@ def rule_option_names(model: str, algorithm: str) -> frozenset[str]:
     return frozenset(name for _, options in rule.options for name in options) if rule else frozenset()
 
 
+def rule_expectation(rule: Rule, scale: float) -> str | None:
+    """What a fit at `scale` was measured to give (the first `expect` row whose bound is at least it)."""
+    return next((words for bound, words in rule.expect if scale <= bound), None)
+
+
 def rule_batch(rule: Rule, population: int) -> int:
     """S = batch_fraction N, at least min_batch and at most max_batch rows, and 1..N."""
     size = max(round(rule.batch_fraction * population), rule.min_batch)
@@ -228,4 +250,7 @@ def choose_schedule(
         f"auto ({', '.join(auto)}): {model} by {algorithm} {at} takes {takes}, from {rule.source} "
         "(docs/schedules.md)"
     )
+    expected = rule_expectation(rule, scale)
+    if expected is not None:
+        why += f"; expect {expected}"
     return Schedule(chosen_t, chosen_s, auto, why, chosen)
