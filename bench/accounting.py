@@ -1,6 +1,9 @@
 """The accountants side by side: epsilons of the reference settings and the time to price or calibrate.
 
-Rows: each accountant of privacy_wall.accounting.accountants (pld, the default; rdp; paper) and
+First, the cost of validity under fully adaptive composition: how many repeated jobs of the usual
+schedules fit under eps 1 by the path-wise `pld` rule (the default before issue 50, not a filter) and by
+the filter (the default). Then rows: each accountant of privacy_wall.accounting.accountants (filter, the
+default; pld; rdp; paper) and
 dp_accounting's own RdpAccountant (REPLACE_ONE, SampledWithoutReplacementDpEvent) and PLD of the reachable
 pair (a floor,
 not an accountant: see tests/test_accounting.py). Times are medians of fresh (uncached) evaluations on
@@ -22,7 +25,7 @@ from dp_accounting.pld import privacy_loss_distribution as pld
 from dp_accounting.rdp import rdp_privacy_accountant as rdp
 
 from privacy_wall.accounting import pld as tight
-from privacy_wall.accounting.accountants import ACCOUNTANTS, calibrate_sigma, epsilon
+from privacy_wall.accounting.accountants import ACCOUNTANTS, SubsampledGaussianEvent, calibrate_sigma, epsilon
 
 # (label, sigma, S, N, T, delta)
 SETTINGS = [
@@ -78,10 +81,54 @@ def reachable_pair_pld(sigma: float, size: int, population: int, iterations: int
     return float(pair.self_compose(iterations).get_epsilon_for_delta(delta))
 
 
+#: Repeated jobs (label, S, N, T, delta; sigma: the job alone costs JOB_EPSILON by `pld`, or a fixed sigma):
+#: how many fit under COST_CAP by the path-wise `pld` rule and by the filter.
+REPEATED_JOBS = [
+    ("VIPS-BLR one full-batch release, Adult", 32_561, 32_561, 1, 1e-6, None),
+    ("VIPS-BLR one full-batch release, COMPAS", 6_172, 6_172, 1, 1e-5, None),
+    ("VIPS-BLR T 10 full-batch, Adult", 32_561, 32_561, 10, 1e-6, None),
+    ("DPVI T 1,000, S N/50, Adult", 651, 32_561, 1_000, 1e-6, None),
+    ("DPVI T 1,000, S N/50, COMPAS", 123, 6_172, 1_000, 1e-5, None),
+    ("LDA (paper: sigma 1.24, S 20,000 of 400,000, T 20)", 20_000, 400_000, 20, 1e-4, 1.24),
+]
+JOB_EPSILON = 0.25
+COST_CAP = 1.0
+
+
+def jobs_within(
+    cap: float, sigma: float, size: int, population: int, iterations: int, delta: float, name: str
+) -> int:
+    """How many copies of the job compose within `cap` by the accountant (at most 1,000)."""
+    job = ACCOUNTANTS[name].cost(SubsampledGaussianEvent(sigma, size, population)).scaled(iterations)
+    total, count = job, 0
+    while count < 1_000 and total.epsilon(delta) <= cap:
+        count, total = count + 1, total + job
+    return count
+
+
+def cost_table() -> None:
+    """Jobs of each usual schedule that fit under COST_CAP: the path-wise `pld` rule against the filter."""
+    print(
+        f"| repeated job (each eps {JOB_EPSILON} alone by pld, unless sigma is given) | sigma | jobs within "
+        f"eps {COST_CAP:g}: pld (not a filter) | filter | one job: pld eps | filter eps |"
+    )
+    print("|---|---|---|---|---|---|")
+    for label, size, population, iterations, delta, fixed in REPEATED_JOBS:
+        sigma = fixed or calibrate_sigma(JOB_EPSILON, size, population, iterations, delta, accountant="pld")
+        counts = [
+            jobs_within(COST_CAP, sigma, size, population, iterations, delta, name)
+            for name in ("pld", "filter")
+        ]
+        alone = [epsilon(sigma, size, population, iterations, delta, name) for name in ("pld", "filter")]
+        print(f"| {label} | {sigma:.3g} | {counts[0]} | {counts[1]} | {alone[0]:.3g} | {alone[1]:.3g} |")
+    print()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
+    cost_table()
     print("| setting | " + " | ".join(ACCOUNTANTS) + " | dp_accounting RDP | reachable-pair PLD (floor) |")
     print("|---|" + "---|" * (len(ACCOUNTANTS) + 2))
     for label, sigma, size, population, iterations, delta in SETTINGS:

@@ -362,7 +362,15 @@ class JobQuote(BaseModel):
     schedule: ScheduleChoice | None = Field(default=None, description="how T and S were chosen")
     sigma: float
     delta: float
-    epsilon_job: float | None = Field(description="the job on its own; null when sigma = 0 (no guarantee)")
+    epsilon_job: float | None = Field(
+        description="the job on its own, by the budget's filter (what it is charged); null when sigma = 0"
+    )
+    epsilon_job_pld: float | None = Field(
+        default=None,
+        description="the job on its own by the tight `pld` accountant: valid for this job alone (its "
+        "schedule is fixed at submission), not what the budget is charged, since later jobs may adapt to "
+        "its output; null when sigma = 0",
+    )
     epsilon_spent: MaybeInfinite = Field(description="the dataset's committed releases now" + NULL_UNBOUNDED)
     epsilon_reserved: MaybeInfinite = Field(
         description="committed releases plus open reservations now" + NULL_UNBOUNDED

@@ -10,7 +10,12 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine
 
-from privacy_wall.accounting.accountants import SubsampledGaussianEvent, calibrate_sigma, privacy_cost
+from privacy_wall.accounting.accountants import (
+    SubsampledGaussianEvent,
+    calibrate_sigma,
+    get_accountant,
+    privacy_cost,
+)
 from privacy_wall.ledger import database as ledger_db
 from privacy_wall.ledger.base import BudgetExceeded, Charge, DuplicateCharge
 from privacy_wall.sqlengine import create_db_engine
@@ -162,9 +167,9 @@ def _price_as_before_0002(engine: Engine, dataset: str) -> float:
 
 
 def test_a_ledger_priced_by_another_accountant_is_repriced_from_its_events(engine: Engine) -> None:
-    """Same events, tighter analysis: the spend only goes down, the change is recorded, reads before the
-    first write already show the configured accountant's figure, and the reservation keeps covering its
-    job's iterations after the re-pricing."""
+    """Same events, another analysis (the paper's classic conversion, then the budget's filter): the change
+    is recorded with both figures, reads before the first write already show the configured accountant's
+    figure, and the reservation keeps covering its job's iterations after the re-pricing."""
     from sqlalchemy import select
 
     from privacy_wall.ledger.schema import accountant_changes, budgets
@@ -175,7 +180,7 @@ def test_a_ledger_priced_by_another_accountant_is_repriced_from_its_events(engin
         ledger_db.commit_charge(engine, Charge("d", "job", t, EVENT))
     expected = ledger_db.budget_status(engine, "d")
     before = _price_as_before_0002(engine, "d")
-    assert before > expected.epsilon_spent * 1.1  # the paper's classic conversion charged more
+    assert abs(before - expected.epsilon_spent) > 0.1 * expected.epsilon_spent  # the analyses differ
 
     on_the_fly = ledger_db.budget_status(engine, "d")  # a read: priced from the events, nothing written
     assert on_the_fly.epsilon_spent == pytest.approx(expected.epsilon_spent, rel=1e-12)
@@ -188,10 +193,9 @@ def test_a_ledger_priced_by_another_accountant_is_repriced_from_its_events(engin
         changes = conn.execute(select(accountant_changes)).all()
         version = conn.execute(select(budgets.c.accountant)).scalar_one()
     assert len(changes) == 1 and changes[0].old_accountant.startswith("autodp")
-    assert changes[0].new_accountant == version and version.startswith("pld/")
+    assert changes[0].new_accountant == version and version.startswith("filter/")
     assert changes[0].epsilon_spent_before == pytest.approx(before, rel=1e-9)
     assert changes[0].epsilon_spent_after == pytest.approx(expected.epsilon_spent, rel=1e-12)
-    assert changes[0].epsilon_spent_after < changes[0].epsilon_spent_before
 
 
 def test_migration_0002_reprices_existing_ledgers(tmp_path: Path) -> None:
@@ -247,14 +251,15 @@ def test_migration_0002_reprices_existing_ledgers(tmp_path: Path) -> None:
             privacy_cost(EVENT, "paper").scaled(10).epsilon(DELTA)
         )
         assert change.epsilon_spent_after == pytest.approx(status.epsilon_spent)
-        assert change.epsilon_spent_after < change.epsilon_spent_before
+        assert change.new_accountant == get_accountant("filter").version
     finally:
         eng.dispose()
 
 
 def test_migration_0006_reprices_ledgers_of_the_old_pld(tmp_path: Path) -> None:
     """A ledger the `pld` of revision 0005 priced (its RDP curve, as soon as anything was subsampled),
-    upgraded to head: re-priced by the PLD of its events, recorded, and the figure only goes down."""
+    upgraded to head: re-priced from its events by the configured accountant (the filter since 0012) and
+    recorded once."""
     from alembic import command
     from sqlalchemy import insert, select
 
@@ -295,8 +300,63 @@ def test_migration_0006_reprices_ledgers_of_the_old_pld(tmp_path: Path) -> None:
         assert change.old_accountant == old_version
         assert change.epsilon_spent_before == pytest.approx(old.epsilon(DELTA), rel=1e-12)
         assert change.epsilon_spent_after == pytest.approx(status.epsilon_spent, rel=1e-12)
-        assert change.epsilon_spent_after < 0.8 * change.epsilon_spent_before
+        assert change.new_accountant == get_accountant("filter").version
         assert stored["releases"] == [[1.0, 100, 10_000, 30]]
+    finally:
+        eng.dispose()
+
+
+def test_migration_0012_reprices_by_the_filter_and_an_overspent_ledger_says_why(tmp_path: Path) -> None:
+    """A ledger the path-wise `pld` rule of revision 0011 admitted (subsampled releases within a cap of 1
+    by their PLD) upgraded to head: re-priced by the filter from its events, recorded with both figures,
+    nothing deleted; its spend is now above the cap, so it admits nothing more and its refusal says why
+    in one line."""
+    from alembic import command
+    from sqlalchemy import func, insert, select
+
+    from privacy_wall.accounting.accountants import ORDERS, event_to_dict
+    from privacy_wall.ledger.schema import accountant_changes, budgets, charges
+    from vips.migrate import alembic_config
+
+    url = f"sqlite:///{tmp_path / 'control.db'}"
+    command.upgrade(alembic_config("control", url), "0011")
+    eng = create_db_engine(url)
+    pld = get_accountant("pld")
+    sigma = calibrate_sigma(0.9, 100, 10_000, 40, DELTA, accountant="pld")
+    event = SubsampledGaussianEvent(sigma, 100, 10_000)
+    old = pld.cost(event).scaled(40)
+    try:
+        with eng.begin() as conn:  # what 0011's code wrote
+            conn.execute(
+                insert(budgets).values(
+                    dataset="d", epsilon=1.0, delta=DELTA, committed_curve=old.to_json(),
+                    orders=ORDERS.tolist(), accountant=pld.version, updated_at=ledger_db._now(),
+                )
+            )  # fmt: skip
+            for t in range(40):
+                conn.execute(
+                    insert(charges).values(
+                        dataset="d", job_id="j", iteration=t, attempt=0, event=event_to_dict(event),
+                        curve=pld.cost(event).to_json(), accountant=pld.version, created_at=ledger_db._now(),
+                    )
+                )  # fmt: skip
+        upgrade("control", url)
+        status = ledger_db.budget_status(eng, "d")
+        assert status.epsilon_spent == pytest.approx(
+            get_accountant("filter").cost(event).scaled(40).epsilon(DELTA)
+        )
+        assert status.epsilon_spent > 1.0 > old.epsilon(DELTA)
+        with eng.connect() as conn:
+            (change,) = conn.execute(select(accountant_changes)).all()
+            assert conn.execute(select(func.count()).select_from(charges)).scalar_one() == 40
+        assert change.old_accountant == pld.version and change.new_accountant.startswith("filter/")
+        assert change.epsilon_spent_before == pytest.approx(old.epsilon(DELTA), rel=1e-9)
+        assert change.epsilon_spent_after == pytest.approx(status.epsilon_spent, rel=1e-12)
+        with pytest.raises(BudgetExceeded) as refused:
+            ledger_db.reserve(eng, "d", "next", SubsampledGaussianEvent(1_000.0, 100, 10_000), 1)
+        message = str(refused.value)
+        assert "\n" not in message and "the spend is already above the cap" in message
+        assert "re-priced by the budget's filter" in message
     finally:
         eng.dispose()
 

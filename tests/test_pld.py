@@ -4,7 +4,8 @@ sub-additivity and calibration at every sampling rate (issue 20)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -15,6 +16,7 @@ from scipy import integrate
 from scipy.optimize import brentq
 from scipy.stats import norm
 
+import privacy_wall.accounting.accountants as accountants
 from privacy_wall.accounting import pld
 from privacy_wall.accounting.accountants import (
     SelfComposedEvent,
@@ -23,6 +25,15 @@ from privacy_wall.accounting.accountants import (
     epsilon,
     privacy_cost,
 )
+
+
+@pytest.fixture(autouse=True, scope="module")
+def pld_is_configured() -> Iterator[None]:
+    """Every test here prices by `pld` where it names no accountant (the budget's default is the filter:
+    tests/test_filter.py)."""
+    with mock.patch.object(accountants, "configured_accountant", lambda: accountants.get_accountant("pld")):
+        yield
+
 
 # --------------------------------------------------------------------------------------------------------
 # An independent implementation of the privacy profile of C_q(G_{1/sigma}): the hockey-stick divergences of

@@ -135,7 +135,7 @@ def test_stored_bytes_bound_the_iterations(api: Api) -> None:
     """SBN hidden 50 on 256 pixels: 666,162 values per release (5.3 MB as .npz; as JSON, 5 iterations grew
     the control database by 127 MB) and a 65 MB JSON posterior: 5 iterations are admitted, and the quote
     says so; 250 would store ~1.4 GB: refused naming iterations."""
-    spec: dict[str, Any] = {"dataset": "images", "model": "sbn", "batch_size": 100, "sigma": 1.0}
+    spec: dict[str, Any] = {"dataset": "images", "model": "sbn", "batch_size": 100, "sigma": 10.0}
     quote = api.submit(**spec, iterations=5, options={"hidden": 50}, dry_run=True)
     assert quote.status_code == 200, quote.text
     estimated = quote.json()["resources"]

@@ -417,23 +417,23 @@ def test_budget_show_and_fit_wait_tell_an_analyst_both_what_is_left(
     with fresh_database("sqlite", tmp_path) as url:
         for api in make_api(url, tmp_path):
             quota = api.call(
-                "PUT", f"/v1/datasets/priv/quotas/{api.ids['analyst']}", "admin", json={"epsilon": 1.0}
+                "PUT", f"/v1/datasets/priv/quotas/{api.ids['analyst']}", "admin", json={"epsilon": 2.0}
             )
             assert quota.status_code == 200, quota.text
             _point_the_cli_at(api, api.keys["analyst"], monkeypatch)
             assert main(["budget", "show", "priv"]) == 0
             captured = capsys.readouterr()
             shown = json.loads(captured.out)
-            assert shown["key_quota"]["epsilon"] == 1.0 and shown["key_quota"]["epsilon_remaining"] == 1.0
+            assert shown["key_quota"]["epsilon"] == 2.0 and shown["key_quota"]["epsilon_remaining"] == 2.0
             err = " ".join(captured.err.split())
-            assert "dataset priv has epsilon" in err and "your key's quota has epsilon 1 left of 1" in err
+            assert "dataset priv has epsilon" in err and "your key's quota has epsilon 2 left of 2" in err
             assert "--dry-run" in err and "largest_epsilon" in err
 
             job = api.submit().json()
             finish(api.engine, job["id"])
             analyst = VipsClient("http://testserver", api.keys["analyst"], http=api.client)
             line = remote.budget_left(analyst, analyst.job(job["id"]))
-            assert "dataset priv has epsilon" in line and "your key's quota has epsilon 1 left of 1" in line
+            assert "dataset priv has epsilon" in line and "your key's quota has epsilon 2 left of 2" in line
             largest = re.search(
                 r"the largest next job of this schedule that fits both: epsilon ([\d.]+)", line
             )

@@ -25,7 +25,7 @@ from service.planning.resources import estimate
 from service.store.models import jobs, posteriors, releases
 from service.store.posteriors import store_posterior
 from tests.dbservers import fresh_database, schema_drift
-from tests.test_api import BATCH, SIGMA, Api, charge, make_api, open_reservations, store_release
+from tests.test_api import BATCH, DELTA, SIGMA, Api, charge, make_api, open_reservations, store_release
 from tests.test_cli_verbs import use
 from tests.test_key_quotas import ROOMY, admitted, race
 from vips.cli import main
@@ -131,6 +131,7 @@ def test_only_an_ended_jobs_outputs_are_deleted_and_only_by_who_may_cancel_it(ap
 def test_30_simultaneous_submissions_by_one_key_never_pass_its_storage_cap(tmp_path: Path, kind: str) -> None:
     with fresh_database(kind, tmp_path) as url:
         for api in make_api(url, tmp_path, **room_for(7)):
+            ledger_db.set_budget(api.engine, "priv", 10.0, DELTA)  # the storage cap is the tighter limit
             codes = race(api, ["analyst"] * 30)
             assert codes.count(202) == 7 and codes.count(409) == 23, codes
             assert admitted(api, api.ids["analyst"]) == 7

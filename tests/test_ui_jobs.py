@@ -114,6 +114,10 @@ def test_the_job_page_links_to_the_posterior_for_every_reader(api: Api) -> None:
         assert api.client.get(f"/ui/jobs/{job_id}/posterior.json").json()["mean"] == [0.0, 1.0, 2.0]
 
 
+#: Long jobs whose price stays within the fixture's budget (the releases below are stored, not computed).
+LIGHT_SIGMA = 20.0
+
+
 def _blr_releases(api: Api, job_id: str, iterations: int, noise: float, seed: int = 0) -> None:
     rng = np.random.default_rng(seed)
     s1, s2 = np.array([0.1, -0.2, 0.05]), np.eye(3) * 0.2
@@ -123,7 +127,7 @@ def _blr_releases(api: Api, job_id: str, iterations: int, noise: float, seed: in
 
 
 def test_the_convergence_signal_replays_the_releases_and_falls(api: Api) -> None:
-    job_id = api.submit("alice", iterations=60).json()["id"]
+    job_id = api.submit("alice", iterations=60, sigma=LIGHT_SIGMA).json()["id"]
     _blr_releases(api, job_id, 40, noise=0.01)
     from service.routes.job_reads import get_job
 
@@ -155,7 +159,7 @@ def _blr_releases_from(api: Api, job_id: str, first: int, last: int) -> None:
 
 
 def test_the_convergence_plot_has_words_on_its_axes_and_plain_ticks(api: Api) -> None:
-    job_id = api.submit("alice", iterations=60).json()["id"]
+    job_id = api.submit("alice", iterations=60, sigma=LIGHT_SIGMA).json()["id"]
     _blr_releases(api, job_id, 30, noise=0.01)
     views.clear_caches()
     sign_in(api, "alice")
@@ -234,7 +238,7 @@ def test_the_dpvi_signal_is_the_workers_own_adagrad_replayed(api: Api) -> None:
     from service.routes.job_reads import get_job
     from worker.models.dpvi import DpviLogisticRegression
 
-    job_id = api.submit("alice", iterations=50).json()["id"]
+    job_id = api.submit("alice", iterations=50, sigma=LIGHT_SIGMA).json()["id"]
     with api.engine.begin() as conn:
         conn.execute(jobs.update().where(jobs.c.id == job_id).values(
             algorithm="dpvi", options={"learning_rate": 0.3, "prior_variance": 2.0}))  # fmt: skip

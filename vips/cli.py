@@ -149,7 +149,8 @@ def _add_privacy(commands: argparse._SubParsersAction[_Parser]) -> None:
             "--accountant",
             choices=ACCOUNTANT_NAMES,
             default=None,
-            help="pld (exact for S = N), rdp or paper (the papers' numbers); default: VIPS_ACCOUNTANT or pld",
+            help="filter (the budget's rule, valid however analysts adapt), pld (one job alone, exact "
+            "for S = N), rdp or paper (the papers' numbers); default: VIPS_ACCOUNTANT or filter",
         )
         sub.set_defaults(handler=handler)
 

@@ -70,7 +70,8 @@ class _Reservation:
 
 class PrivacyBudget:
     """A total (epsilon, delta) that the fits given it as `budget=` compose within (module docstring);
-    accountant: pld, rdp or paper (default: the deployment's, VIPS_ACCOUNTANT)."""
+    accountant: filter (valid however the fits adapt to each other), pld, rdp or paper (default: the
+    deployment's, VIPS_ACCOUNTANT)."""
 
     def __init__(self, epsilon: float, delta: float = 1e-5, accountant: str | None = None) -> None:
         if not (epsilon > 0 and math.isfinite(epsilon)):

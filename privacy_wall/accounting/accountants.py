@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from privacy_wall.accounting import filter as filter_rule
 from privacy_wall.accounting import pld
 from privacy_wall.accounting.names import ACCOUNTANT_NAMES
 from privacy_wall.accounting.names import DEFAULT_ACCOUNTANT as DEFAULT_ACCOUNTANT  # re-exported
@@ -387,6 +388,34 @@ class PldAccountant(RdpAccountant):
         return min(bounds)
 
 
+class FilterAccountant(RdpAccountant):
+    """The budget's admission rule (the default): a privacy filter valid under fully adaptive composition.
+
+    The least eps at which the union of two filters admits the composition (privacy_wall.accounting.filter,
+    which states the theorems and proves the union): the Gaussian part reads every release as the Gaussian
+    it post-processes (sum 1/sigma^2 over all releases, Smith and Thakurta 2022; exact for full-batch ones)
+    at GAUSSIAN_SHARE of delta, the Renyi part mixes the releases' RDP curves over ORDERS (Feldman and Zrnic
+    2021 with the improved conversion) at the rest. A closed-form function of the additive cost: no cache or
+    discretisation changes a price. The `pld` price of one job alone (its schedule fixed in advance) is
+    valid for that job and shown beside it; it is not a filter.
+    """
+
+    name = "filter"
+    version = f"filter/gdp-st22-{filter_rule.GAUSSIAN_SHARE:g}/rdp-mix-fz21-balle20/wbk19-v2/grid-v1"
+    lists_releases = True
+
+    def epsilon(self, cost: PrivacyCost, delta: float) -> float:
+        if not all(math.isfinite(v) for v in cost.values):
+            return math.inf
+        if sum(group[3] for group in cost.releases) != cost.subsampled_releases:
+            raise ValueError("a filter cost's release groups do not match its subsampled releases")
+        mu2 = cost.gaussian_mu_squared + sum(count / (sigma * sigma) for sigma, _, _, count in cost.releases)
+        share = filter_rule.GAUSSIAN_SHARE * delta
+        gaussian = _gaussian_epsilon(mu2, share) if share > 0.0 else math.inf
+        renyi = filter_rule.renyi_epsilon(ORDERS, cost.rdp, (1.0 - filter_rule.GAUSSIAN_SHARE) * delta)
+        return min(gaussian, renyi)
+
+
 def _gaussian_delta(mu2: float, eps: float) -> float:
     """delta at eps of mu-GDP: the profile of privacy_wall.accounting.pld at q = 1 (0 at eps = inf, 1 at
     mu = inf)."""
@@ -418,7 +447,7 @@ def clear_caches() -> None:
 
 
 ACCOUNTANTS: dict[str, Accountant] = {
-    a.name: a for a in (PldAccountant(), RdpAccountant(), PaperAccountant())
+    a.name: a for a in (FilterAccountant(), PldAccountant(), RdpAccountant(), PaperAccountant())
 }
 assert tuple(ACCOUNTANTS) == ACCOUNTANT_NAMES
 

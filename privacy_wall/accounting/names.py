@@ -2,5 +2,5 @@
 
 from __future__ import annotations
 
-ACCOUNTANT_NAMES = ("pld", "rdp", "paper")
-DEFAULT_ACCOUNTANT = "pld"
+ACCOUNTANT_NAMES = ("filter", "pld", "rdp", "paper")
+DEFAULT_ACCOUNTANT = "filter"

@@ -9,7 +9,8 @@ from privacy_wall.accounting.names import DEFAULT_ACCOUNTANT
 
 
 class AccountingSettings(BaseSettings):
-    """VIPS_ACCOUNTANT: the accountant that prices every dataset of a deployment (default pld)."""
+    """VIPS_ACCOUNTANT: the accountant that prices every dataset of a deployment (default filter, the only one
+    proven to hold the cap under fully adaptive composition)."""
 
     model_config = SettingsConfigDict(env_prefix="VIPS_", extra="ignore")
 

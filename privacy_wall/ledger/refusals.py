@@ -17,10 +17,16 @@ HEADROOM_TOLERANCE = 1e-4
 
 def budget_exceeded(subject: str, spent: float, budget: float, delta: float, after: float) -> BudgetExceeded:
     """The refusal of a charge that would bring `subject`'s (e.g. "dataset D") spent-or-reserved epsilon
-    from `spent` to `after` > `budget`."""
+    from `spent` to `after` > `budget`. A spend already above the cap says why nothing more fits."""
+    over = (
+        "; the spend is already above the cap (the ledger was re-priced by the budget's filter, which holds "
+        "however analysts adapt, or the cap was lowered): nothing more is admitted"
+        if spent > budget
+        else ""
+    )
     return BudgetExceeded(
         f"{subject}: epsilon {spent:.4g} of {budget:.4g} is spent or reserved (delta {delta:g}); "
-        f"this would bring it to {after:.4g}",
+        f"this would bring it to {after:.4g}{over}",
         spent=spent,
         requested=after,
         budget=budget,

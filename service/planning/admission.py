@@ -185,6 +185,15 @@ def check_delta(dataset: Row[Any], delta: float) -> None:
     )
 
 
+def alone_by_pld(plan: Plan) -> float | None:
+    """The job's own `pld` price (exact for its fixed schedule), shown beside the filter's in a quote."""
+    if not plan.sigma > 0:
+        return None
+    return finite(
+        job_epsilon(plan.sigma, plan.batch_size, plan.population, plan.iterations, plan.delta, "pld")
+    )
+
+
 def quote_job(
     engine: Engine,
     spec: JobCreate,
@@ -231,6 +240,7 @@ def quote_job(
         sigma=plan.sigma,
         delta=plan.delta,
         epsilon_job=plan.epsilon_job,
+        epsilon_job_pld=alone_by_pld(plan),
         epsilon_spent=quote.status.epsilon_spent,
         epsilon_reserved=quote.status.epsilon_reserved,
         epsilon_after=finite(quote.epsilon_after),
