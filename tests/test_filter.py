@@ -75,7 +75,6 @@ def test_renyi_rule_lies_between_the_fixed_sequence_rdp_price_and_the_union_boun
 
     eps = filter_rule.renyi_epsilon(ORDERS, rdp, delta)
     assert best_single(delta) < eps <= best_single(delta / len(ORDERS)) + 1e-9
-    assert epsilon(sigma, size, population, iterations, delta, "rdp") < eps
 
 
 def test_full_batch_is_priced_exactly_by_the_gaussian_part() -> None:
@@ -117,7 +116,8 @@ def test_filter_never_charges_less_than_the_tight_fixed_sequence_price(
 
 def test_filter_refuses_what_the_path_wise_rule_admits() -> None:
     """DPVI's usual schedule (T 1,000, S N/50 on Adult) calibrated to eps 1 by the path-wise `pld` rule fits a
-    cap of 1 there and not under the filter, which needs about twice the noise for it."""
+    cap of 1 there and not under the filter, which needs about a quarter more noise for it (3.81 against
+    3.07; twice as much with Thm 27's RDP curve alone)."""
     delta, population = 1e-6, 32_561
     size = population // 50
     sigma = calibrate_sigma(1.0, size, population, 1_000, delta, accountant="pld")
@@ -128,7 +128,7 @@ def test_filter_refuses_what_the_path_wise_rule_admits() -> None:
     with pytest.raises(BudgetExceeded):
         InMemoryLedger(delta=delta, epsilon_budget=1.0, accountant=FILTER).reserve("a", event, 1_000)
     filtered = calibrate_sigma(1.0, size, population, 1_000, delta, accountant="filter")
-    assert 1.8 * sigma < filtered < 2.6 * sigma
+    assert 1.15 * sigma < filtered < 1.35 * sigma
 
 
 def test_filter_is_the_default_and_its_price_is_a_function_of_the_releases_alone() -> None:
@@ -238,11 +238,11 @@ def adaptive_bounds() -> tuple[float, float, float]:
 
 def test_fully_adaptive_analyst_stays_within_the_cap() -> None:
     """The adaptive interaction's epsilon lower bound stays below the cap (a correct filter fails this with
-    probability <= ALPHA), and the audit has power: 0.824 at ADAPTIVE_SEED (the analyst spends the rest in
+    probability <= ALPHA), and the audit has power: 0.851 at ADAPTIVE_SEED (the analyst spends the rest in
     ~40% of transcripts, so the mixture's epsilon is well below the cap; the bound's spread over seeds is a
     few hundredths), while the half-price filter below reaches 2.80."""
     sigma, bound, _ = adaptive_bounds()
-    assert sigma == pytest.approx(2.112, abs=1e-3)
+    assert sigma == pytest.approx(2.022, abs=1e-3)
     assert bound <= ADAPTIVE_CAP, f"epsilon >= {bound:.3f} at confidence 1 - {ALPHA:g}, cap {ADAPTIVE_CAP}"
     assert bound >= 0.3 * ADAPTIVE_CAP, f"no power: {bound:.3f}"
 
@@ -264,6 +264,6 @@ def test_a_quote_shows_the_jobs_own_pld_price_beside_the_filters(tmp_path: Path)
             assert quote["epsilon_job_pld"] == pytest.approx(
                 epsilon(SIGMA, BATCH, N, 5, DELTA, "pld"), rel=1e-9
             )
-            assert quote["epsilon_job_pld"] < 0.5 * quote["epsilon_job"]
+            assert quote["epsilon_job_pld"] < 0.6 * quote["epsilon_job"]
             sigma_zero = api.submit(dry_run=True, dataset="pub", sigma=0.0).json()
             assert "admissible" in sigma_zero and sigma_zero["epsilon_job_pld"] is None, sigma_zero
