@@ -308,7 +308,10 @@ def gaussian_dp_epsilon(mu: float, delta: float) -> float:
         tail = math.exp(eps + float(stats.norm.logcdf(-eps / mu - mu / 2)))
         return float(stats.norm.cdf(-eps / mu + mu / 2)) - tail - delta
 
-    return float(optimize.brentq(excess, 0.0, 200.0, xtol=1e-12))
+    hi = 200.0
+    while excess(hi) > 0:  # mu so large the answer is above 200
+        hi *= 2.0
+    return float(optimize.brentq(excess, 0.0, hi, xtol=1e-12))
 
 
 def clopper_pearson_epsilon(name: str, broken: bool = False) -> float:

@@ -20,8 +20,8 @@ replacement (replace-one neighbours, q = S/N):
    The right side only grows with delta, so upper bounds of delta give an upper bound of the RDP.
 4. Numerically, from above: delta is non-increasing, so on a grid u_0 = 0 < u_1 < ... < u_M = U each cell
    contributes at most delta(u_i) times the exact integral of the exponential over it; beyond U, delta <=
-   the unamplified Gaussian's delta <= Phi_c(u sigma - 1/(2 sigma)) (C_q(f) >= f), whose integrals against
-   e^((a-1)u) and e^(-a u) are closed-form Gaussian integrals. Computed deltas are raised by a relative
+   q Phi_c(sigma (u + c) - 1/(2 sigma)) (`_tail_start`), whose integrals against e^((a-1)u) and e^(-a u)
+   are closed-form Gaussian integrals. Computed deltas are raised by a relative
    ROUNDING to cover their floating-point error.
 
 The result is valid RDP for each order on its own; privacy_wall.accounting.filter takes, order by order,
@@ -72,6 +72,20 @@ def _edges(scale: float, reach: float) -> NDArray[np.float64]:
     return np.concatenate([fine, coarse])
 
 
+def _tail_start(sigma: float, q: float, reach: float) -> tuple[float, float]:
+    """(U, c) with U >= reach such that for u >= U, delta(u) <= q Phi_c(sigma (u + c) - 1/(2 sigma)) and
+    U + c >= 1/(2 sigma^2). Beyond -log(1 - q) only delta_A is left (B's loss is unreachable), and
+    delta_A <= q Phi_c((x* - 1)/sigma) with x* = sigma^2 log((e^u - 1 + q)/q) + 1/2 >= sigma^2 (u + c) + 1/2,
+    c = log(1/q) + log(1 - e^-U), since e^u - 1 + q >= e^u (1 - e^-U) for u >= U."""
+    start = max(reach, -math.log1p(-q) * (1.0 + 1e-9) if q < 1.0 else 0.0, 1e-12)
+    for _ in range(200):
+        shift = -math.log(q) + math.log(-math.expm1(-start))
+        if start + shift >= 1.0 / (2.0 * sigma * sigma):
+            return start, shift
+        start *= 2.0
+    raise OverflowError("no tail start found")
+
+
 def _log_gaussian_tail(sigma: float, lam: float, start: float) -> float:
     """log of an upper bound on int_start^inf e^(lam u) Phi_c(u sigma - 1/(2 sigma)) du (any real lam),
     using Phi_c(x) <= e^(-x^2 / 2) for x >= 0 (start >= 1/(2 sigma^2): x >= 0 there):
@@ -102,13 +116,15 @@ def profile_rdp(
     docstring); inf where the bound overflows."""
     q = sample_size / population
     a = np.asarray(orders, dtype=np.float64)
-    reach = max(_reach(sigma, q), 1.0 / (2.0 * sigma * sigma))  # the Gaussian tail bound holds beyond
+    reach, shift = _tail_start(sigma, q, _reach(sigma, q))
     edges = _edges(loss_scale(sigma, q), reach)
     log_delta = log_profile(sigma, q, edges[:-1]) + math.log1p(ROUNDING)  # delta(u_i) bounds cell i
     terms = []
     for lam in (a - 1.0, -a):  # I_+ and I_-
         terms.append(logsumexp(log_delta[None, :] + _log_cell_integrals(lam, edges), axis=1))
-        terms.append(np.array([_log_gaussian_tail(sigma, float(value), reach) for value in lam]))
+        # Beyond reach, delta(u) <= q Phi_c(sigma (u + shift) - 1/(2 sigma)): substitute v = u + shift.
+        tail = [_log_gaussian_tail(sigma, float(value), reach + shift) - value * shift for value in lam]
+        terms.append(math.log(q) + np.array(tail))
     total = np.logaddexp.reduce(np.stack(terms), axis=0)
     with np.errstate(over="ignore"):
         curve = np.logaddexp(0.0, np.log(a) + np.log(a - 1.0) + total) / (a - 1.0)
