@@ -10,12 +10,12 @@ whose folds do not depend on the data), never by the labels: scikit-learn's defa
 could give a fit inputs that differ in many records. The scores cross_val_score computes on the held-out
 folds are not private at all (exact statistics of the rows): they are for data you may see.
 
-Every fit it pays for reserves its whole cost before it starts and is charged for the iterations it
-released when it ends (the service's ledger protocol, privacy_wall.ledger.base); costs compose with the
-accountant, as a dataset's ledger does (never by adding epsilons): five full-batch fits of epsilon 0.4
-compose to about 0.963 at delta 1e-5 under `pld`. A fit that would exceed the budget is refused before
-anything is computed, with the service's 409 message (privacy_wall.ledger.refusals; "dataset D" names the
-fit's `dataset=`, "local" by default).
+Every fit it pays for reserves its whole cost before it starts and is charged for the iterations it released
+when it ends (the service's ledger protocol, privacy_wall.ledger.base); costs compose with the accountant,
+as a dataset's ledger does (never by adding epsilons): five full-batch fits of epsilon 0.4 compose to about
+0.962 at delta 1e-5 under the filter (the default; 0.963 under `pld`). A fit that would exceed the budget is
+refused before anything is computed, with the service's 409 message (privacy_wall.ledger.refusals; "dataset
+D" names the fit's `dataset=`, "local" by default).
 
 Sharing: scikit-learn's clone (GridSearchCV, cross_val_score) deep-copies parameters; a PrivacyBudget's
 copy is itself, so every clone charges the one budget. Threads share it too (joblib's threading backend;

@@ -48,6 +48,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, check_non_negative, validate_data
 
 from privacy_wall.accounting.accountants import epsilon
+from privacy_wall.accounting.names import DEFAULT_ACCOUNTANT
 from privacy_wall.data.store import (
     BoundViolation,
     InMemoryBinaryStore,
@@ -86,7 +87,8 @@ class VipsEstimator(BaseEstimator):  # type: ignore[misc]
     sampling "uniform" (always with noise: S distinct rows drawn uniformly per iteration, what the
     accountant analyses) or "passes" (sigma = 0 only: shuffled passes over the data, as scikit-learn and
     gensim do; T iterations of S rows are T S / N passes). tau0, kappa: step sizes rho_t = (tau0 + t)^-kappa.
-    accountant: "pld" (default; exact for S = N), "rdp" or "paper" (privacy_wall.accounting.accountants).
+    accountant: "filter" (default: the budget's rule, valid however fits adapt to each other), "pld" (one
+    fit alone; exact for S = N), "rdp" or "paper" (privacy_wall.accounting.accountants).
     budget: a PrivacyBudget (worker.budget) every fit is charged to and refused by once it would exceed it;
     shared by
     clone, not copied (fits in joblib worker processes are refused: use threads).
@@ -107,7 +109,7 @@ class VipsEstimator(BaseEstimator):  # type: ignore[misc]
     kappa: float = 1.0
     random_state: int | None = None
     sampling: Sampling = "uniform"
-    accountant: str = "pld"
+    accountant: str = DEFAULT_ACCOUNTANT
     budget: PrivacyBudget | None = None
 
     def model_options(self) -> dict[str, float]:
@@ -638,7 +640,12 @@ ESTIMATORS: dict[tuple[str, str], type[VipsEstimator]] = {
 
 
 def quoted_epsilon(
-    sigma: float, batch_size: int, population: int, iterations: int, delta: float, accountant: str = "pld"
+    sigma: float,
+    batch_size: int,
+    population: int,
+    iterations: int,
+    delta: float,
+    accountant: str = DEFAULT_ACCOUNTANT,
 ) -> float:
     """The accountant's quote for a schedule (re-exported for researchers)."""
     return epsilon(sigma, batch_size, population, iterations, delta, accountant)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from privacy_wall.accounting.accountants import SubsampledGaussianEvent, calibrate_sigma, get_accountant
+from privacy_wall.accounting.names import DEFAULT_ACCOUNTANT
 from privacy_wall.data.store import RowStore
 from privacy_wall.gate import Gate, PrivacyError
 from privacy_wall.ledger.base import InMemoryLedger
@@ -41,7 +42,7 @@ class Schedule:
     kappa: float = 1.0
     random_state: int | None = None
     sampling: str = "uniform"
-    accountant: str = "pld"
+    accountant: str = DEFAULT_ACCOUNTANT
 
 
 @dataclass(frozen=True)
