@@ -411,8 +411,11 @@ class FilterAccountant(RdpAccountant):
         (`rdp`'s curve), and the RDP of the pair every C_q(G_{1/sigma})-DP release post-processes, from its
         privacy profile (privacy_wall.accounting.profile_rdp; about a third of Thm 27's at q <= 0.05)."""
         wbk = super()._subsampled_curve(sigma, sample_size, population)
-        with np.errstate(all="ignore"):
-            profile = profile_rdp(sigma, sample_size, population, _ORDER_TUPLE)
+        try:
+            with np.errstate(all="ignore"):
+                profile = profile_rdp(sigma, sample_size, population, _ORDER_TUPLE)
+        except (OverflowError, ValueError, FloatingPointError):  # noise so small no bound is finite
+            return wbk
         return tuple(min(a, b) for a, b in zip(wbk, profile, strict=True))
 
     def epsilon(self, cost: PrivacyCost, delta: float) -> float:

@@ -46,6 +46,8 @@ GROWTH = 512
 #: U: where the profile's log has fallen below this (or the cap below), beyond which the Gaussian tail
 #: bound takes over.
 LOG_TAIL = -700.0
+#: Orders whose cell integrals are held at once (16 x ~4,000 cells: half a megabyte).
+ORDER_BLOCK = 16
 #: Relative allowance for the floating-point error of a computed delta (log_ndtr and a few operations).
 ROUNDING = 1e-6
 
@@ -121,7 +123,11 @@ def profile_rdp(
     log_delta = log_profile(sigma, q, edges[:-1]) + math.log1p(ROUNDING)  # delta(u_i) bounds cell i
     terms = []
     for lam in (a - 1.0, -a):  # I_+ and I_-
-        terms.append(logsumexp(log_delta[None, :] + _log_cell_integrals(lam, edges), axis=1))
+        blocks = [  # ORDER_BLOCK orders at a time: a few MB at most
+            logsumexp(log_delta[None, :] + _log_cell_integrals(lam[i : i + ORDER_BLOCK], edges), axis=1)
+            for i in range(0, len(lam), ORDER_BLOCK)
+        ]
+        terms.append(np.concatenate(blocks))
         # Beyond reach, delta(u) <= q Phi_c(sigma (u + shift) - 1/(2 sigma)): substitute v = u + shift.
         tail = [_log_gaussian_tail(sigma, float(value), reach + shift) - value * shift for value in lam]
         terms.append(math.log(q) + np.array(tail))
