@@ -70,3 +70,13 @@ def test_the_filter_takes_the_least_of_the_three_curves_order_by_order() -> None
     assert np.array_equal(filtered, np.minimum(wbk, profile))
     assert np.all(filtered <= ORDERS / (2 * sigma * sigma))
     assert (filtered < wbk).any() and (filtered == wbk).any()  # each wins somewhere
+
+
+@pytest.mark.parametrize(("sigma", "order"), [(0.03, 1.3), (0.05, 3.0), (0.1, 2.0), (0.05, 16.0)])
+def test_never_below_the_pairs_at_tiny_sigma_where_losses_pass_709(sigma: float, order: float) -> None:
+    """The review's case: e^eps overflowed past eps 709 in the profile, which then read delta as 0 there,
+    and the curve fell below the pair's (550.8 against 599.0 at sigma 0.05, q 0.5, order 3)."""
+    value = profile_rdp(sigma, 5_000, 10_000, (order,))[0]
+    exact = max(pair_rdp(sigma, 0.5, order, swapped) for swapped in (False, True))
+    assert value >= exact * (1 - 1e-6), (value, exact)
+    assert value <= exact * 1.01

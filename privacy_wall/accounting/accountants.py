@@ -41,7 +41,7 @@ from privacy_wall.accounting import pld
 from privacy_wall.accounting.names import ACCOUNTANT_NAMES
 from privacy_wall.accounting.names import DEFAULT_ACCOUNTANT as DEFAULT_ACCOUNTANT  # re-exported
 from privacy_wall.accounting.pld import Group
-from privacy_wall.accounting.profile_rdp import profile_rdp
+from privacy_wall.accounting.profile_rdp import PROFILE_MAX_SIGMA, profile_rdp
 from privacy_wall.accounting.wor_rdp import sampled_gaussian_rdp
 
 #: The fixed grid of Renyi orders on which every curve is stored (fractional near 1 for large sigma,
@@ -394,16 +394,17 @@ class FilterAccountant(RdpAccountant):
     """The budget's admission rule (the default): a privacy filter valid under fully adaptive composition.
 
     The least eps at which the union of two filters admits the composition (privacy_wall.accounting.filter,
-    which states the theorems and proves the union): the Gaussian part reads every release as the Gaussian
-    it post-processes (sum 1/sigma^2 over all releases, Smith and Thakurta 2022; exact for full-batch ones)
-    at GAUSSIAN_SHARE of delta, the Renyi part mixes the releases' RDP curves over ORDERS (Feldman and Zrnic
-    2021 with the improved conversion) at the rest. A closed-form function of the additive cost: no cache or
-    discretisation changes a price. The `pld` price of one job alone (its schedule fixed in advance) is
-    valid for that job and shown beside it; it is not a filter.
+    which states the theorems and proves the union): the Gaussian part reads every release as the
+    Gaussian it post-processes (sum 1/sigma^2 over all releases, Smith and Thakurta 2022; exact for
+    full-batch ones) at GAUSSIAN_SHARE of delta, the Renyi part mixes the releases' RDP curves over
+    ORDERS (Feldman and Zrnic 2021 with the improved conversion) at the rest. A deterministic function
+    of the additive cost (each release's curve on its own fixed grid, one root): no FFT or per-process
+    cache changes a price. The `pld` price of one job alone (its schedule fixed in advance) is valid for
+    that job and shown beside it; it is not a filter.
     """
 
     name = "filter"
-    version = f"filter/gdp-st22-{filter_rule.GAUSSIAN_SHARE:g}/rdp-mix-fz21-balle20/profile-wbk19/grid-v1"
+    version = f"filter/gdp-st22-{filter_rule.GAUSSIAN_SHARE:g}/rdp-mix-fz21-balle20/profile2-wbk19/grid-v1"
     lists_releases = True
 
     def _subsampled_curve(self, sigma: float, sample_size: int, population: int) -> tuple[float, ...]:
@@ -411,6 +412,8 @@ class FilterAccountant(RdpAccountant):
         (`rdp`'s curve), and the RDP of the pair every C_q(G_{1/sigma})-DP release post-processes, from its
         privacy profile (privacy_wall.accounting.profile_rdp; about a third of Thm 27's at q <= 0.05)."""
         wbk = super()._subsampled_curve(sigma, sample_size, population)
+        if sigma > PROFILE_MAX_SIGMA:  # beyond where the profile's rounding allowance was measured
+            return wbk
         try:
             with np.errstate(all="ignore"):
                 profile = profile_rdp(sigma, sample_size, population, _ORDER_TUPLE)

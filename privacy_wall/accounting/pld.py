@@ -81,10 +81,11 @@ def log_profile(sigma: float, q: float, eps: NDArray[np.float64]) -> NDArray[np.
     eps = np.asarray(eps, dtype=np.float64)
     s2 = sigma * sigma
     with np.errstate(all="ignore"):
-        gap = np.expm1(eps) + q  # e^eps - (1 - q) > 0 for eps >= 0
-        x = s2 * (np.log(gap) - math.log(q)) + 0.5
+        # log(e^eps - (1 - q)) = eps + log(1 - (1 - q) e^-eps): finite at every eps >= 0 (e^eps overflows)
+        log_gap = eps + np.log1p(-(1.0 - q) * np.exp(-eps))
+        x = s2 * (log_gap - math.log(q)) + 0.5
         upper = math.log(q) + log_ndtr((1.0 - x) / sigma)
-        lower = np.log(gap) + log_ndtr(-x / sigma)
+        lower = log_gap + log_ndtr(-x / sigma)
         log_a = np.where(lower < upper, upper + np.log(-np.expm1(lower - upper)), -np.inf)
         if q >= 1.0:
             return np.asarray(log_a)
