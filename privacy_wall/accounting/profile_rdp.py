@@ -31,7 +31,6 @@ the least of it, Wang-Balle-Kasiviswanathan's Theorem 27 and the unamplified a /
 from __future__ import annotations
 
 import math
-from functools import lru_cache
 
 import numpy as np
 from numpy.typing import NDArray
@@ -43,8 +42,8 @@ from privacy_wall.accounting.pld import log_profile, loss_scale
 #: falls fastest), then cells growing by the factor 1 + 1/GROWTH up to U.
 FINE_CELLS = 256
 GROWTH = 512
-#: U: where the profile's log has fallen below this (or the cap below), beyond which the Gaussian tail
-#: bound takes over.
+#: The grid ends where the profile's log has fallen below this (then past -log(1 - q), `_tail_start`);
+#: beyond it the Gaussian tail bound takes over.
 LOG_TAIL = -700.0
 #: Orders whose cell integrals are held at once (16 x ~4,000 cells: half a megabyte).
 ORDER_BLOCK = 16
@@ -56,7 +55,7 @@ PROFILE_MAX_SIGMA = 1e4
 
 
 def _reach(sigma: float, q: float) -> float:
-    """A loss U with log delta(U) <= LOG_TAIL (or the unamplified Gaussian's bound there), by doubling."""
+    """A loss u with log delta(u) <= LOG_TAIL, by doubling from 1/sigma (the last tried after 80)."""
     u = 1.0 / sigma
     for _ in range(80):
         if float(log_profile(sigma, q, np.array([u]))[0]) <= LOG_TAIL:
@@ -114,12 +113,11 @@ def _log_cell_integrals(lam: NDArray[np.float64], edges: NDArray[np.float64]) ->
     return np.where(small, lam * lo + np.log(width), exact)
 
 
-@lru_cache(maxsize=4096)
 def profile_rdp(
     sigma: float, sample_size: int, population: int, orders: tuple[float, ...]
 ) -> tuple[float, ...]:
     """RDP on `orders` of the pair every C_q(G_{1/sigma})-DP release post-processes, from above (module
-    docstring); inf where the bound overflows."""
+    docstring); inf where the bound overflows. Not cached here: the accountant caches each release's cost."""
     q = sample_size / population
     a = np.asarray(orders, dtype=np.float64)
     reach, shift = _tail_start(sigma, q, _reach(sigma, q))
