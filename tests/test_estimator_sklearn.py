@@ -20,6 +20,7 @@ from sklearn.pipeline import Pipeline, make_pipeline
 from sklearn.preprocessing import FunctionTransformer
 from sklearn.utils.estimator_checks import check_estimator
 
+from worker import fit_loop
 from worker.estimator import (
     DPSEPLinearRegression,
     DPSEPLogisticRegression,
@@ -60,7 +61,10 @@ def _public(cls: type[VipsEstimator], **options: Any) -> Any:
     return cls(sigma=0.0, random_state=0, **options)
 
 
-def test_progress_is_called_after_each_iteration_with_the_epsilon_spent_so_far() -> None:
+def test_progress_is_called_after_each_iteration_with_the_epsilon_spent_so_far(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(fit_loop, "PRICE_INTERVAL", 0.0)  # re-priced at every iteration
     X, y = _tabular()
     calls: list[tuple[int, int, float]] = []
     model = VIPSLogisticRegression(epsilon=1.0, iterations=4, batch_size=40)
@@ -69,6 +73,19 @@ def test_progress_is_called_after_each_iteration_with_the_epsilon_spent_so_far()
     spent = [eps for _, _, eps in calls]
     assert all(0 < a < b for a, b in itertools.pairwise(spent))
     assert spent[-1] == pytest.approx(model.epsilon_) and model.epsilon_ <= 1.0 + 1e-9
+
+
+def test_progress_reprices_at_most_every_interval_and_after_the_last_iteration(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Between two prices the hook repeats the last one (a price takes milliseconds; 1,000 of them were
+    most of a DPVI fit); the first and the last iteration are always priced."""
+    monkeypatch.setattr(fit_loop, "PRICE_INTERVAL", 1e9)
+    X, y = _tabular()
+    calls: list[float] = []
+    model = VIPSLogisticRegression(epsilon=1.0, iterations=4, batch_size=40)
+    model.fit(X, y, progress=lambda done, total, spent: calls.append(spent))
+    assert calls[0] == calls[1] == calls[2] < calls[3] == pytest.approx(model.epsilon_)
 
 
 def test_progress_of_a_public_fit_reports_infinite_epsilon() -> None:

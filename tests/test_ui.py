@@ -188,6 +188,11 @@ def test_the_job_page_shows_progress_epsilon_and_the_posterior(api: Api) -> None
     sign_in(api, "analyst")
     page = api.client.get(f"/ui/jobs/{job_id}").text
     assert "succeeded" in page and "epsilon per iteration" in page and "epsilon spent" in page
+    # beside the filter's price the budget charges, the job's own PLD price, labelled as such and lower
+    job = api.call("GET", f"/v1/jobs/{job_id}", "analyst").json()
+    alone = re.search(r"the job alone, by PLD</dt><dd>([0-9.e+-]+)</dd>", page)
+    assert alone is not None, page
+    assert 0 < float(alone.group(1)) < job["epsilon_job"]
     # coefficients named by the dataset's features, with 95% intervals: mean +- 1.96 sd
     assert '<td>b</td><td class="num">-2.0000</td><td class="num">[-3.9600, -0.0400]</td>' in page
     document = api.client.get(f"/ui/jobs/{job_id}/posterior.json")

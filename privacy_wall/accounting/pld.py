@@ -298,54 +298,37 @@ def cached_bytes() -> int:
 
 
 def composed_pmf(groups: tuple[Group, ...], h: float) -> pld_pmf.DensePLDPmf:
-    """The PMF of the groups composed in the given order. The result and the prefix without its last group
-    are cached, and a composition starts from its longest cached prefix: extending a composed ledger by one
-    job, or one more charge of its last job, costs one FFT composition."""
+    """The PMF of the groups composed in the given order, a function of (groups, h) alone: the groups are
+    cut into blocks of 2^k consecutive groups by the binary digits of their number (13 = 8 + 4 + 1), each
+    block the composition of its two halves, and the blocks are composed left to right. Every block and
+    result is cached under its exact groups and grid, so extending a ledger by one job costs about
+    log2(jobs) FFT compositions, and no price depends on what a process priced before (issue 50)."""
     found = _COMPOSED.get((groups, h))
     if found is not None:
         return found
-    start = len(groups) - 1
-    while start > 0 and _cached_on(groups[:start], h) is None:
-        start -= 1
-    pmf = _cached_on(groups[:start], h) if start > 0 else None
-    for end in range(start, len(groups)):
-        part = group_pmf(groups[end], h)
-        pmf = part if pmf is None else _composed_pair(pmf, part)
-        if end >= len(groups) - 2:
-            _COMPOSED.put((groups[: end + 1], h), pmf)
+    pmf: pld_pmf.DensePLDPmf | None = None
+    start = 0
+    for bit in reversed(range(len(groups).bit_length())):
+        size = 1 << bit
+        if len(groups) & size:
+            part = _block(groups[start : start + size], h)
+            pmf = part if pmf is None else _composed_pair(pmf, part)
+            start += size
     assert pmf is not None
+    _COMPOSED.put((groups, h), pmf)
     return pmf
 
 
-def _cached_on(groups: tuple[Group, ...], h: float) -> pld_pmf.DensePLDPmf | None:
-    """The cached composition of the groups on the grid h, or one on a finer grid (up to 2^-6 h) moved
-    onto h by rounding every loss up (pessimistic), so a coarser grid never recomposes a ledger."""
+def _block(groups: tuple[Group, ...], h: float) -> pld_pmf.DensePLDPmf:
+    """The composition of 2^k consecutive groups: of its two halves (cached)."""
+    if len(groups) == 1:
+        return group_pmf(groups[0], h)
     found = _COMPOSED.get((groups, h))
-    for k in range(1, 7):
-        if found is not None:
-            return found
-        finer = _COMPOSED.get((groups, h / 2**k))
-        if finer is not None:
-            found = coarsened(finer, 2**k)
-            _COMPOSED.put((groups, h), found)
+    if found is None:
+        half = len(groups) // 2
+        found = _composed_pair(_block(groups[:half], h), _block(groups[half:], h))
+        _COMPOSED.put((groups, h), found)
     return found
-
-
-def coarsened(pmf: pld_pmf.DensePLDPmf, factor: int) -> pld_pmf.DensePLDPmf:
-    """The PMF on a grid `factor` times coarser, each loss rounded up to it (which only adds privacy loss)."""
-    probs = np.asarray(pmf._probs, dtype=np.float64)
-    lower = int(pmf._lower_loss)
-    first = -((-lower) // factor)  # ceil(lower / factor)
-    last = -((-(lower + len(probs) - 1)) // factor)
-    targets = -((-(lower + np.arange(len(probs)))) // factor) - first
-    merged = np.bincount(targets, weights=probs, minlength=last - first + 1)
-    return _dense(
-        pmf._discretization * factor,
-        first,
-        merged,
-        pmf._infinity_mass,
-        pessimistic_estimate=True,
-    )
 
 
 def epsilon(groups: tuple[Group, ...], delta: float) -> float:

@@ -438,6 +438,7 @@ def job_page(request: Request, engine: EngineDep, settings: SettingsDep, job_id:
             "refresh": RUNNING_REFRESH_SECONDS,
             "signal": convergence.signal_of(job.algorithm),
             "per_iteration": _per_iteration(job, dataset),
+            "alone_by_pld": _alone_by_pld(job, dataset),
             "timing": views.job_timing(public),
         }
         return _page(request, "job.html", session=session, **context)
@@ -451,6 +452,14 @@ def _per_iteration(job: Any, dataset: Any) -> float | None:
     if job.sigma <= 0 or dataset is None:
         return None
     return epsilon(job.sigma, job.batch_size, dataset.population, 1, job.delta)
+
+
+def _alone_by_pld(job: Any, dataset: Any) -> float | None:
+    """The whole job's own `pld` price at its delta: valid for this job alone (its schedule was fixed at
+    submission), shown beside the filter's, which the budget charges; None where there is no price."""
+    if job.sigma <= 0 or dataset is None:
+        return None
+    return epsilon(job.sigma, job.batch_size, dataset.population, job.iterations, job.delta, "pld")
 
 
 @router.get("/jobs/{job_id}/convergence.svg")
