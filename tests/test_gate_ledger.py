@@ -370,6 +370,25 @@ def test_a_reservation_does_not_cover_a_costlier_event() -> None:
     assert ledger.charges() == []
 
 
+def test_a_refusal_names_the_spend_and_says_when_it_is_already_above_the_cap() -> None:
+    """The in-process ledger refuses in the service's words (privacy_wall.ledger.refusals); one whose cap
+    fell below what it spent says in one line that nothing more is admitted."""
+    ledger = InMemoryLedger(delta=DELTA, epsilon_budget=100.0)
+    for t in range(1, 4):
+        ledger.commit(charge("a", t))
+    spent = ledger.epsilon_spent()
+    ledger.epsilon_budget = 10 * spent
+    with pytest.raises(BudgetExceeded) as refused:
+        ledger.reserve("b", SubsampledGaussianEvent(0.3, 10_000, 10_000), 100)
+    assert f"epsilon {spent:.4g} of {10 * spent:.4g} is spent or reserved" in str(refused.value)
+    assert "already above the cap" not in str(refused.value)
+    ledger.epsilon_budget = spent / 2
+    with pytest.raises(BudgetExceeded) as refused:
+        ledger.commit(charge("a", 4))
+    assert "already above the cap" in str(refused.value) and "nothing more is admitted" in str(refused.value)
+    assert len(ledger.charges()) == 3
+
+
 def test_refused_reservations_record_nothing() -> None:
     ledger = InMemoryLedger(delta=DELTA, epsilon_budget=5.0)
     with pytest.raises(BudgetExceeded):

@@ -110,16 +110,12 @@ class InMemoryLedger:
     def _admit(self, extra: PrivacyCost) -> None:
         if self.epsilon_budget is None:
             return
+        from privacy_wall.ledger.refusals import budget_exceeded  # it imports BudgetExceeded from here
+
         spent = (self.spent_cost() + self.reserved_cost()).epsilon(self.delta)
         total = (self.spent_cost() + self.reserved_cost() + extra).epsilon(self.delta)
         if not total <= self.epsilon_budget:  # NaN fails closed
-            raise BudgetExceeded(
-                f"budget exceeded: epsilon {spent:.4g} spent or reserved, this would bring it to "
-                f"{total:.4g} > budget {self.epsilon_budget:.4g} (delta {self.delta:g})",
-                spent=spent,
-                requested=total,
-                budget=self.epsilon_budget,
-            )
+            raise budget_exceeded("this ledger", spent, self.epsilon_budget, self.delta, total)
 
     def reserve(self, job_id: str, event: Event, iterations: int) -> None:
         """Reserve `iterations` repetitions of a per-iteration event for a job, atomically."""

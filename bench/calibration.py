@@ -1,0 +1,231 @@
+"""Do the posteriors tell the truth? Coverage and slope on data of known weights (issue 51).
+
+For each algorithm with a posterior (VIPS, DPVI and DP-SEP for logistic regression; VIPS and DP-SEP for
+linear regression) and each privacy setting (epsilon 0.3 / 1 / 3 with only epsilon given, as the service
+schedules it, and sigma 0), fit `--datasets` synthetic datasets of known weights and report:
+
+- coverage: the share of true weights inside their nominal 90% marginal credible intervals
+  (mean +- 1.645 sd of the posterior), over every weight of every dataset;
+- slope: the least-squares slope through 0 of the posterior means on the true weights (1: unbiased;
+  0.5: means shrunk to half the truth);
+- held-out log loss of the predictive probabilities (logistic) or held-out log density (linear), a proper
+  score on rows drawn like the training ones.
+
+Logistic data: d 10, column 0 the intercept (a constant c = 0.3, named "intercept"), the other 9 drawn
+uniformly in direction with norm sqrt(1 - c^2) U(0, 1)^(1/2) (every row has norm <= 1, as the service
+requires), w ~ N(0, 3^2 I), y ~ Bernoulli(sigmoid(w^T x)). Linear data: the same rows, y = w^T x + N(0,
+0.1^2) with w ~ N(0, 0.3^2 I), clipped to [-1, 1]. Dataset k is drawn from seed `--first-seed` + k: tune
+on seeds 0-99, judge on 1000 and up (data the methods were not tuned on).
+A non-private reference: the Laplace approximation at scikit-learn's maximum a posteriori (prior N(0, 10^2 I)).
+
+    python -m bench.calibration [--models blr,linreg] [--datasets 20] [--rows 10000] [--first-seed 0]
+                                [--epsilons 0.3,1,3] [--out DIR]
+
+Writes calibration.md to --out (bench/out by default).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from numpy.typing import NDArray
+
+from bench.adult_blr import log
+
+DIMENSION = 10
+INTERCEPT = 0.3
+LOGISTIC_WEIGHT_SD = 3.0
+LINEAR_WEIGHT_SD = 0.3
+LINEAR_NOISE_SD = 0.1
+TEST_ROWS = 5_000
+Z90 = 1.6448536269514722
+LAPLACE_PRIOR_VARIANCE = 100.0
+
+Array = NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class Dataset:
+    train: pd.DataFrame
+    y: Array
+    test: pd.DataFrame
+    y_test: Array
+    weights: Array
+
+
+def rows(rng: np.random.Generator, count: int) -> pd.DataFrame:
+    """Rows of norm <= 1: the intercept c, then 9 features uniform in direction, norm sqrt(1 - c^2) sqrt(U)."""
+    directions = rng.normal(size=(count, DIMENSION - 1))
+    directions /= np.linalg.norm(directions, axis=1, keepdims=True)
+    radius = math.sqrt(1.0 - INTERCEPT**2) * np.sqrt(rng.uniform(size=(count, 1))) * (1 - 1e-12)
+    features = np.column_stack([np.full(count, INTERCEPT), directions * radius])
+    return pd.DataFrame(features, columns=["intercept", *(f"x{j}" for j in range(1, DIMENSION))])
+
+
+def draw(model: str, seed: int, count: int) -> Dataset:
+    """Dataset `seed` of the model's synthetic family (module docstring)."""
+    rng = np.random.default_rng([51, seed])
+    train, test = rows(rng, count), rows(rng, TEST_ROWS)
+    if model == "blr":
+        weights = rng.normal(0.0, LOGISTIC_WEIGHT_SD, DIMENSION)
+
+        def labels(x: pd.DataFrame) -> Array:
+            return (rng.uniform(size=len(x)) < 1.0 / (1.0 + np.exp(-(x.to_numpy() @ weights)))).astype(float)
+    else:
+        weights = rng.normal(0.0, LINEAR_WEIGHT_SD, DIMENSION)
+
+        def labels(x: pd.DataFrame) -> Array:
+            return np.clip(x.to_numpy() @ weights + rng.normal(0.0, LINEAR_NOISE_SD, len(x)), -1.0, 1.0)
+
+    return Dataset(train, labels(train), test, labels(test), weights)
+
+
+@dataclass
+class Cell:
+    """Pooled results of one method at one privacy setting."""
+
+    truths: list[Array] = field(default_factory=list)
+    means: list[Array] = field(default_factory=list)
+    sds: list[Array] = field(default_factory=list)
+    scores: list[float] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def coverage(self) -> float:
+        truth, mean, sd = (np.concatenate(v) for v in (self.truths, self.means, self.sds))
+        return float(np.mean(np.abs(truth - mean) <= Z90 * sd))
+
+    def slope(self) -> float:
+        truth, mean = np.concatenate(self.truths), np.concatenate(self.means)
+        return float(truth @ mean / (truth @ truth))
+
+    def score(self) -> str:
+        values = np.asarray(self.scores)
+        return f"{values.mean():.4f} +- {values.std(ddof=1) / math.sqrt(len(values)) if len(values) > 1 else 0:.4f}"
+
+
+def log_loss(p: Array, y: Array) -> float:
+    p = np.clip(p, 1e-12, 1 - 1e-12)
+    return float(-np.mean(y * np.log(p) + (1 - y) * np.log1p(-p)))
+
+
+def linear_log_density(mean: Array, sd: Array, y: Array) -> float:
+    """Mean negative log predictive density of y (lower is better, like log loss)."""
+    return float(np.mean(0.5 * np.log(2 * np.pi * sd**2) + 0.5 * ((y - mean) / sd) ** 2))
+
+
+def laplace_blr(data: Dataset) -> tuple[Array, Array, float]:
+    """(mean, sd, held-out log loss) of the Laplace approximation at the MAP (non-private reference)."""
+    from scipy.special import expit
+    from sklearn.linear_model import LogisticRegression
+
+    x, y = data.train.to_numpy(), data.y
+    fit = LogisticRegression(C=LAPLACE_PRIOR_VARIANCE, fit_intercept=False, max_iter=1000).fit(x, y)
+    mean = fit.coef_[0]
+    p = expit(x @ mean)
+    precision = (x * (p * (1 - p))[:, None]).T @ x + np.eye(DIMENSION) / LAPLACE_PRIOR_VARIANCE
+    sd = np.sqrt(np.diag(np.linalg.inv(precision)))
+    return mean, sd, log_loss(expit(data.test.to_numpy() @ mean), data.y_test)
+
+
+def private_fit(make: Callable[[], Any], model: str, data: Dataset) -> tuple[Array, Array, float]:
+    """(mean, sd, held-out score) of one estimator fit."""
+    estimator = make()
+    estimator.fit(data.train, data.y)
+    mean, sd = estimator.coef_, np.sqrt(np.diag(estimator.covariance_))
+    if model == "blr":
+        score = log_loss(estimator.predict_proba(data.test)[:, 1], data.y_test)
+    else:
+        predicted, spread = estimator.predict(data.test, return_std=True)
+        score = linear_log_density(predicted, spread, data.y_test)
+    return mean, sd, score
+
+
+def methods(model: str, epsilons: Sequence[float]) -> dict[str, Callable[[], Any]]:
+    """Label -> estimator factory: each algorithm at each epsilon (only epsilon given) and at sigma 0."""
+    from worker.estimator import (
+        DPSEPLinearRegression,
+        DPSEPLogisticRegression,
+        DPVILogisticRegression,
+        VIPSLinearRegression,
+        VIPSLogisticRegression,
+    )
+
+    classes: dict[str, Any] = (
+        {"VIPS": VIPSLogisticRegression, "DPVI": DPVILogisticRegression, "DP-SEP": DPSEPLogisticRegression}
+        if model == "blr"
+        else {"VIPS": VIPSLinearRegression, "DP-SEP": DPSEPLinearRegression}
+    )
+    found: dict[str, Callable[[], Any]] = {}
+    for name, cls in classes.items():
+        for epsilon in epsilons:
+            found[f"{name} eps {epsilon:g}"] = lambda cls=cls, epsilon=epsilon: cls(epsilon=epsilon)
+        found[f"{name} sigma 0"] = lambda cls=cls: cls(sigma=0.0, random_state=0)
+    return found
+
+
+def run(model: str, datasets: int, count: int, first_seed: int, epsilons: Sequence[float]) -> list[str]:
+    cells: dict[str, Cell] = {}
+    factories = methods(model, epsilons)
+    for k in range(datasets):
+        data = draw(model, first_seed + k, count)
+        if model == "blr":
+            started = time.perf_counter()
+            mean, sd, score = laplace_blr(data)
+            cell = cells.setdefault("Laplace at the MAP (non-private)", Cell())
+            cell.truths.append(data.weights), cell.means.append(mean), cell.sds.append(sd)
+            cell.scores.append(score)
+            cell.seconds += time.perf_counter() - started
+        for label, make in factories.items():
+            started = time.perf_counter()
+            mean, sd, score = private_fit(make, model, data)
+            cell = cells.setdefault(label, Cell())
+            cell.truths.append(data.weights), cell.means.append(mean), cell.sds.append(sd)
+            cell.scores.append(score)
+            cell.seconds += time.perf_counter() - started
+        log(f"{model}: dataset {k + 1} of {datasets} done")
+    score_name = "held-out log loss" if model == "blr" else "held-out negative log density"
+    lines = [
+        f"| {model} method | 90% coverage | slope of means on truth | {score_name} | seconds a fit |",
+        "|---|---|---|---|---|",
+    ]
+    for label, cell in cells.items():
+        lines.append(
+            f"| {label} | {cell.coverage():.3f} | {cell.slope():.3f} | {cell.score()} | "
+            f"{cell.seconds / datasets:.2f} |"
+        )
+    return lines
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
+    parser.add_argument("--models", default="blr,linreg")
+    parser.add_argument("--datasets", type=int, default=20)
+    parser.add_argument("--rows", type=int, default=10_000)
+    parser.add_argument("--first-seed", type=int, default=0)
+    parser.add_argument("--epsilons", default="0.3,1,3")
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "out")
+    args = parser.parse_args(argv)
+    epsilons = [float(e) for e in args.epsilons.split(",")]
+    lines = [
+        f"{args.datasets} datasets of {args.rows} rows from seed {args.first_seed}, d {DIMENSION} "
+        "(bench/calibration.py)",
+        "",
+    ]
+    for model in args.models.split(","):
+        lines += [*run(model, args.datasets, args.rows, args.first_seed, epsilons), ""]
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "calibration.md").write_text("\n".join(lines))
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
