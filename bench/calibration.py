@@ -16,7 +16,8 @@ uniformly in direction with norm sqrt(1 - c^2) U(0, 1)^(1/2) (every row has norm
 requires), w ~ N(0, 3^2 I), y ~ Bernoulli(sigmoid(w^T x)). Linear data: the same rows, y = w^T x + N(0,
 0.1^2) with w ~ N(0, 0.3^2 I), clipped to [-1, 1]. Dataset k is drawn from seed `--first-seed` + k: tune
 on seeds 0-99, judge on 1000 and up (data the methods were not tuned on).
-A non-private reference: the Laplace approximation at scikit-learn's maximum a posteriori (prior N(0, 10^2 I)).
+A non-private reference: the Laplace approximation at scikit-learn's maximum a posteriori (prior
+N(0, 10^2 I)).
 
     python -m bench.calibration [--models blr,linreg] [--datasets 20] [--rows 10000] [--first-seed 0]
                                 [--epsilons 0.3,1,3] [--out DIR]
@@ -62,7 +63,8 @@ class Dataset:
 
 
 def rows(rng: np.random.Generator, count: int) -> pd.DataFrame:
-    """Rows of norm <= 1: the intercept c, then 9 features uniform in direction, norm sqrt(1 - c^2) sqrt(U)."""
+    """Rows of norm <= 1: the intercept c, then 9 features uniform in direction with norm
+    sqrt(1 - c^2) sqrt(U)."""
     directions = rng.normal(size=(count, DIMENSION - 1))
     directions /= np.linalg.norm(directions, axis=1, keepdims=True)
     radius = math.sqrt(1.0 - INTERCEPT**2) * np.sqrt(rng.uniform(size=(count, 1))) * (1 - 1e-12)
@@ -108,7 +110,8 @@ class Cell:
 
     def score(self) -> str:
         values = np.asarray(self.scores)
-        return f"{values.mean():.4f} +- {values.std(ddof=1) / math.sqrt(len(values)) if len(values) > 1 else 0:.4f}"
+        error = values.std(ddof=1) / math.sqrt(len(values)) if len(values) > 1 else 0.0
+        return f"{values.mean():.4f} +- {error:.4f}"
 
 
 def log_loss(p: Array, y: Array) -> float:
