@@ -256,6 +256,9 @@ def test_sbn_score_is_the_per_image_log_likelihood() -> None:
     assert isinstance(copy, VIPSSigmoidBeliefNetwork) and copy.hidden == 2 and copy.score(images) == score
     # better than coin flips on every pixel
     assert score > -10 * math.log(2)
+    # the held-out likelihood sums z out instead of reading it from each row: exact at 2 units, and lower
+    heldout = model.heldout_nll(images)
+    assert heldout["method"] == "exact" and -10 * math.log(2) < -heldout["nll"] < score
 
 
 def _into_bounds(kind: str, X: Any) -> Any:
