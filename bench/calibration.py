@@ -9,7 +9,12 @@ schedules it, and sigma 0), fit `--datasets` synthetic datasets of known weights
 - slope: the least-squares slope through 0 of the posterior means on the true weights (1: unbiased;
   0.5: means shrunk to half the truth);
 - held-out log loss of the predictive probabilities (logistic) or held-out log density (linear), a proper
-  score on rows drawn like the training ones.
+  score on rows drawn like the training ones, and for the logistic models the expected calibration error
+  (ECE: the mean |observed rate - mean predicted probability| over 10 equal-width probability bins,
+  weighted by their rows).
+
+`--public` also scores the logistic posteriors on held-out public data (Adult and Telco: train on the
+train split, score the test split): AUC, log loss and ECE, each algorithm given only epsilon.
 
 Logistic data: d 10, column 0 the intercept (a constant c = 0.3, named "intercept"), the other 9 drawn
 uniformly in direction with norm sqrt(1 - c^2) U(0, 1)^(1/2) (every row has norm <= 1, as the service
@@ -20,7 +25,7 @@ A non-private reference: the Laplace approximation at scikit-learn's maximum a p
 N(0, 10^2 I)).
 
     python -m bench.calibration [--models blr,linreg] [--datasets 20] [--rows 10000] [--first-seed 0]
-                                [--epsilons 0.3,1,3] [--out DIR]
+                                [--epsilons 0.3,1,3] [--public] [--repeats 3] [--out DIR]
 
 Writes calibration.md to --out (bench/out by default).
 """
@@ -98,6 +103,7 @@ class Cell:
     means: list[Array] = field(default_factory=list)
     sds: list[Array] = field(default_factory=list)
     scores: list[float] = field(default_factory=list)
+    eces: list[float] = field(default_factory=list)
     seconds: float = 0.0
 
     def coverage(self) -> float:
@@ -114,6 +120,17 @@ class Cell:
         return f"{values.mean():.4f} +- {error:.4f}"
 
 
+def expected_calibration_error(p: Array, y: Array, bins: int = 10) -> float:
+    """sum_b (n_b / n) |mean y - mean p| over equal-width bins of p."""
+    which = np.minimum((p * bins).astype(int), bins - 1)
+    total = 0.0
+    for b in range(bins):
+        inside = which == b
+        if inside.any():
+            total += inside.mean() * abs(float(y[inside].mean()) - float(p[inside].mean()))
+    return total
+
+
 def log_loss(p: Array, y: Array) -> float:
     p = np.clip(p, 1e-12, 1 - 1e-12)
     return float(-np.mean(y * np.log(p) + (1 - y) * np.log1p(-p)))
@@ -124,8 +141,8 @@ def linear_log_density(mean: Array, sd: Array, y: Array) -> float:
     return float(np.mean(0.5 * np.log(2 * np.pi * sd**2) + 0.5 * ((y - mean) / sd) ** 2))
 
 
-def laplace_blr(data: Dataset) -> tuple[Array, Array, float]:
-    """(mean, sd, held-out log loss) of the Laplace approximation at the MAP (non-private reference)."""
+def laplace_blr(data: Dataset) -> tuple[Array, Array, float, float]:
+    """(mean, sd, held-out log loss, ECE) of the Laplace approximation at the MAP (non-private reference)."""
     from scipy.special import expit
     from sklearn.linear_model import LogisticRegression
 
@@ -135,20 +152,20 @@ def laplace_blr(data: Dataset) -> tuple[Array, Array, float]:
     p = expit(x @ mean)
     precision = (x * (p * (1 - p))[:, None]).T @ x + np.eye(DIMENSION) / LAPLACE_PRIOR_VARIANCE
     sd = np.sqrt(np.diag(np.linalg.inv(precision)))
-    return mean, sd, log_loss(expit(data.test.to_numpy() @ mean), data.y_test)
+    p = expit(data.test.to_numpy() @ mean)
+    return mean, sd, log_loss(p, data.y_test), expected_calibration_error(p, data.y_test)
 
 
-def private_fit(make: Callable[[], Any], model: str, data: Dataset) -> tuple[Array, Array, float]:
-    """(mean, sd, held-out score) of one estimator fit."""
+def private_fit(make: Callable[[], Any], model: str, data: Dataset) -> tuple[Array, Array, float, float]:
+    """(mean, sd, held-out score, held-out ECE (nan for linear models)) of one estimator fit."""
     estimator = make()
     estimator.fit(data.train, data.y)
     mean, sd = estimator.coef_, np.sqrt(np.diag(estimator.covariance_))
     if model == "blr":
-        score = log_loss(estimator.predict_proba(data.test)[:, 1], data.y_test)
-    else:
-        predicted, spread = estimator.predict(data.test, return_std=True)
-        score = linear_log_density(predicted, spread, data.y_test)
-    return mean, sd, score
+        p = estimator.predict_proba(data.test)[:, 1]
+        return mean, sd, log_loss(p, data.y_test), expected_calibration_error(p, data.y_test)
+    predicted, spread = estimator.predict(data.test, return_std=True)
+    return mean, sd, linear_log_density(predicted, spread, data.y_test), math.nan
 
 
 def methods(model: str, epsilons: Sequence[float]) -> dict[str, Callable[[], Any]]:
@@ -179,31 +196,58 @@ def run(model: str, datasets: int, count: int, first_seed: int, epsilons: Sequen
     factories = methods(model, epsilons)
     for k in range(datasets):
         data = draw(model, first_seed + k, count)
-        if model == "blr":
+        labels = (["Laplace at the MAP (non-private)"] if model == "blr" else []) + list(factories)
+        for label in labels:
             started = time.perf_counter()
-            mean, sd, score = laplace_blr(data)
-            cell = cells.setdefault("Laplace at the MAP (non-private)", Cell())
-            cell.truths.append(data.weights), cell.means.append(mean), cell.sds.append(sd)
-            cell.scores.append(score)
-            cell.seconds += time.perf_counter() - started
-        for label, make in factories.items():
-            started = time.perf_counter()
-            mean, sd, score = private_fit(make, model, data)
+            mean, sd, score, ece = (
+                private_fit(factories[label], model, data) if label in factories else laplace_blr(data)
+            )
             cell = cells.setdefault(label, Cell())
             cell.truths.append(data.weights), cell.means.append(mean), cell.sds.append(sd)
-            cell.scores.append(score)
+            cell.scores.append(score), cell.eces.append(ece)
             cell.seconds += time.perf_counter() - started
         log(f"{model}: dataset {k + 1} of {datasets} done")
-    score_name = "held-out log loss" if model == "blr" else "held-out negative log density"
+    score_name = "held-out log loss | ECE" if model == "blr" else "held-out negative log density"
     lines = [
         f"| {model} method | 90% coverage | slope of means on truth | {score_name} | seconds a fit |",
-        "|---|---|---|---|---|",
+        "|---|---|---|---|---|" + ("---|" if model == "blr" else ""),
     ]
     for label, cell in cells.items():
+        ece = f" {np.mean(cell.eces):.4f} |" if model == "blr" else ""
         lines.append(
-            f"| {label} | {cell.coverage():.3f} | {cell.slope():.3f} | {cell.score()} | "
+            f"| {label} | {cell.coverage():.3f} | {cell.slope():.3f} | {cell.score()} |{ece} "
             f"{cell.seconds / datasets:.2f} |"
         )
+    return lines
+
+
+def public_section(epsilons: Sequence[float], repeats: int) -> list[str]:
+    """AUC, log loss and ECE on the held-out split of Adult and Telco, each algorithm given only epsilon."""
+    from sklearn.metrics import roc_auc_score
+
+    from worker.datasets.adult import load_adult
+    from worker.datasets.telco import load_telco
+
+    lines = ["| data | method | AUC | log loss | ECE |", "|---|---|---|---|---|"]
+    for name, load in (("adult", load_adult), ("telco", load_telco)):
+        train, test = load("train"), load("test")
+        x, x_test = (pd.DataFrame(d.features, columns=d.feature_names) for d in (train, test))
+        for label, make in methods("blr", epsilons).items():
+            if "sigma 0" in label:
+                continue
+            runs = []
+            for _ in range(repeats):
+                p = make().fit(x, train.labels).predict_proba(x_test)[:, 1]
+                runs.append(
+                    (
+                        roc_auc_score(test.labels, p),
+                        log_loss(p, test.labels),
+                        expected_calibration_error(p, test.labels),
+                    )
+                )
+            auc, loss, ece = np.mean(runs, axis=0)
+            lines.append(f"| {name} | {label} | {auc:.4f} | {loss:.4f} | {ece:.4f} |")
+            log(lines[-1])
     return lines
 
 
@@ -214,6 +258,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=10_000)
     parser.add_argument("--first-seed", type=int, default=0)
     parser.add_argument("--epsilons", default="0.3,1,3")
+    parser.add_argument("--public", action="store_true", help="also score on held-out Adult and Telco")
+    parser.add_argument("--repeats", type=int, default=3, help="fits per method with --public")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "out")
     args = parser.parse_args(argv)
     epsilons = [float(e) for e in args.epsilons.split(",")]
@@ -224,6 +270,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ]
     for model in args.models.split(","):
         lines += [*run(model, args.datasets, args.rows, args.first_seed, epsilons), ""]
+    if args.public:
+        lines += [*public_section(epsilons, args.repeats), ""]
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "calibration.md").write_text("\n".join(lines))
     print("\n".join(lines))
