@@ -44,6 +44,7 @@ from service.settings import ServiceSettings
 from service.store.keys import Principal, authenticate
 from service.store.posteriors import posterior_bytes
 from service.ui import convergence, views
+from service.ui.coverage import interval_note
 from service.ui.sessions import COOKIE, UiSession, close_session, find_session, open_session
 from service.ui.svg import inline as inline_svg
 
@@ -439,6 +440,7 @@ def job_page(request: Request, engine: EngineDep, settings: SettingsDep, job_id:
             "signal": convergence.signal_of(job.algorithm),
             "per_iteration": _per_iteration(job, dataset),
             "alone_by_pld": _alone_by_pld(job, dataset),
+            "interval_note": interval_note(job.model, job.algorithm, job.sigma > 0),
             "timing": views.job_timing(public),
         }
         return _page(request, "job.html", session=session, **context)
