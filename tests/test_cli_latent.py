@@ -253,6 +253,17 @@ def test_sbn_local_fit_evaluate_and_predict(
     assert metrics["pixel_accuracy"] > 0.9 > images.baseline_accuracy + 0.2 and metrics["n"] == 200
     test_rows = np.loadtxt(images.test, delimiter=",", skiprows=1)
     assert metrics["baseline"] == pytest.approx(pixel_mean_metrics(test_rows, test_rows))
+    # the held-out NLL sums the 2 units' 4 configurations out; the reconstruction score reads them from
+    # each image and flatters the fit
+    assert (metrics["nll_method"], metrics["nll_samples"], metrics["active_units"]) == ("exact", 4, 2)
+    assert metrics["reconstruction_nll"] < metrics["nll"]
+    # with every unit off the posterior is its pixel frequencies alone, and evaluate says so
+    document["W"] = np.zeros((16, 2)).tolist()
+    off = tmp_path / "off.json"
+    off.write_text(json.dumps(document))
+    assert main(["evaluate", "--posterior", str(off), "--input", str(images.test)]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["active_units"] == 0 and "every hidden unit is off" in err
     out = tmp_path / "reconstruction.csv"
     assert main(["predict", "--posterior", str(posterior), "--input", str(images.test), "-o", str(out)]) == 0
     header, *lines = out.read_text().splitlines()

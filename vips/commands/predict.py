@@ -17,7 +17,9 @@ The posterior's model decides the input and the output (docs/design.md section 6
   evaluate prints {"nll": the held-out negative log-likelihood -log p(y) with z summed out, nats per row,
   "nll_method" ("exact" up to 12 hidden units, else "importance sampling", an upper bound in expectation),
   "nll_samples", "reconstruction_nll": -log p(y | <z>) with z read from the scored row itself (it flatters
-  the fit: not a likelihood of held-out data), "pixel_accuracy" of that reconstruction, "n"}.
+  the fit: not a likelihood of held-out data), "pixel_accuracy" of that reconstruction, "active_units"
+  (hidden units with any non-zero weight; with none a note says the posterior is its private pixel
+  frequencies alone), "n"}.
 Every evaluation also prints "baseline": the same metrics of a model that ignores structure (a constant
 prediction, the mean target, word frequencies, independent pixels), computed on the evaluation file
 itself, and warns on stderr when the posterior does not beat it.
@@ -259,6 +261,8 @@ def _evaluate_sbn(document: dict[str, Any], args: argparse.Namespace) -> dict[st
         "nll_samples": heldout["samples"],
         "reconstruction_nll": reconstruction["nll"],
         "pixel_accuracy": reconstruction["pixel_accuracy"],
+        # units with any non-zero weight (the noise-aware M-step switches off what noise cannot support)
+        "active_units": int(np.count_nonzero(np.any(sbn.W != 0.0, axis=0))),
     }
     # every pixel on its own at the file's own pixel means (an optimistic bar; its nll is exact)
     return {**metrics, "n": table.rows, "baseline": pixel_mean_metrics(table.features, table.features)}
@@ -275,7 +279,14 @@ HEADLINE: dict[str, tuple[str, bool, str]] = {
 
 def warn_if_no_better(model: str, metrics: dict[str, Any]) -> None:
     """One warning on stderr when the posterior does not beat its model's baseline; for an LDA posterior
-    with a private unigram that does beat it, one note when its topics do not beat that private unigram."""
+    with a private unigram that does beat it, one note when its topics do not beat that private unigram;
+    for an SBN whose hidden units are all off, one note that it is its private pixel frequencies alone."""
+    if model == "sbn" and metrics["active_units"] == 0:
+        print(
+            "vips: note: every hidden unit is off: this posterior is its private pixel frequencies alone "
+            "(no unit could be told from the noise; a larger epsilon x N lets units learn)",
+            file=sys.stderr,
+        )
     name, higher_is_better, baseline = HEADLINE[model]
     score, bar = metrics[name], metrics["baseline"][name]
     if not ((score > bar) if higher_is_better else (score < bar)):
