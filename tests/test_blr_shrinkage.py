@@ -208,7 +208,8 @@ def test_the_m_step_reads_only_released_values() -> None:
 @pytest.mark.parametrize("iterations", [3, 1])
 def test_noisy_fits_recover_the_weights_better_than_before(iterations: int) -> None:
     """Batch fits (S = N = 4,000; T = 3 at sigma 10, or T = 1 at sigma 10 / sqrt(3), the same epsilon,
-    about 2; T = 1 is the service's schedule for a job that gives epsilon) of the public synthetic one-hot
+    about 2; T = 1 and 3 are the service's schedules for a job that gives epsilon at small and large
+    epsilon x N) of the public synthetic one-hot
     data, seeded so that both M-steps see the same noise: the relative error of the posterior mean to the
     true weights is lower with the default step (shrink_h) than with the issue-12 step. Simulated
     beforehand (16 seeds): lower in 16 of 16 at both T, paired mean gains 0.032 (T 3) and 0.039 (T 1),
