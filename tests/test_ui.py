@@ -194,7 +194,7 @@ def test_the_job_page_shows_progress_epsilon_and_the_posterior(api: Api) -> None
     assert alone is not None, page
     assert 0 < float(alone.group(1)) < job["epsilon_job"]
     # how often such intervals held the truth in tests, in one line under the table (service.ui.coverage)
-    assert "nominal 90% intervals of blr by vips covered 15-22% of the true weights" in page
+    assert "nominal 90% intervals of blr by vips covered 22-30% of the true weights" in page
     # coefficients named by the dataset's features, with 95% intervals: mean +- 1.96 sd
     assert '<td>b</td><td class="num">-2.0000</td><td class="num">[-3.9600, -0.0400]</td>' in page
     document = api.client.get(f"/ui/jobs/{job_id}/posterior.json")
