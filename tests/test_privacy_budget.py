@@ -14,8 +14,8 @@ from sklearn.model_selection import KFold, cross_val_score
 
 from privacy_wall.accounting.accountants import SubsampledGaussianEvent, get_accountant
 from privacy_wall.gate import PrivacyError
-from privacy_wall.ledger.base import BudgetExceeded
-from privacy_wall.ledger.refusals import budget_exceeded, refusal_detail
+from privacy_wall.ledger.base import BudgetExceeded, budget_exceeded
+from privacy_wall.ledger.refusals import refusal_detail
 from worker.budget import PrivacyBudget
 from worker.estimator import VIPSLogisticRegression
 

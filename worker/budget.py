@@ -41,8 +41,8 @@ from privacy_wall.accounting.accountants import (
 )
 from privacy_wall.accounting.accountants import get_accountant as accountant_named
 from privacy_wall.gate import PrivacyError
-from privacy_wall.ledger.base import BudgetExceeded
-from privacy_wall.ledger.refusals import budget_exceeded, headroom_epsilon, refusal_detail
+from privacy_wall.ledger.base import BudgetExceeded, budget_exceeded
+from privacy_wall.ledger.refusals import headroom_epsilon, refusal_detail
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,24 @@ class BudgetExceeded(RuntimeError):
         self.budget = budget
 
 
+def budget_exceeded(subject: str, spent: float, budget: float, delta: float, after: float) -> BudgetExceeded:
+    """The refusal of a charge that would bring `subject`'s (e.g. "dataset D") spent-or-reserved epsilon
+    from `spent` to `after` > `budget`. A spend already above the cap says why nothing more fits."""
+    over = (
+        "; the spend is already above the cap (the ledger was re-priced by the budget's filter, which holds "
+        "however analysts adapt, or the cap was lowered): nothing more is admitted"
+        if spent > budget
+        else ""
+    )
+    return BudgetExceeded(
+        f"{subject}: epsilon {spent:.4g} of {budget:.4g} is spent or reserved (delta {delta:g}); "
+        f"this would bring it to {after:.4g}{over}",
+        spent=spent,
+        requested=after,
+        budget=budget,
+    )
+
+
 class DuplicateCharge(RuntimeError):
     """An iteration (job, t) was already charged: reuse its stored release instead of paying twice."""
 
@@ -110,8 +128,6 @@ class InMemoryLedger:
     def _admit(self, extra: PrivacyCost) -> None:
         if self.epsilon_budget is None:
             return
-        from privacy_wall.ledger.refusals import budget_exceeded  # it imports BudgetExceeded from here
-
         spent = (self.spent_cost() + self.reserved_cost()).epsilon(self.delta)
         total = (self.spent_cost() + self.reserved_cost() + extra).epsilon(self.delta)
         if not total <= self.epsilon_budget:  # NaN fails closed

@@ -36,9 +36,9 @@ from privacy_wall.accounting.accountants import (
     event_from_dict,
     event_to_dict,
 )
-from privacy_wall.ledger.base import BudgetExceeded, Charge, DuplicateCharge
+from privacy_wall.ledger.base import BudgetExceeded, Charge, DuplicateCharge, budget_exceeded
 from privacy_wall.ledger.delta_policy import check_budget_delta
-from privacy_wall.ledger.refusals import budget_exceeded, headroom_epsilon
+from privacy_wall.ledger.refusals import headroom_epsilon
 from privacy_wall.ledger.schema import accountant_changes, budgets, charges, reservations
 from privacy_wall.sqlengine import Bind, reading, run_writes, transaction
 

@@ -1,6 +1,6 @@
-"""What a budget refusal says, wherever a budget is kept (the service's ledger, a key's quota, an
-in-process PrivacyBudget): the BudgetExceeded message, the 409's detail, and the largest job epsilon of a
-schedule that still fits."""
+"""What a budget refusal says beyond its one line (privacy_wall.ledger.base.budget_exceeded), wherever a
+budget is kept (the service's ledger, a key's quota, an in-process PrivacyBudget): the 409's detail and the
+largest job epsilon of a schedule that still fits."""
 
 from __future__ import annotations
 
@@ -13,24 +13,6 @@ from privacy_wall.ledger.base import BudgetExceeded
 #: Relative tolerance on sigma when pricing the headroom: the epsilon quoted is at most ~1e-4 (relative)
 #: below the largest that fits, never above it (tens of milliseconds with the default accountant).
 HEADROOM_TOLERANCE = 1e-4
-
-
-def budget_exceeded(subject: str, spent: float, budget: float, delta: float, after: float) -> BudgetExceeded:
-    """The refusal of a charge that would bring `subject`'s (e.g. "dataset D") spent-or-reserved epsilon
-    from `spent` to `after` > `budget`. A spend already above the cap says why nothing more fits."""
-    over = (
-        "; the spend is already above the cap (the ledger was re-priced by the budget's filter, which holds "
-        "however analysts adapt, or the cap was lowered): nothing more is admitted"
-        if spent > budget
-        else ""
-    )
-    return BudgetExceeded(
-        f"{subject}: epsilon {spent:.4g} of {budget:.4g} is spent or reserved (delta {delta:g}); "
-        f"this would bring it to {after:.4g}{over}",
-        spent=spent,
-        requested=after,
-        budget=budget,
-    )
 
 
 def refusal_detail(exc: BudgetExceeded, largest: float | None) -> str:
