@@ -36,6 +36,8 @@ def test_every_rule_gives_a_valid_schedule_at_every_scale(model: str, algorithm:
     rule = rule_for(model, algorithm)
     bounds = [bound for bound, _ in rule.iterations]
     assert bounds == sorted(bounds) and math.isinf(bounds[-1]) and rule.source
+    batch_bounds = [bound for bound, _ in rule.batch_fractions]
+    assert batch_bounds == sorted(batch_bounds) and math.isinf(batch_bounds[-1])
     for population in (1, 7, 100, 3_000, 32_561, 400_000):
         for epsilon in (0.01, 0.1, 0.3, 1.0, 3.0, 10.0, None):
             chosen = choose_schedule(model, algorithm, population, epsilon)

@@ -185,13 +185,14 @@ def check_delta(dataset: Row[Any], delta: float) -> None:
     )
 
 
-def alone_by_pld(plan: Plan) -> float | None:
-    """The job's own `pld` price (exact for its fixed schedule), shown beside the filter's in a quote."""
-    if not plan.sigma > 0:
+def alone_by_pld(
+    sigma: float, batch_size: int, population: int, iterations: int, delta: float
+) -> float | None:
+    """A job's own `pld` price (exact for its fixed schedule, valid for that job alone), shown beside the
+    filter's in a quote and on the job page; None at sigma 0 or where it is unbounded."""
+    if not sigma > 0:
         return None
-    return finite(
-        job_epsilon(plan.sigma, plan.batch_size, plan.population, plan.iterations, plan.delta, "pld")
-    )
+    return finite(job_epsilon(sigma, batch_size, population, iterations, delta, "pld"))
 
 
 def quote_job(
@@ -240,7 +241,9 @@ def quote_job(
         sigma=plan.sigma,
         delta=plan.delta,
         epsilon_job=plan.epsilon_job,
-        epsilon_job_pld=alone_by_pld(plan),
+        epsilon_job_pld=alone_by_pld(
+            plan.sigma, plan.batch_size, plan.population, plan.iterations, plan.delta
+        ),
         epsilon_spent=quote.status.epsilon_spent,
         epsilon_reserved=quote.status.epsilon_reserved,
         epsilon_after=finite(quote.epsilon_after),

@@ -27,15 +27,13 @@ from service.planning.options import LDA_DEFAULTS
 
 @dataclass(frozen=True)
 class Rule:
-    """One model/algorithm's schedule: T by privacy scale (the first row whose bound epsilon x N is below
-    or equal holds), S as a fraction of N with a floor and a cap in rows."""
+    """One model/algorithm's schedule: T and S (a fraction of N, with a floor and a cap in rows) by privacy
+    scale (the first row whose bound on epsilon x N is at least the job's holds)."""
 
     #: (largest epsilon x N of the row, iterations T), increasing; the last row's bound is infinite.
     iterations: tuple[tuple[float, int], ...]
-    batch_fraction: float = 1.0
-    #: (largest epsilon x N of the row, S as a fraction of N), increasing, the last bound infinite; empty:
-    #: batch_fraction at every scale.
-    batch_fractions: tuple[tuple[float, float], ...] = ()
+    #: (largest epsilon x N of the row, S as a fraction of N), increasing, the last bound infinite.
+    batch_fractions: tuple[tuple[float, float], ...] = ((math.inf, 1.0),)
     min_batch: int = 1
     max_batch: int | None = None
     source: str = ""
@@ -211,9 +209,9 @@ def rule_expectation(rule: Rule, scale: float) -> str | None:
 
 
 def rule_batch(rule: Rule, population: int, scale: float = math.inf) -> int:
-    """S = the fraction of N of the first batch row whose bound is at least `scale` (else batch_fraction),
-    at least min_batch and at most max_batch rows, and 1..N."""
-    fraction = next((f for bound, f in rule.batch_fractions if scale <= bound), rule.batch_fraction)
+    """S = the fraction of N of the first batch row whose bound is at least `scale`, at least min_batch and
+    at most max_batch rows, and 1..N."""
+    fraction = next(f for bound, f in rule.batch_fractions if scale <= bound)
     size = max(round(fraction * population), rule.min_batch)
     if rule.max_batch is not None:
         size = min(size, rule.max_batch)

@@ -35,6 +35,7 @@ from service.http.auth import owns_dataset, reads_releases, sees_dataset, take_r
 from service.http.deps import EngineDep, SettingsDep
 from service.http.params import JOB_ID_RULE, decimal_number, is_job_id
 from service.jobs.storage import human_bytes
+from service.planning.admission import alone_by_pld
 from service.routes.budgets import set_budget
 from service.routes.datasets import list_datasets, show_dataset
 from service.routes.job_outputs import job_posterior, posterior_response
@@ -439,7 +440,9 @@ def job_page(request: Request, engine: EngineDep, settings: SettingsDep, job_id:
             "refresh": RUNNING_REFRESH_SECONDS,
             "signal": convergence.signal_of(job.algorithm),
             "per_iteration": _per_iteration(job, dataset),
-            "alone_by_pld": _alone_by_pld(job, dataset),
+            "alone_by_pld": None
+            if dataset is None
+            else alone_by_pld(job.sigma, job.batch_size, dataset.population, job.iterations, job.delta),
             "interval_note": interval_note(job.model, job.algorithm, job.sigma > 0),
             "timing": views.job_timing(public),
         }
@@ -454,14 +457,6 @@ def _per_iteration(job: Any, dataset: Any) -> float | None:
     if job.sigma <= 0 or dataset is None:
         return None
     return epsilon(job.sigma, job.batch_size, dataset.population, 1, job.delta)
-
-
-def _alone_by_pld(job: Any, dataset: Any) -> float | None:
-    """The whole job's own `pld` price at its delta: valid for this job alone (its schedule was fixed at
-    submission), shown beside the filter's, which the budget charges; None where there is no price."""
-    if job.sigma <= 0 or dataset is None:
-        return None
-    return epsilon(job.sigma, job.batch_size, dataset.population, job.iterations, job.delta, "pld")
 
 
 @router.get("/jobs/{job_id}/convergence.svg")
