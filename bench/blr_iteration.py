@@ -98,7 +98,9 @@ def main() -> None:
 
         return iteration, m_step, release
 
-    moment = BayesianLogisticRegression().public_params(BayesianLogisticRegression().initial_state(d))
+    moment = BayesianLogisticRegression(laplace_from=0).public_params(
+        BayesianLogisticRegression(laplace_from=0).initial_state(d)
+    )
     moment_matrix = moment["second_moment"]
 
     def products() -> None:
@@ -106,7 +108,7 @@ def main() -> None:
         (x * xi[:, None]).T @ x
 
     labels = ["current"]
-    current = BayesianLogisticRegression()
+    current = BayesianLogisticRegression(laplace_from=0)
     iteration, m_step, release = setup(current, LogisticRegressionQuery())
     fns: list[Callable[[], object]] = [products, iteration, m_step]
     mean = current.m_step(current.initial_state(d), release.statistics, n, 1.0, release.noise_std).mean

@@ -118,7 +118,7 @@ def grid_points() -> list[tuple[float, float, int]]:
 
 def grid_section(train: TabularData, test: TabularData, seeds: int, shrink_h: bool) -> list[Row]:
     """VIPS-BLR AUC for every (epsilon, T, S / N) of the grid (the default M-step, or shrink_h 0)."""
-    model = BayesianLogisticRegression(shrink_h=shrink_h)
+    model = BayesianLogisticRegression(shrink_h=shrink_h, laplace_from=0)
     return [
         repeated(
             "grid",
@@ -142,10 +142,14 @@ def best_schedules(rows: Sequence[Row]) -> dict[float, Row]:
 
 
 MSTEPS: dict[str, BayesianLogisticRegression] = {
-    "default (shrink_h 1: weighted SURE soft-threshold, ridge correction)": BayesianLogisticRegression(),
-    "shrink_h 1, threshold 2 noise stds": BayesianLogisticRegression(shrink_h=True, threshold=2.0),
-    "shrink_h 0 (the issue-12 step)": BayesianLogisticRegression(shrink_h=False),
-    "paper's update (noise_aware 0)": BayesianLogisticRegression(noise_aware=False),
+    "default (shrink_h 1: weighted SURE soft-threshold, ridge correction)": BayesianLogisticRegression(
+        laplace_from=0
+    ),
+    "shrink_h 1, threshold 2 noise stds": BayesianLogisticRegression(
+        shrink_h=True, threshold=2.0, laplace_from=0
+    ),
+    "shrink_h 0 (the issue-12 step)": BayesianLogisticRegression(shrink_h=False, laplace_from=0),
+    "paper's update (noise_aware 0)": BayesianLogisticRegression(noise_aware=False, laplace_from=0),
 }
 
 
@@ -182,7 +186,7 @@ def heldout_section(seeds: int, schedules: dict[float, tuple[int, float]]) -> li
         for shrink_h, (name, (iterations, share)) in itertools.product(
             (False, True), (("Adult-best", (t, fraction)), ("T 10", (10, 1.0)))
         ):
-            model = BayesianLogisticRegression(shrink_h=shrink_h)
+            model = BayesianLogisticRegression(shrink_h=shrink_h, laplace_from=0)
             method = f"VIPS-BLR ({name}{', shrink_h 1' if shrink_h else ''})"
             fit = functools.partial(vips_auc, model, train, test, epsilon, iterations, share)
             rows.append(
@@ -240,7 +244,13 @@ def versus_section(seeds: int, names: Sequence[str] = tuple(VERSUS_DATA)) -> lis
                     test,
                 ),
                 ("VIPS-BLR (before)", f"shrink_h 0, T = {t_old}, S = N"): functools.partial(
-                    vips_auc, BayesianLogisticRegression(shrink_h=False), train, test, epsilon, t_old, 1.0
+                    vips_auc,
+                    BayesianLogisticRegression(shrink_h=False, laplace_from=0),
+                    train,
+                    test,
+                    epsilon,
+                    t_old,
+                    1.0,
                 ),
                 ("DPVI (auto)", "only epsilon"): functools.partial(
                     estimator_auc,
@@ -251,7 +261,13 @@ def versus_section(seeds: int, names: Sequence[str] = tuple(VERSUS_DATA)) -> lis
             }
             if name not in HELD_OUT:  # the default M-step without its intercept step, at the rule's T 1
                 fits[("VIPS-BLR (intercept None)", "T = 1, S = N")] = functools.partial(
-                    vips_auc, BayesianLogisticRegression(intercept=None), train, test, epsilon, 1, 1.0
+                    vips_auc,
+                    BayesianLogisticRegression(intercept=None, laplace_from=0),
+                    train,
+                    test,
+                    epsilon,
+                    1,
+                    1.0,
                 )
             if population // 50 < 100:  # the rule's min_batch raised S above N/50
                 fits[("DPVI (usual)", "T = 1000, S = N/50")] = functools.partial(

@@ -206,7 +206,7 @@ def fit(train: TabularData, epsilon: float, variant: Variant) -> BlrState:
     the variant's rho_t and s2 treatment between release and M-step."""
     population, dimension = train.features.shape
     sigma = sigma_for(epsilon, population, variant.iterations)
-    model = BayesianLogisticRegression(noise_aware=variant.aware)
+    model = BayesianLogisticRegression(noise_aware=variant.aware, laplace_from=0)
     query = LogisticRegressionQuery()
     state = model.initial_state(dimension)
     if variant.ratio == 1.0:

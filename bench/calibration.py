@@ -14,7 +14,10 @@ schedules it, and sigma 0), fit `--datasets` synthetic datasets of known weights
   weighted by their rows).
 
 `--public` also scores the logistic posteriors on held-out public data (Adult and Telco: train on the
-train split, score the test split): AUC, log loss and ECE, each algorithm given only epsilon.
+train split, score the test split): AUC, log loss and ECE, each algorithm given only epsilon. `--rule`
+scores VIPS-BLR's candidate schedules (Polya-Gamma releases T 1-3, Laplace releases T 3 and 5) by held-out
+log loss on Adult, Telco and synthetic data, with the scale the rule reads: the table the rule
+(service.planning.schedules) was read from.
 
 Logistic data: d 10, column 0 the intercept (a constant c = 0.3, named "intercept"), the other 9 drawn
 uniformly in direction with norm sqrt(1 - c^2) U(0, 1)^(1/2) (every row has norm <= 1, as the service
@@ -25,7 +28,7 @@ A non-private reference: the Laplace approximation at scikit-learn's maximum a p
 N(0, 10^2 I)).
 
     python -m bench.calibration [--models blr,linreg] [--datasets 20] [--rows 10000] [--first-seed 0]
-                                [--epsilons 0.3,1,3] [--public] [--repeats 3] [--out DIR]
+                                [--epsilons 0.3,1,3] [--public] [--rule] [--repeats 3] [--out DIR]
 
 Writes calibration.md to --out (bench/out by default).
 """
@@ -251,6 +254,57 @@ def public_section(epsilons: Sequence[float], repeats: int) -> list[str]:
     return lines
 
 
+#: VIPS-BLR schedules the rule chooses between (--rule): label -> (T, laplace_from).
+RULE_CANDIDATES = {
+    "PG T1": (1, 0),
+    "PG T2": (2, 0),
+    "PG T3": (3, 0),
+    "Laplace T3": (3, 2),
+    "Laplace T5": (5, 2),
+}
+
+
+def rule_section(epsilons: Sequence[float], repeats: int) -> list[str]:
+    """Held-out log loss (and AUC) of VIPS-BLR's candidate schedules at each epsilon on Adult, Telco,
+    bench.compare_algorithms's synthetic split (d 20, N 20,000) and three datasets of this module's family
+    (seeds 0-2), with the scale the rule reads (epsilon x N x sqrt(10 / d)); mean over `repeats` fits."""
+    from sklearn.metrics import roc_auc_score
+
+    from bench.compare_algorithms import synthetic_split
+    from worker.datasets.adult import load_adult
+    from worker.datasets.telco import load_telco
+    from worker.estimator import DPVILogisticRegression, VIPSLogisticRegression
+
+    sets: list[tuple[str, pd.DataFrame, Array, pd.DataFrame, Array]] = []
+    for name, split in (("adult", load_adult), ("telco", load_telco), ("synthetic d20", None)):
+        train, test = (split("train"), split("test")) if split is not None else synthetic_split()
+        frames = [pd.DataFrame(d.features, columns=d.feature_names) for d in (train, test)]
+        sets.append((name, frames[0], train.labels, frames[1], test.labels))
+    for seed in range(3):
+        data = draw("blr", seed, 10_000)
+        sets.append((f"calibration {seed}", data.train, data.y, data.test, data.y_test))
+    header = ["data", "epsilon (scale)", *RULE_CANDIDATES, "DPVI"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for epsilon in epsilons:
+        for name, x, y, x_test, y_test in sets:
+            cells = []
+            factories: list[Callable[[], Any]] = [
+                lambda e=epsilon, t=t, k=k: VIPSLogisticRegression(epsilon=e, iterations=t, laplace_from=k)
+                for t, k in RULE_CANDIDATES.values()
+            ] + [lambda e=epsilon: DPVILogisticRegression(epsilon=e)]
+            for make in factories:
+                runs = []
+                for _ in range(repeats):
+                    p = make().fit(x, y).predict_proba(x_test)[:, 1]
+                    runs.append((log_loss(p, y_test), roc_auc_score(y_test, p)))
+                loss, auc = np.mean(runs, axis=0)
+                cells.append(f"{loss:.4f} / {auc:.3f}")
+            scale = epsilon * len(y) * math.sqrt(10 / x.shape[1])
+            lines.append(f"| {name} | {epsilon:g} ({scale:,.0f}) | " + " | ".join(cells) + " |")
+            log(lines[-1])
+    return lines
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
     parser.add_argument("--models", default="blr,linreg")
@@ -259,7 +313,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--first-seed", type=int, default=0)
     parser.add_argument("--epsilons", default="0.3,1,3")
     parser.add_argument("--public", action="store_true", help="also score on held-out Adult and Telco")
-    parser.add_argument("--repeats", type=int, default=3, help="fits per method with --public")
+    parser.add_argument("--rule", action="store_true", help="VIPS-BLR's candidate schedules by log loss")
+    parser.add_argument("--repeats", type=int, default=3, help="fits per method with --public and --rule")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "out")
     args = parser.parse_args(argv)
     epsilons = [float(e) for e in args.epsilons.split(",")]
@@ -268,10 +323,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "(bench/calibration.py)",
         "",
     ]
-    for model in args.models.split(","):
+    for model in args.models.split(",") if args.datasets > 0 else []:
         lines += [*run(model, args.datasets, args.rows, args.first_seed, epsilons), ""]
     if args.public:
         lines += [*public_section(epsilons, args.repeats), ""]
+    if args.rule:
+        lines += [*rule_section(epsilons, args.repeats), ""]
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "calibration.md").write_text("\n".join(lines))
     print("\n".join(lines))

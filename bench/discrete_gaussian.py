@@ -122,7 +122,7 @@ def iterations() -> dict[str, tuple[float, float]]:
         for name, size, sigma, count in [("blr_batch", n, 10.0, 16), ("blr_minibatch", 1_000, 1.0, 61)]:
             gate = Gate(InMemoryTabularStore("adult", x, y), InMemoryLedger(delta=1e-5))
             settings = LoopSettings(count, size, sigma, 1.0, 0.7)
-            model = BayesianLogisticRegression()
+            model = BayesianLogisticRegression(laplace_from=0)
             fit = partial(
                 run_vips, gate, LogisticRegressionQuery(), model, settings, job_id=name, dimension=d
             )

@@ -87,7 +87,7 @@ def fit(
     tests/test_blr_shrinkage.py."""
     return fit_through_gate(
         InMemoryTabularStore("synthetic", x, y, public=sigma == 0),
-        BayesianLogisticRegression(A0, B0, shrink_h=False),
+        BayesianLogisticRegression(A0, B0, shrink_h=False, laplace_from=0),
         LogisticRegressionQuery(),
         LoopSettings(iterations, batch_size, sigma, tau0, kappa),
         seed=seed,

@@ -51,8 +51,8 @@ def test_imbalanced_fits_rank_better_than_before(sigma: float, above_chance: boo
     before, after = [], []
     for seed in range(12):
         for model, aucs in (
-            (BayesianLogisticRegression(intercept=None), before),
-            (BayesianLogisticRegression(), after),
+            (BayesianLogisticRegression(intercept=None, laplace_from=0), before),
+            (BayesianLogisticRegression(laplace_from=0), after),
         ):
             state, _ = fit_through_gate(store, model, LogisticRegressionQuery(), settings, seed=seed)
             aucs.append(roc_auc_score(y_test, x_test @ state.mean))
@@ -108,7 +108,10 @@ def test_without_mean_structure_the_step_is_the_default() -> None:
     settings = LoopSettings(iterations=1, batch_size=2000, sigma=10.0)
     states: list[BlrState] = [
         fit_through_gate(store, model, LogisticRegressionQuery(), settings, seed=0)[0]
-        for model in (BayesianLogisticRegression(), BayesianLogisticRegression(intercept=None))
+        for model in (
+            BayesianLogisticRegression(laplace_from=0),
+            BayesianLogisticRegression(intercept=None, laplace_from=0),
+        )
     ]
     assert states[0].alpha_shape == states[1].alpha_shape == 1.0 + 8 / 2
     np.testing.assert_allclose(states[0].mean, states[1].mean, rtol=0.02, atol=0.02)

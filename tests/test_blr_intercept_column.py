@@ -59,10 +59,10 @@ def test_the_step_gives_the_same_posterior_wherever_the_intercept_column_is() ->
         state = model.m_step(model.initial_state(d), statistics, n, 1.0, {"s1": noise_1, "s2": noise_2})
         return np.asarray(state.mean)
 
-    first = posterior_mean(BayesianLogisticRegression(intercept=0), list(range(d)))
-    last = posterior_mean(BayesianLogisticRegression(intercept=d - 1), order)
+    first = posterior_mean(BayesianLogisticRegression(intercept=0, laplace_from=0), list(range(d)))
+    last = posterior_mean(BayesianLogisticRegression(intercept=d - 1, laplace_from=0), order)
     np.testing.assert_allclose(last, first[order], rtol=1e-9, atol=1e-12)
-    unaware = posterior_mean(BayesianLogisticRegression(intercept=0), order)
+    unaware = posterior_mean(BayesianLogisticRegression(intercept=0, laplace_from=0), order)
     assert np.abs(unaware - first[order]).max() > 0.1
 
 

@@ -101,7 +101,9 @@ def test_through_the_gate_it_predicts_better(sigma: float) -> None:
     aucs: dict[bool, list[float]] = {True: [], False: []}
     for seed in range(8):
         for aware in (True, False):
-            model = BayesianLogisticRegression(noise_aware=aware, shrink_h=False)  # z's treatment alone
+            model = BayesianLogisticRegression(
+                noise_aware=aware, shrink_h=False, laplace_from=0
+            )  # z's treatment alone
             state, _ = fit_through_gate(store, model, LogisticRegressionQuery(), settings, seed=seed)
             probability = predict_proba(state.mean, state.covariance, x_test)
             aucs[aware].append(float(roc_auc_score(y_test, probability)))
@@ -124,7 +126,7 @@ def test_the_posterior_document_states_q_itself() -> None:
     document's precision must invert its covariance and precision_times_mean must be precision @ mean."""
     rng = np.random.default_rng(5)
     d, n = 4, 1000
-    model = BayesianLogisticRegression()
+    model = BayesianLogisticRegression(laplace_from=0)
     state = model.initial_state(d)
     for t in (1, 2, 3):
         released = {"s1": rng.normal(size=d) * 0.01, "s2": random_psd(rng, d, 2) / n}

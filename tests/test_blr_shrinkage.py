@@ -118,7 +118,7 @@ def test_z_ignores_the_step_size_and_the_ridge_tracks_the_releases() -> None:
     H's noise variance and the projections' ridge follow the rho-average's weights."""
     rng = np.random.default_rng(2)
     d, n, std1, std2 = 4, 1000, 0.01, 0.002
-    model = BayesianLogisticRegression(shrink_h=True)
+    model = BayesianLogisticRegression(shrink_h=True, laplace_from=0)
     state = model.initial_state(d)
     s1s = []
     weights = np.zeros(0)
@@ -144,8 +144,8 @@ def test_one_release_gets_no_ridge_correction() -> None:
     basis = np.linalg.qr(rng.normal(size=(d, d)))[0]
     released = {"s1": rng.normal(size=d) * 0.02, "s2": (basis * np.geomspace(0.01, 0.2, d)) @ basis.T}
     noise = {"s1": 0.01, "s2": 0.003}
-    new = BayesianLogisticRegression(shrink_h=True, threshold=0.0)
-    old = BayesianLogisticRegression(shrink_h=False)
+    new = BayesianLogisticRegression(shrink_h=True, threshold=0.0, laplace_from=0)
+    old = BayesianLogisticRegression(shrink_h=False, laplace_from=0)
     a = new.m_step(new.initial_state(d), released, n, 1.0, noise)
     b = old.m_step(old.initial_state(d), released, n, 1.0, noise)
     np.testing.assert_allclose(a.mean, b.mean, rtol=1e-10)
@@ -185,7 +185,7 @@ def test_the_m_step_reads_only_released_values() -> None:
     info = store.info
     recorder = RecordingGate(Gate(store, InMemoryLedger(delta=1e-5)))
     settings = LoopSettings(iterations=3, batch_size=1000, sigma=5.0, kappa=0.7)
-    model = BayesianLogisticRegression(shrink_h=True)
+    model = BayesianLogisticRegression(shrink_h=True, laplace_from=0)
     fitted = run_vips(
         recorder,
         LogisticRegressionQuery(),
@@ -227,8 +227,8 @@ def test_noisy_fits_recover_the_weights_better_than_before(iterations: int) -> N
                 fit_through_gate(store, m, LogisticRegressionQuery(), settings, seed=seed)[0].mean, w
             )
             for m in (
-                BayesianLogisticRegression(shrink_h=False),
-                BayesianLogisticRegression(intercept=None),
+                BayesianLogisticRegression(shrink_h=False, laplace_from=0),
+                BayesianLogisticRegression(intercept=None, laplace_from=0),
             )
         ]
         gains.append(errors[0] - errors[1])

@@ -135,7 +135,7 @@ def test_adult_auc_at_sigma_zero_is_within_001_of_vips_blr() -> None:
     n, d = train.features.shape
     store = InMemoryTabularStore("adult", train.features, train.labels, public=True)
 
-    vips = BayesianLogisticRegression()
+    vips = BayesianLogisticRegression(laplace_from=0)
     blr = run_vips(
         Gate(store, InMemoryLedger(delta=1e-5), seed=0),
         LogisticRegressionQuery(),

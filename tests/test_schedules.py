@@ -15,11 +15,21 @@ import numpy as np
 import pytest
 
 from service.planning.options import option_problem
-from service.planning.schedules import RULES, Rule, choose_schedule, rule_batch, rule_for, rule_iterations
+from service.planning.schedules import (
+    RULES,
+    Rule,
+    choose_schedule,
+    chosen_options,
+    rule_batch,
+    rule_for,
+    rule_iterations,
+    rule_options,
+)
 from tests.dbservers import fresh_database
 from tests.test_api import Api, N, make_api
 from vips.cli import main
 from worker.estimator import DPVILogisticRegression, VIPSLogisticRegression
+from worker.models.blr import BayesianLogisticRegression
 
 
 @pytest.fixture
@@ -57,18 +67,37 @@ def problems(model: str, algorithm: str, options: dict[str, float]) -> list[str]
     return [p for name, value in options.items() if (p := option_problem(model, name, value, algorithm))]
 
 
-def test_vips_blr_takes_whole_batch_releases_by_log_loss() -> None:
-    """With epsilon, S = N and T by scale epsilon x N: 1 up to 1,000 (more iterations diverge on Telco at
-    epsilon 0.1), 2 up to 4,000, 3 above (held-out log loss 0.003-0.03 better than one release on Adult,
-    Telco and synthetic data, AUC level: docs/schedules.md); a job that gives sigma keeps T 10."""
+def test_vips_blr_takes_whole_batch_releases_by_log_loss_and_coverage() -> None:
+    """With epsilon, S = N and T by scale epsilon x N x sqrt(10 / d): Polya-Gamma releases, 1 up to 400,
+    3 up to 2,900; above, Laplace releases from the second, 3 up to 8,000 and 5 above (docs/schedules.md,
+    "VIPS-BLR: Laplace releases"); a job that gives sigma keeps T 10 and the model's default (Laplace
+    from the second)."""
     rule = rule_for("blr", "vips")
-    scales = (1e-3, 10.0, 1e3, 1_001.0, 4e3, 4_001.0, 1e5, 1e7, 1e300, math.inf)
-    assert [rule_iterations(rule, scale) for scale in scales] == [1, 1, 1, 2, 2, 3, 3, 3, 3, 10]
-    for population, epsilon, t in ((3_000, 0.1, 1), (4_930, 0.3, 2), (32_561, 3.0, 3), (400_000, 10.0, 3)):
-        chosen = choose_schedule("blr", "vips", population, epsilon)
-        assert (chosen.iterations, chosen.batch_size) == (t, population)
+    scales = (1e-3, 400.0, 401.0, 2_900.0, 2_901.0, 8e3, 8_001.0, 1e300, math.inf)
+    assert [rule_iterations(rule, scale) for scale in scales] == [1, 1, 3, 3, 3, 3, 5, 5, 10]
+    assert [rule_options(rule, scale, {}) for scale in (400.0, 2_900.0, 2_901.0, 1e300)] == [
+        {"laplace_from": 0.0},
+        {"laplace_from": 0.0},
+        {"laplace_from": 2.0},
+        {"laplace_from": 2.0},
+    ]
+    # (N, epsilon, d, T, laplace_from): Telco at 0.1 and 1, Adult at 0.3 and 1, the synthetic sets at 1.
+    for population, epsilon, dimension, t, laplace in (
+        (4_930, 0.1, 41, 1, 0),
+        (4_930, 1.0, 41, 3, 0),
+        (32_561, 0.3, 114, 3, 0),
+        (4_930, 3.0, 41, 3, 2),
+        (32_561, 1.0, 114, 5, 2),
+        (10_000, 1.0, 10, 5, 2),
+    ):
+        chosen = choose_schedule("blr", "vips", population, epsilon, dimension=dimension)
+        assert (chosen.iterations, chosen.batch_size) == (t, population), (population, epsilon)
+        options = chosen_options("blr", "vips", population, epsilon, dimension=dimension)
+        assert options == {"laplace_from": laplace}
     with_sigma = choose_schedule("blr", "vips", 32_561, None)
     assert (with_sigma.iterations, with_sigma.batch_size) == (10, 32_561)
+    assert chosen_options("blr", "vips", 32_561, None) == {}
+    assert BayesianLogisticRegression().laplace_from == 2
 
 
 def test_dpvi_takes_full_batches_up_to_a_scale_then_its_usual_schedule_with_a_floor_on_the_batch() -> None:
@@ -132,13 +161,15 @@ def test_lda_reads_its_rows_per_topic_word_count() -> None:
 
 
 def test_a_job_with_only_epsilon_gets_the_rules_schedule_and_the_quote_says_why(api: Api) -> None:
-    expected = choose_schedule("blr", "vips", N, 1.0)
+    expected = choose_schedule("blr", "vips", N, 1.0, dimension=3)  # the API's dataset: features a, b, c
     quote = api.submit(iterations=None, batch_size=None, sigma=None, epsilon=1.0, dry_run=True)
     assert quote.status_code == 200, quote.text
     body = quote.json()
     assert (body["iterations"], body["batch_size"]) == (expected.iterations, expected.batch_size)
     schedule = body["schedule"]
-    assert schedule["auto"] == ["iterations", "batch_size"] and schedule["why"] == expected.why
+    assert (
+        schedule["auto"] == ["iterations", "batch_size", "laplace_from"] and schedule["why"] == expected.why
+    )
     assert "epsilon x N = 1e+03" in schedule["why"] and "docs/schedules.md" in schedule["why"]
     assert body["epsilon_job"] == pytest.approx(1.0, rel=1e-3)  # sigma calibrated for the chosen T and S
     job = api.submit(iterations=None, batch_size=None, sigma=None, epsilon=1.0).json()
@@ -147,7 +178,7 @@ def test_a_job_with_only_epsilon_gets_the_rules_schedule_and_the_quote_says_why(
 
 def test_explicit_iterations_win_over_the_rule_and_sigma_keeps_the_old_default(api: Api) -> None:
     quote = api.submit(iterations=7, batch_size=None, sigma=None, epsilon=1.0, dry_run=True).json()
-    assert (quote["iterations"], quote["schedule"]["auto"]) == (7, ["batch_size"])
+    assert (quote["iterations"], quote["schedule"]["auto"]) == (7, ["batch_size", "laplace_from"])
     given = api.submit(dry_run=True).json()["schedule"]
     assert (given["auto"], given["why"]) == ([], "given")
     with_sigma = api.submit(iterations=None, batch_size=None, sigma=2.0, dry_run=True).json()

@@ -20,6 +20,7 @@ from typing import NoReturn
 
 from privacy_wall.accounting.names import ACCOUNTANT_NAMES
 from privacy_wall.names import NAME_RULE, did_you_mean, is_dataset_name
+from service.planning.options import option_summary
 from service.store.job_status import JOB_STATUSES
 from vips import choices
 from vips.errors import CliError, UsageError
@@ -222,8 +223,7 @@ def _add_fit(commands: argparse._SubParsersAction[_Parser]) -> None:
         "--option",
         action="append",
         metavar="KEY=VALUE",
-        help="model option: tau0, kappa for all models; a0, b0, noise_aware (1|0) for blr; topics, alpha, "
-        "eta, doc_length, clip for lda; hidden for sbn (repeatable)",
+        help=f"model option (repeatable): {option_summary()}",
     )
     parser.add_argument("-o", "--output", metavar="posterior.json", help="write the posterior here")
     parser.set_defaults(handler="fit:run")

@@ -372,11 +372,12 @@ class VIPSLogisticRegression(_LogisticRegressionFit):
     on the weights' precision; noise_aware: the M-step that accounts for the noise on s1 (False: the
     paper's update; worker.models.blr)."""
 
-    option_names = ("a0", "b0", "noise_aware")
+    option_names = ("a0", "b0", "noise_aware", "laplace_from")
 
     a0: float = 1.0
     b0: float = 1.0
     noise_aware: bool = True
+    laplace_from: int | None = None
 
 
 @dataclass(kw_only=True, eq=False, repr=False)

@@ -1,17 +1,25 @@
-"""Bayesian logistic regression's E-step (VIPS paper Alg. 5) with Polya-Gamma augmentation.
+"""Bayesian logistic regression's E-step (VIPS paper Alg. 5) with Polya-Gamma augmentation, and the
+curvature release at a point (Laplace mode).
 
-Given the public expected second moment M = E[w w^T] of the weights, for each record
+Polya-Gamma mode (params {"second_moment": M}, M = E[w w^T] public): for each record
 c_n = sqrt(x_n^T M x_n) and E[xi_n] = tanh(c_n / 2) / (2 c_n) (1/4 at c_n = 0). Blocks:
   s1 = sum_n (y_n - 1/2) x_n            per-record bound C = 1/2 (||x|| <= 1), general: Delta = 1/S
   s2 = sum_n E[xi_n] x_n x_n^T           per-record bound C = 1/4 (Frobenius), PSD: Delta = sqrt(2)/(4S)
+Laplace mode (params {"mean": m}, a public point): with p_n = sigmoid(x_n^T m),
+  s1 = sum_n (y_n - p_n) / 2 x_n         (half the log-likelihood's gradient at m; |y - p| / 2 < 1/2)
+  s2 = sum_n p_n (1 - p_n) x_n x_n^T     (minus its Hessian at m; p (1 - p) <= 1/4)
+the same blocks with the same bounds: each record's coefficients stay in the ranges the proof below uses,
+so the sensitivity and every statement about the blocks hold unchanged (worker.models.blr takes a Newton
+step from these and reads the Laplace approximation's covariance from them).
 s2 is released as its packed upper triangle (whose L2 norm is at most the Frobenius norm), mirrored and
 projected to PSD afterwards (Analyze Gauss).
 
 Joint sensitivity J = 5/4 (not sqrt(2)): s1 and s2 cannot both reach their bounds on one replacement.
 After clipping, a record contributes (a u, b u u^T) with u a unit vector (x's direction; any u if x = 0),
-|a| <= 1/2 and 0 <= b <= 1/4; this holds for every record, in bounds or not. Replace (a, b, u) by
-(a', b', v), c = <u, v>. In sum units (times S) Delta_1 = 1 and Delta_2^2 = 1/8, and the packed triangle
-P satisfies ||P(D)||^2 = (||D||_F^2 + sum_i D_ii^2) / 2 <= ||D||_F^2, so the squared normalised change is
+|a| <= 1/2 and 0 <= b <= 1/4 (in either mode); this holds for every record, in bounds or not. Replace
+(a, b, u) by (a', b', v), c = <u, v>. In sum units (times S) Delta_1 = 1 and Delta_2^2 = 1/8, and the
+packed triangle P satisfies ||P(D)||^2 = (||D||_F^2 + sum_i D_ii^2) / 2 <= ||D||_F^2, so the squared
+normalised change is
   F <= ||a u - a' v||^2 + 8 ||b u u^T - b' v v^T||_F^2
      = (a^2 + a'^2 - 2 a a' c) + 8 (b^2 + b'^2 - 2 b b' c^2).
 Both brackets are convex quadratic forms (|c| <= 1), in (a, a') and in (b, b'), so F is maximised at a
@@ -28,6 +36,7 @@ from __future__ import annotations
 
 import numpy as np
 from scipy.linalg.blas import dsyrk
+from scipy.special import expit
 
 from privacy_wall.data.store import Batch
 from privacy_wall.noise.mechanisms import clip_factors, project_psd, symmetric_from_upper, upper_triangle
@@ -60,8 +69,13 @@ class LogisticRegressionQuery:
         return JOINT_SENSITIVITY
 
     def validate_params(self, params: dict[str, Array], dimension: int) -> None:
+        if set(params) == {"mean"}:
+            mean = params["mean"]
+            if mean.shape != (dimension,) or not np.isfinite(mean).all():
+                raise ValueError(f"mean must be a finite vector of length {dimension}")
+            return
         if set(params) != {"second_moment"}:
-            raise ValueError("blr takes exactly one public parameter: second_moment")
+            raise ValueError("blr takes exactly one public parameter: second_moment, or mean (Laplace mode)")
         moment = params["second_moment"]
         if moment.shape != (dimension, dimension) or not np.isfinite(moment).all():
             raise ValueError(f"second_moment must be a finite {dimension}x{dimension} matrix")
@@ -86,15 +100,24 @@ class LogisticRegressionQuery:
             y = np.where(finite, y, 0.5)
         # Overflow is handled below; a floating-point warning would be a data-dependent signal of its own.
         with np.errstate(all="ignore"):
-            moment = params["second_moment"]
             sq_norms = np.einsum("ij,ij->i", x, x)
-            quad = np.einsum("ij,ij->i", x @ moment, x)  # x_n^T E[w w^T] x_n
-            # Overflow (inf - inf, 0 * inf) must not turn a record into NaN: a NaN release is a data-dependent
-            # signal no noise hides. Any E[xi] in [0, 1/4] keeps the bound; treat it as c = inf (E[xi] = 0).
-            quad = np.where(np.isnan(quad), np.inf, quad)
-            xi = polya_gamma_mean(np.sqrt(np.maximum(quad, 0.0)))
+            if "mean" in params:
+                # Laplace mode. A NaN activation (inf - inf) would make a NaN release: take p = 1/2 there,
+                # which keeps both coefficients in range (as any p in [0, 1] does).
+                activation = x @ params["mean"]
+                p = expit(np.where(np.isnan(activation), 0.0, activation))
+                centred = (y - p) / 2.0
+                xi = p * (1.0 - p)
+            else:
+                moment = params["second_moment"]
+                quad = np.einsum("ij,ij->i", x @ moment, x)  # x_n^T E[w w^T] x_n
+                # Overflow (inf - inf, 0 * inf) must not turn a record into NaN: a NaN release is a data-
+                # dependent signal no noise hides. Any E[xi] in [0, 1/4] keeps the bound; treat it as
+                # c = inf (E[xi] = 0).
+                quad = np.where(np.isnan(quad), np.inf, quad)
+                xi = polya_gamma_mean(np.sqrt(np.maximum(quad, 0.0)))
+                centred = y - 0.5
 
-            centred = y - 0.5
             s1_weights = centred * clip_factors(np.abs(centred) * np.sqrt(sq_norms), S1_BOUND)
             s2_weights = xi * clip_factors(xi * sq_norms, S2_BOUND)  # ||xi x x^T||_F = xi ||x||^2
             s1 = x.T @ s1_weights

@@ -39,7 +39,14 @@ COMMON_OPTIONS: dict[str, OptionSpec] = {"tau0": _NON_NEGATIVE, "kappa": _UNIT_I
 #: holds K x V topic parameters and resamples S x N_w tokens; the SBN holds J (K+1) x (K+1) covariances.
 MODEL_OPTIONS: dict[str, dict[str, OptionSpec]] = {
     # noise_aware 1 (default): the M-step that accounts for s1's noise; 0: the paper's Eq. 53-55.
-    "blr": {"a0": _POSITIVE, "b0": _POSITIVE, "noise_aware": _whole(0, 1)},
+    # laplace_from k: releases k, k + 1, ... are Laplace-mode (Newton) releases at q's mean
+    # (worker.models.blr); 0: the Polya-Gamma E-step throughout (the paper's).
+    "blr": {
+        "a0": _POSITIVE,
+        "b0": _POSITIVE,
+        "noise_aware": _whole(0, 1),
+        "laplace_from": _whole(0, 1_000_000),
+    },
     "linreg": {"prior_precision": _POSITIVE, "a0": _POSITIVE, "b0": _POSITIVE},
     "lda": {
         "topics": _whole(1, 1000),
@@ -85,6 +92,17 @@ ALGORITHM_OPTIONS: dict[tuple[str, str], dict[str, OptionSpec]] = {
     ("dpsep", "blr"): _DPSEP_OPTIONS,
     ("dpsep", "linreg"): {**_DPSEP_OPTIONS, "noise_variance": _POSITIVE},
 }
+
+
+def option_summary() -> str:
+    """Every option by model and algorithm in one line, for the CLI's help."""
+    parts = [f"{', '.join(COMMON_OPTIONS)} for every model"]
+    parts += [f"{', '.join(specs)} for {model}" for model, specs in MODEL_OPTIONS.items()]
+    parts += [
+        f"{', '.join(specs)} for {model} by {algorithm}"
+        for (algorithm, model), specs in ALGORITHM_OPTIONS.items()
+    ]
+    return "; ".join(parts)
 
 
 def algorithm_problem(model: str, algorithm: str) -> str | None:

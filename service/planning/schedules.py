@@ -43,6 +43,9 @@ class Rule:
     #: entry is what matters (LDA's K x V topic-word counts): a job's scale is then epsilon x N x
     #: reference_size / its size. None: epsilon x N.
     reference_size: int | None = None
+    #: The power of reference_size / size that scales epsilon x N (1: signal per entry; 1/2: signal against
+    #: the spectral norm of a d x d noise matrix, which grows as sqrt(d)).
+    size_exponent: float = 1.0
     #: (largest epsilon x N of the row, what a fit there was measured to give, in words for the quote),
     #: increasing; scales past the last row (and jobs that give sigma) get no such words.
     expect: tuple[tuple[float, str], ...] = ()
@@ -50,13 +53,19 @@ class Rule:
 
 #: The rules, one per (model, algorithm): docs/schedules.md has the table each was read off.
 RULES: dict[tuple[str, str], Rule] = {
-    # Whole-batch releases, chosen by held-out log loss (issue 51): one up to epsilon x N = 1,000 (more
-    # iterations diverge there), two up to 4,000, three above (each later release linearises the
-    # Polya-Gamma weights nearer the posterior; the first, at the prior, leaves the means shrunk); T 10 for
-    # a job that gives sigma, whose row is the one for infinite scale (docs/schedules.md, "VIPS-BLR").
+    # Whole-batch releases, chosen by held-out log loss and coverage (issue 51), read at epsilon x N x
+    # sqrt(10 / d) (H's noise grows with the spectral norm of a d x d noise matrix): one Polya-Gamma
+    # release up to 400 (more diverge there), three up to 2,900; above, Laplace (Newton) releases at q's
+    # mean from the second on, whose posterior covers: three up to 8,000, five above (docs/schedules.md,
+    # "VIPS-BLR: Laplace releases"). T 10 for a job that gives sigma, whose row is the one for infinite
+    # scale (with the model's default, Laplace releases from the second).
     ("blr", "vips"): Rule(
-        iterations=((1_000.0, 1), (4_000.0, 2), (sys.float_info.max, 3), (math.inf, 10)),
-        source="VIPS-BLR's grids by log loss on Adult, Telco and synthetic data (bench/blr_schedules.py)",
+        iterations=((400.0, 1), (2_900.0, 3), (8_000.0, 3), (sys.float_info.max, 5), (math.inf, 10)),
+        options=((2_900.0, {"laplace_from": 0}), (math.inf, {"laplace_from": 2})),
+        reference_size=10,
+        size_exponent=0.5,
+        source="VIPS-BLR's grid by log loss and coverage on Adult, Telco and synthetic data "
+        "(python -m bench.calibration --rule)",
     ),
     # Full batches up to epsilon x N = 50,000: the budget's filter prices a release on the whole dataset
     # exactly and a subsampled one by its Renyi curve, and there 300 full-batch steps beat the usual 1,000
@@ -166,7 +175,7 @@ def job_scale(
     rule = rule_for(model, algorithm)
     scale = epsilon * population
     if rule.reference_size is not None and dimension is not None and dimension > 0:
-        scale *= rule.reference_size / statistic_size(model, options or {}, dimension)
+        scale *= (rule.reference_size / statistic_size(model, options or {}, dimension)) ** rule.size_exponent
     return scale
 
 
@@ -255,7 +264,8 @@ def choose_schedule(
         at = f"at epsilon x N = {epsilon * population:.3g}"
         if dimension is not None and scale != epsilon * population:
             entries = statistic_size(model, options or {}, dimension)
-            at += f" (x {rule.reference_size} / {entries} entries: {scale:.3g})"
+            power = "" if rule.size_exponent == 1 else f", to the power {rule.size_exponent:g}"
+            at += f" (x {rule.reference_size} / {entries} entries{power}: {scale:.3g})"
     why = (
         f"auto ({', '.join(auto)}): {model} by {algorithm} {at} takes {takes}, from {rule.source} "
         "(docs/schedules.md)"

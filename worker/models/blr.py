@@ -46,8 +46,8 @@ The eigenvalue floor at 0 of the step above makes the result PSD again.
   rows with larger features scored lower, AUC below 1/2. So the intercept's entries are left out of both SURE
   passes and soft-thresholded at their own weighted SURE threshold; if at least half of them survive (the
   column carries the features' means; a column that is not an intercept, or features of mean 0, keep almost
-  none) w_0 gets a flat prior and is integrated out exactly (intercept_moments: the other weights see the
-  Schur complement of H_00, i.e. centred features, and z_f - H_f0 z_0 / H_00), and q(alpha) is the precision
+  none) w_0 gets a flat prior and the posterior is solved jointly (intercept_moments: without noise the other
+  weights see the Schur complement of H_00, i.e. centred features), and q(alpha) is the precision
   of the other weights only. Otherwise, and for intercept=None, the step above unchanged.
 q(alpha) = Gamma(a0 + d/2, b0 + (mu^T mu + tr Sigma) / 2). Every step is post-processing of released
 values and their public noise std (bench/README.md, "BLR accuracy" and "VIPS-BLR schedules and M-steps",
@@ -86,6 +86,7 @@ class BlrState:
     statistics: dict[str, Array]
     data_precision_noise_variance: float = 0.0
     projection_ridge: float = 0.0
+    releases: int = 0
 
     @property
     def expected_alpha(self) -> float:
@@ -161,28 +162,15 @@ def intercept_moments(
     z: Array, data_precision: Array, prior_precision: float, noise_variance: float, intercept: int
 ) -> tuple[Array, Array]:
     """(mean, covariance) of w with a flat prior on the intercept w_k and N(0, a^-1 I) on the rest, given
-    z | w as in noise_aware_moments: w_k is integrated out exactly (for the other weights H becomes its
-    Schur complement C = H_ff - H_fk H_kf / H_kk and z becomes z_f - H_fk z_k / H_kk, which centres the
-    features), noise_aware_moments solves for w_f, and w_k | w_f = (z_k - H_kf w_f) / H_kk, variance
-    1 / H_kk. Needs H_kk > 0."""
-    dimension = z.shape[0]
-    rest = np.delete(np.arange(dimension), intercept)
-    pivot = float(data_precision[intercept, intercept])
-    column = data_precision[rest, intercept]
-    centred = data_precision[np.ix_(rest, rest)] - np.outer(column, column) / pivot
-    centred_z = z[rest] - column * (z[intercept] / pivot)
-    rest_mean, rest_covariance = noise_aware_moments(centred_z, centred, prior_precision, noise_variance)
-    gain = -column / pivot  # w_k = z_k / H_kk + gain . w_f
-    mean = np.empty(dimension)
-    mean[rest] = rest_mean
-    mean[intercept] = z[intercept] / pivot + gain @ rest_mean
-    covariance = np.empty((dimension, dimension))
-    covariance[np.ix_(rest, rest)] = rest_covariance
-    cross = rest_covariance @ gain
-    covariance[rest, intercept] = cross
-    covariance[intercept, rest] = cross
-    covariance[intercept, intercept] = gain @ cross + 1.0 / pivot
-    return mean, covariance
+    z | w ~ N(H w, H + v I) as in noise_aware_moments: the exact Gaussian posterior, precision
+    P = H (H + v I)^-1 H + diag(a, .., 0 (at k), .., a) and mean P^-1 H (H + v I)^-1 z (for v = 0,
+    H + diag(...) and z: w_k integrated out exactly sees centred features, the Schur complement of H_kk).
+    Needs w_k identified (P positive definite: H_kk > 0)."""
+    vectors, gain, data_part = _noise_aware_eigen(data_precision, 0.0, noise_variance)
+    prior = np.full(z.shape[0], prior_precision)
+    prior[intercept] = 0.0
+    precision = (vectors * data_part) @ vectors.T + np.diag(prior)
+    return gaussian_moments(vectors @ (gain * (vectors.T @ z)), (precision + precision.T) / 2.0)
 
 
 #: Mean of the positive part of the semicircle law of radius 2: a PSD projection of symmetric noise with
@@ -270,6 +258,8 @@ class BayesianLogisticRegression:
     shrink_h: bool = True
     threshold: float | None = None
     intercept: int | None = 0
+    laplace_from: int = 2
+    pool_hessians: bool = True
     name: str = "blr"
 
     def initial_state(self, dimension: int) -> BlrState:
@@ -279,7 +269,13 @@ class BayesianLogisticRegression:
         zeros = np.zeros((dimension, dimension))
         return BlrState(nu1, zeros, alpha, 0.0, mean, covariance, self.a0, self.b0, {})
 
+    def laplace_release(self, state: BlrState) -> bool:
+        """Whether the next release is a Laplace-mode one (at q's mean): from release laplace_from on."""
+        return 0 < self.laplace_from <= state.releases + 1
+
     def public_params(self, state: BlrState) -> dict[str, Array]:
+        if self.laplace_release(state):
+            return {"mean": state.mean.copy()}
         return {"second_moment": state.covariance + np.outer(state.mean, state.mean)}
 
     def m_step(
@@ -295,12 +291,40 @@ class BayesianLogisticRegression:
         sigma_1 = population * float(noise.get("s1", 0.0))  # std of N s1's noise per coordinate
         sigma_2 = population * float(noise.get("s2", 0.0))  # std of N s2's noise per entry
         ridge_scale = PROJECTION_RIDGE * np.sqrt(s1.shape[0])
-        data_precision = (1 - rho) * state.data_precision + rho * population * s2
-        h_noise = (1 - rho) ** 2 * state.data_precision_noise_variance + (rho * sigma_2) ** 2
-        ridge = (1 - rho) * state.projection_ridge + rho * ridge_scale * sigma_2
-        prior_term = (1 - rho) * state.prior_term + rho * state.expected_alpha
-        if self.noise_aware and sigma_1 > 0:
-            nu1, z_noise = pooled_mean(state.nu1, state.nu1_noise_variance, population * s1, sigma_1**2)
+        noise_aware = self.noise_aware and sigma_1 > 0
+        if self.laplace_release(state):
+            # A Newton step from m (module docstring, "Laplace releases"): the pseudo-observation
+            # z = g + H m of w, g = 2 N s1 the gradient at m (noise std 2 sigma_1), H = N s2; it replaces
+            # the averages (rho = 1: the release was taken at the current point).
+            data_precision, h_noise = population * s2, sigma_2**2
+            ridge = ridge_scale * sigma_2
+            later = self.laplace_from < state.releases + 1
+            if self.pool_hessians and later and sigma_2 > 0:
+                previous = state.data_precision_noise_variance
+                data_precision, pooled = pooled_mean(state.data_precision, previous, data_precision, h_noise)
+                weight = previous / (previous + h_noise)
+                ridge = (1 - weight) * state.projection_ridge + weight * ridge
+                h_noise = pooled
+            elif later and rho < 1:  # a subsample without noise: H averaged as the paper averages it
+                data_precision = (1 - rho) * state.data_precision + rho * data_precision
+            prior_term = state.expected_alpha
+            step: Array = 2.0 * population * s1
+            point, z_noise = state.mean, (2.0 * sigma_1) ** 2
+            gradient: Array | None = step
+            nu1 = step + data_precision @ point
+        else:
+            gradient = None
+            data_precision = (1 - rho) * state.data_precision + rho * population * s2
+            h_noise = (1 - rho) ** 2 * state.data_precision_noise_variance + (rho * sigma_2) ** 2
+            ridge = (1 - rho) * state.projection_ridge + rho * ridge_scale * sigma_2
+            prior_term = (1 - rho) * state.prior_term + rho * state.expected_alpha
+            if noise_aware:
+                nu1, z_noise = pooled_mean(state.nu1, state.nu1_noise_variance, population * s1, sigma_1**2)
+            else:
+                nu1 = (1 - rho) * state.nu1 + rho * population * s1
+                z_noise = (1 - rho) ** 2 * state.nu1_noise_variance + (rho * sigma_1) ** 2
+        flat: int | None = None
+        if noise_aware:
             excess = ridge - ridge_scale * float(np.sqrt(h_noise))
             if self.shrink_h and self.threshold is None:
                 shrunk, flat = self._sure_shrunk(
@@ -308,19 +332,20 @@ class BayesianLogisticRegression:
                 )
             else:
                 threshold = 0.0 if self.threshold is None else self.threshold * float(np.sqrt(h_noise))
-                shrunk, flat = self._shrunk(data_precision, excess, threshold), None
+                shrunk = self._shrunk(data_precision, excess, threshold)
+            if gradient is not None:  # the Hessian the step solves with is the one z is formed with
+                nu1 = gradient + shrunk @ point
             if flat is None:
                 mean, covariance = noise_aware_moments(nu1, shrunk, prior_term, z_noise)
             else:
                 mean, covariance = intercept_moments(nu1, shrunk, prior_term, z_noise, flat)
         else:
-            nu1 = (1 - rho) * state.nu1 + rho * population * s1
-            z_noise = (1 - rho) ** 2 * state.nu1_noise_variance + (rho * sigma_1) ** 2
             precision = data_precision + prior_term * np.eye(s1.shape[0])
             mean, covariance = gaussian_moments(nu1, precision)
-            flat = None
+            if gradient is not None and rho < 1:  # a subsample's Newton step, damped as the paper's steps are
+                mean = (1 - rho) * state.mean + rho * mean
         averages = (nu1, data_precision, prior_term, z_noise, h_noise, ridge)
-        return self._with_q(averages, mean, covariance, statistics, flat)
+        return self._with_q(averages, mean, covariance, statistics, flat, state.releases + 1)
 
     def _sure_shrunk(
         self, data_precision: Array, excess_ridge: float, std: float, z: Array, prior: float, z_noise: float
@@ -385,6 +410,7 @@ class BayesianLogisticRegression:
         covariance: Array,
         statistics: dict[str, Array],
         flat: int | None = None,
+        releases: int = 0,
     ) -> BlrState:
         """The new state from the averages (z, H, prior term, z's and H's noise variances, projection
         ridge) and q(w), with q(alpha) = Gamma(a0 + d/2, b0 + (mu^T mu + tr Sigma) / 2), over the weights
@@ -407,6 +433,7 @@ class BayesianLogisticRegression:
             {"s1": statistics["s1"], "s2": statistics["s2"]},
             h_noise,
             ridge,
+            releases,
         )
 
     def posterior(self, state: BlrState) -> dict[str, Any]:

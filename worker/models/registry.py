@@ -100,6 +100,8 @@ def model_setup(
 
         if "noise_aware" in given:
             given["noise_aware"] = bool(given["noise_aware"])
+        if "laplace_from" in given:
+            given["laplace_from"] = int(given["laplace_from"])
         blr = BayesianLogisticRegression(**given, intercept=intercept_column(columns))
         return ModelSetup(blr, LogisticRegressionQuery())
     if model == "linreg":
