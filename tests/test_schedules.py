@@ -230,11 +230,19 @@ def test_the_estimators_choose_as_the_service_does() -> None:
     x, y = _separable(2_000)
     for estimator in (VIPSLogisticRegression(epsilon=1.0), DPVILogisticRegression(epsilon=1.0)):
         privacy = estimator.fit(x, y).posterior_["privacy"]
-        expected = choose_schedule("blr", estimator.algorithm, 2_000, 1.0)
+        expected = choose_schedule("blr", estimator.algorithm, 2_000, 1.0, dimension=x.shape[1])
         assert (privacy["iterations"], privacy["batch_size"]) == (expected.iterations, expected.batch_size)
         assert privacy["epsilon"] <= 1.0 + 1e-9
     fixed = VIPSLogisticRegression(epsilon=1.0, iterations=2, batch_size=500).fit(x, y)
     assert (fixed.posterior_["privacy"]["iterations"], fixed.posterior_["privacy"]["batch_size"]) == (2, 500)
+    # VIPS-BLR's rule reads epsilon x N x sqrt(10 / d): 10,000 rows of d 40 at epsilon 1 are at 5,000 (T 3),
+    # where epsilon x N alone would say 10,000 (T 5).
+    rng = np.random.default_rng(1)
+    wide = rng.normal(size=(10_000, 40))
+    wide *= 0.99 / np.linalg.norm(wide, axis=1, keepdims=True)
+    labels = (wide[:, 0] > 0).astype(int)
+    assert rule_iterations(rule_for("blr", "vips"), 10_000.0) == 5
+    assert VIPSLogisticRegression(epsilon=1.0).fit(wide, labels).posterior_["privacy"]["iterations"] == 3
 
 
 def test_vips_fit_local_chooses_the_same_schedule(tmp_path: Path, capsys: Any) -> None:
@@ -244,7 +252,7 @@ def test_vips_fit_local_chooses_the_same_schedule(tmp_path: Path, capsys: Any) -
     argv = ["fit", "--local", "--kind", "tabular", "--input", str(path), "--model", "blr", "--epsilon", "1"]
     assert main([*argv, "--delta", "1e-4"]) == 0
     line = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    expected = choose_schedule("blr", "vips", 1_000, 1.0)
+    expected = choose_schedule("blr", "vips", 1_000, 1.0, dimension=3)
     assert (line["iterations"], line["batch_size"]) == (expected.iterations, expected.batch_size)
 
 

@@ -330,6 +330,7 @@ class _LogisticRegressionFit(ClassifierMixin, _BoundedRows):  # type: ignore[mis
             dataset,
             progress,
             extra,
+            dimension=int(features.shape[1]),  # the rule reads VIPS-BLR's scale at d (public: X's width)
         )
         return self
 
@@ -370,7 +371,10 @@ class _LogisticRegressionFit(ClassifierMixin, _BoundedRows):  # type: ignore[mis
 class VIPSLogisticRegression(_LogisticRegressionFit):
     """Private Bayesian logistic regression by VIPS (Park et al. 2020, Alg. 5); a0, b0: the Gamma prior
     on the weights' precision; noise_aware: the M-step that accounts for the noise on s1 (False: the
-    paper's update; worker.models.blr)."""
+    paper's update; worker.models.blr); laplace_from: the first release taken as the log-likelihood's
+    gradient and curvature at the current mean, a Newton step whose posterior is the Laplace
+    approximation's (0: the paper's Polya-Gamma E-step throughout; None: the service's rule with epsilon,
+    else 2)."""
 
     option_names = ("a0", "b0", "noise_aware", "laplace_from")
 
@@ -431,6 +435,7 @@ class _LinearRegressionFit(RegressorMixin, _BoundedRows):  # type: ignore[misc]
             dataset,
             progress,
             extra,
+            dimension=int(features.shape[1]),
         )
         return self
 

@@ -49,6 +49,17 @@ The eigenvalue floor at 0 of the step above makes the result PSD again.
   none) w_0 gets a flat prior and the posterior is solved jointly (intercept_moments: without noise the other
   weights see the Schur complement of H_00, i.e. centred features), and q(alpha) is the precision
   of the other weights only. Otherwise, and for intercept=None, the step above unchanged.
+Laplace releases (laplace_from k, default 2; 0: the paper's E-step throughout; issue 51, docs/design.md):
+from release k on the wall returns, at the public point m = E[w], g / 2 = sum (y - p) x / 2 and
+H = sum p (1 - p) x x^T with p = sigmoid(x^T m) (privacy_wall.queries.blr, Laplace mode: the same blocks and
+sensitivity). z = g + H m is then a pseudo-observation of w, z | w ~ N(H w, H + v I) with v = (2 sigma_1)^2
+the noise variance of g, and the step above (SURE thresholding of H, then z formed with the thresholded H,
+and the noise-aware or intercept posterior) is a Newton step from m that knows g's noise: without noise it
+converges to the maximum a posteriori and the covariance to the Laplace approximation there, which covers
+where the Polya-Gamma fixed point does not (its curvature tanh(c/2) / (2c) exceeds sigmoid'(c) for
+well-classified rows). The Laplace releases' H are pooled by inverse variance (not with the Polya-Gamma
+releases' H, which weigh rows differently); without noise, a subsample's H is averaged with rho and its step
+damped by rho, as the paper's M-step averages.
 q(alpha) = Gamma(a0 + d/2, b0 + (mu^T mu + tr Sigma) / 2). Every step is post-processing of released
 values and their public noise std (bench/README.md, "BLR accuracy" and "VIPS-BLR schedules and M-steps",
 measure the gains).
@@ -250,7 +261,8 @@ class BayesianLogisticRegression:
     thresholding at c noise stds; intercept: the column of the constant intercept (0: the public scaler's
     and the bundled datasets' convention) whose entries of H get their own SURE threshold and whose weight a
     flat prior when they carry the features' means (with shrink_h and threshold None; module docstring),
-    None: no intercept step."""
+    None: no intercept step; laplace_from: the first Laplace release (0: none; module docstring);
+    pool_hessians: pool the Laplace releases' H (False: each step its own)."""
 
     a0: float = 1.0
     b0: float = 1.0
@@ -294,8 +306,8 @@ class BayesianLogisticRegression:
         noise_aware = self.noise_aware and sigma_1 > 0
         if self.laplace_release(state):
             # A Newton step from m (module docstring, "Laplace releases"): the pseudo-observation
-            # z = g + H m of w, g = 2 N s1 the gradient at m (noise std 2 sigma_1), H = N s2; it replaces
-            # the averages (rho = 1: the release was taken at the current point).
+            # z = g + H m of w, g = 2 N s1 the gradient at m (noise std 2 sigma_1), H = N s2; z replaces
+            # the average (the release was taken at the current point); H is pooled over Laplace releases.
             data_precision, h_noise = population * s2, sigma_2**2
             ridge = ridge_scale * sigma_2
             later = self.laplace_from < state.releases + 1
