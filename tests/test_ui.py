@@ -13,6 +13,7 @@ import pytest
 
 from privacy_wall.ledger import database as ledger_db
 from service.store.keys import Principal, revoke_key
+from service.ui import coverage
 from service.ui.sessions import COOKIE, find_session, open_session
 from service.ui.views import spend_curve
 from tests.dbservers import fresh_database
@@ -194,7 +195,8 @@ def test_the_job_page_shows_progress_epsilon_and_the_posterior(api: Api) -> None
     assert alone is not None, page
     assert 0 < float(alone.group(1)) < job["epsilon_job"]
     # how often such intervals held the truth in tests, in one line under the table (service.ui.coverage)
-    assert "nominal 90% intervals of blr by vips covered 22-30% of the true weights" in page
+    tested = coverage.TESTED[("blr", "vips")][0]
+    assert f"nominal 90% intervals of blr by vips covered {tested} of the true weights" in page
     # coefficients named by the dataset's features, with 95% intervals: mean +- 1.96 sd
     assert '<td>b</td><td class="num">-2.0000</td><td class="num">[-3.9600, -0.0400]</td>' in page
     document = api.client.get(f"/ui/jobs/{job_id}/posterior.json")
@@ -259,8 +261,10 @@ def test_the_interval_note_names_the_tested_coverage_and_nothing_for_untested_mo
         "Tested on data of known weights (docs/calibration.md), nominal 90% intervals of linreg by vips "
         "covered 86-93% of the true weights given only epsilon 0.3-3."
     )
-    assert str(interval_note("blr", "vips", False)).endswith("covered 84% of the true weights at sigma 0.")
-    assert str(interval_note("blr", "vips", True)).endswith("read its intervals as far too narrow.")
+    at_zero = TESTED[("blr", "vips")][1]
+    note = str(interval_note("blr", "vips", False))
+    assert note.endswith(f"covered {at_zero} of the true weights at sigma 0.")
+    assert str(interval_note("blr", "dpsep", True)).endswith("read its intervals as far too narrow.")
     assert interval_note("lda", "vips", True) is None and interval_note("sbn", "vips", False) is None
     # every (model, algorithm) with coefficients has a line, so no coefficient table goes without one
     from service.planning.schedules import RULES
