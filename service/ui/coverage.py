@@ -2,7 +2,8 @@
 
 Measured by bench/calibration.py on 20 synthetic datasets of known weights (d 10, N 10,000) with nominal 90%
 marginal intervals, each algorithm given only epsilon 0.3, 1 and 3, or sigma 0 (the ranges span the tuning
-seeds 0-19 and the unseen seeds 1000-1019); docs/calibration.md has the tables. Update these lines with that file when an algorithm's posterior changes."""
+seeds 0-19 and the unseen seeds 1000-1019); docs/calibration.md has the tables. Update these lines with
+that file when an algorithm's posterior changes."""
 
 from __future__ import annotations
 
