@@ -28,7 +28,8 @@ A non-private reference: the Laplace approximation at scikit-learn's maximum a p
 N(0, 10^2 I)).
 
     python -m bench.calibration [--models blr,linreg] [--datasets 20] [--rows 10000] [--first-seed 0]
-                                [--epsilons 0.3,1,3] [--public] [--rule] [--repeats 3] [--out DIR]
+                                [--epsilons 0.3,1,3] [--algorithms VIPS,DPVI,DP-SEP] [--public] [--rule]
+                                [--repeats 3] [--out DIR]
 
 Writes calibration.md to --out (bench/out by default).
 """
@@ -171,8 +172,11 @@ def private_fit(make: Callable[[], Any], model: str, data: Dataset) -> tuple[Arr
     return mean, sd, linear_log_density(predicted, spread, data.y_test), math.nan
 
 
-def methods(model: str, epsilons: Sequence[float]) -> dict[str, Callable[[], Any]]:
-    """Label -> estimator factory: each algorithm at each epsilon (only epsilon given) and at sigma 0."""
+def methods(
+    model: str, epsilons: Sequence[float], algorithms: Sequence[str] = ("VIPS", "DPVI", "DP-SEP")
+) -> dict[str, Callable[[], Any]]:
+    """Label -> estimator factory: each of `algorithms` (that fits `model`) at each epsilon (only epsilon
+    given) and at sigma 0."""
     from worker.estimator import (
         DPSEPLinearRegression,
         DPSEPLogisticRegression,
@@ -188,15 +192,24 @@ def methods(model: str, epsilons: Sequence[float]) -> dict[str, Callable[[], Any
     )
     found: dict[str, Callable[[], Any]] = {}
     for name, cls in classes.items():
+        if name not in algorithms:
+            continue
         for epsilon in epsilons:
             found[f"{name} eps {epsilon:g}"] = lambda cls=cls, epsilon=epsilon: cls(epsilon=epsilon)
         found[f"{name} sigma 0"] = lambda cls=cls: cls(sigma=0.0, random_state=0)
     return found
 
 
-def run(model: str, datasets: int, count: int, first_seed: int, epsilons: Sequence[float]) -> list[str]:
+def run(
+    model: str,
+    datasets: int,
+    count: int,
+    first_seed: int,
+    epsilons: Sequence[float],
+    algorithms: Sequence[str] = ("VIPS", "DPVI", "DP-SEP"),
+) -> list[str]:
     cells: dict[str, Cell] = {}
-    factories = methods(model, epsilons)
+    factories = methods(model, epsilons, algorithms)
     for k in range(datasets):
         data = draw(model, first_seed + k, count)
         labels = (["Laplace at the MAP (non-private)"] if model == "blr" else []) + list(factories)
@@ -224,7 +237,9 @@ def run(model: str, datasets: int, count: int, first_seed: int, epsilons: Sequen
     return lines
 
 
-def public_section(epsilons: Sequence[float], repeats: int) -> list[str]:
+def public_section(
+    epsilons: Sequence[float], repeats: int, algorithms: Sequence[str] = ("VIPS", "DPVI", "DP-SEP")
+) -> list[str]:
     """AUC, log loss and ECE on the held-out split of Adult and Telco, each algorithm given only epsilon."""
     from sklearn.metrics import roc_auc_score
 
@@ -235,7 +250,7 @@ def public_section(epsilons: Sequence[float], repeats: int) -> list[str]:
     for name, load in (("adult", load_adult), ("telco", load_telco)):
         train, test = load("train"), load("test")
         x, x_test = (pd.DataFrame(d.features, columns=d.feature_names) for d in (train, test))
-        for label, make in methods("blr", epsilons).items():
+        for label, make in methods("blr", epsilons, algorithms).items():
             if "sigma 0" in label:
                 continue
             runs = []
@@ -312,21 +327,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=10_000)
     parser.add_argument("--first-seed", type=int, default=0)
     parser.add_argument("--epsilons", default="0.3,1,3")
+    parser.add_argument("--algorithms", default="VIPS,DPVI,DP-SEP", help="which algorithms' posteriors")
     parser.add_argument("--public", action="store_true", help="also score on held-out Adult and Telco")
     parser.add_argument("--rule", action="store_true", help="VIPS-BLR's candidate schedules by log loss")
     parser.add_argument("--repeats", type=int, default=3, help="fits per method with --public and --rule")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "out")
     args = parser.parse_args(argv)
     epsilons = [float(e) for e in args.epsilons.split(",")]
+    algorithms = args.algorithms.split(",")
     lines = [
         f"{args.datasets} datasets of {args.rows} rows from seed {args.first_seed}, d {DIMENSION} "
         "(bench/calibration.py)",
         "",
     ]
     for model in args.models.split(",") if args.datasets > 0 else []:
-        lines += [*run(model, args.datasets, args.rows, args.first_seed, epsilons), ""]
+        lines += [*run(model, args.datasets, args.rows, args.first_seed, epsilons, algorithms), ""]
     if args.public:
-        lines += [*public_section(epsilons, args.repeats), ""]
+        lines += [*public_section(epsilons, args.repeats, algorithms), ""]
     if args.rule:
         lines += [*rule_section(epsilons, args.repeats), ""]
     args.out.mkdir(parents=True, exist_ok=True)

@@ -57,7 +57,9 @@ the noise variance of g, and the step above (SURE thresholding of H, then z form
 and the noise-aware or intercept posterior) is a Newton step from m that knows g's noise: without noise it
 converges to the maximum a posteriori and the covariance to the Laplace approximation there, which covers
 where the Polya-Gamma fixed point does not (its curvature tanh(c/2) / (2c) exceeds sigmoid'(c) for
-well-classified rows). The Laplace releases' H are pooled by inverse variance (not with the Polya-Gamma
+well-classified rows). In these steps, and in the first release's when Laplace releases follow, q(w) and
+q(alpha) are iterated to their joint fixed point given the release (alpha_steps at most). The Laplace
+releases' H are pooled by inverse variance (not with the Polya-Gamma
 releases' H, which weigh rows differently); without noise, a subsample's H is averaged with rho and its step
 damped by rho, as the paper's M-step averages.
 q(alpha) = Gamma(a0 + d/2, b0 + (mu^T mu + tr Sigma) / 2). Every step is post-processing of released
@@ -262,7 +264,8 @@ class BayesianLogisticRegression:
     and the bundled datasets' convention) whose entries of H get their own SURE threshold and whose weight a
     flat prior when they carry the features' means (with shrink_h and threshold None; module docstring),
     None: no intercept step; laplace_from: the first Laplace release (0: none; module docstring);
-    pool_hessians: pool the Laplace releases' H (False: each step its own)."""
+    pool_hessians: pool the Laplace releases' H (False: each step its own); alpha_steps: the most
+    iterations of q(alpha)'s fixed point in a step with Laplace releases (module docstring)."""
 
     a0: float = 1.0
     b0: float = 1.0
@@ -272,6 +275,7 @@ class BayesianLogisticRegression:
     intercept: int | None = 0
     laplace_from: int = 2
     pool_hessians: bool = True
+    alpha_steps: int = 50
     name: str = "blr"
 
     def initial_state(self, dimension: int) -> BlrState:
@@ -347,10 +351,23 @@ class BayesianLogisticRegression:
                 shrunk = self._shrunk(data_precision, excess, threshold)
             if gradient is not None:  # the Hessian the step solves with is the one z is formed with
                 nu1 = gradient + shrunk @ point
-            if flat is None:
-                mean, covariance = noise_aware_moments(nu1, shrunk, prior_term, z_noise)
-            else:
-                mean, covariance = intercept_moments(nu1, shrunk, prior_term, z_noise, flat)
+
+            def solve(prior: float) -> tuple[Array, Array]:
+                if flat is None:
+                    return noise_aware_moments(nu1, shrunk, prior, z_noise)
+                return intercept_moments(nu1, shrunk, prior, z_noise, flat)
+
+            mean, covariance = solve(prior_term)
+            # With Laplace releases ahead, every step takes q(alpha) to its fixed point given the release
+            # (post-processing): a stale prior precision (a0 / b0 at the start) leaves the first point, and
+            # with it the Newton steps' curvature, shrunk (coverage 0.83-0.86 -> 0.89-0.90 at epsilon 1).
+            if self.laplace_from > 0 and (gradient is not None or state.releases == 0):
+                for _ in range(self.alpha_steps):
+                    shape, rate = self._alpha_posterior(mean, covariance, flat)
+                    if abs(shape / rate - prior_term) <= 1e-9 * prior_term:
+                        break
+                    prior_term = shape / rate
+                    mean, covariance = solve(prior_term)
         else:
             precision = data_precision + prior_term * np.eye(s1.shape[0])
             mean, covariance = gaussian_moments(nu1, precision)
@@ -415,6 +432,14 @@ class BayesianLogisticRegression:
         shrunk[diagonal] -= max(excess_ridge, 0.0)
         return shrunk
 
+    def _alpha_posterior(self, mean: Array, covariance: Array, flat: int | None) -> tuple[float, float]:
+        """q(alpha)'s (shape, rate) = (a0 + k/2, b0 + sum E[w_i^2] / 2) over the k weights alpha is the
+        prior precision of (all but the intercept `flat` when it has a flat prior)."""
+        second = mean**2 + np.diag(covariance)
+        if flat is not None:
+            second = np.delete(second, flat)
+        return self.a0 + second.shape[0] / 2, self.b0 + float(np.sum(second)) / 2
+
     def _with_q(
         self,
         averages: tuple[Array, Array, float, float, float, float],
@@ -428,11 +453,7 @@ class BayesianLogisticRegression:
         ridge) and q(w), with q(alpha) = Gamma(a0 + d/2, b0 + (mu^T mu + tr Sigma) / 2), over the weights
         alpha is the prior precision of (all but the intercept `flat` when it had a flat prior)."""
         nu1, data_precision, prior_term, z_noise, h_noise, ridge = averages
-        second = mean**2 + np.diag(covariance)
-        if flat is not None:
-            second = np.delete(second, flat)
-        shape = self.a0 + second.shape[0] / 2
-        rate = self.b0 + float(np.sum(second)) / 2
+        shape, rate = self._alpha_posterior(mean, covariance, flat)
         return BlrState(
             nu1,
             data_precision,
