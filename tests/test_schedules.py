@@ -254,6 +254,7 @@ def test_vips_fit_local_chooses_the_same_schedule(tmp_path: Path, capsys: Any) -
     line = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     expected = choose_schedule("blr", "vips", 1_000, 1.0, dimension=3)
     assert (line["iterations"], line["batch_size"]) == (expected.iterations, expected.batch_size)
+    assert line["options"] == chosen_options("blr", "vips", 1_000, 1.0, dimension=3)  # what it ran with
 
 
 def test_the_options_a_rule_may_choose_reach_the_walls_query() -> None:

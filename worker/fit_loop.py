@@ -8,7 +8,7 @@ import math
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from privacy_wall.accounting.accountants import SubsampledGaussianEvent, calibrate_sigma, get_accountant
@@ -53,10 +53,12 @@ class Schedule:
 
 @dataclass(frozen=True)
 class Fitted:
-    """A fit's posterior document and the model's final state."""
+    """A fit's posterior document, the model's final state and the model options it ran with (those
+    given and those the service's rule chose)."""
 
     document: dict[str, Any]
     state: Any
+    options: dict[str, float] = field(default_factory=dict)
 
 
 def with_chosen(
@@ -203,4 +205,4 @@ def fit_store(
         parameters=setup.model.posterior(result.state),
         extra=extra,
     )
-    return Fitted(document, result.state)
+    return Fitted(document, result.state, options)

@@ -233,7 +233,7 @@ def _run_local(args: argparse.Namespace) -> int:
         f"epsilon spent {epsilon_text(_spent(document))} at delta {args.delta:g} on your own file "
         "(a local fit charges no server budget)"
     )
-    print_json({**_summary(document, args, options, data.dimension), "warning": warning})
+    print_json({**_summary(document, args, fitted.options, data.dimension), "warning": warning})
     return 0
 
 
