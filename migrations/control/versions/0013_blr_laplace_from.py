@@ -28,12 +28,15 @@ jobs = sa.table(
 )
 
 
+def _vips_blr_options(conn: sa.Connection) -> list[tuple[str, dict[str, float]]]:
+    """(id, options) of every VIPS-BLR job."""
+    query = sa.select(jobs.c.id, jobs.c.options).where(jobs.c.model == "blr", jobs.c.algorithm == "vips")
+    return [(job_id, options) for job_id, options in conn.execute(query).all()]
+
+
 def upgrade() -> None:
     conn = op.get_bind()
-    found = conn.execute(
-        sa.select(jobs.c.id, jobs.c.options).where(jobs.c.model == "blr", jobs.c.algorithm == "vips")
-    ).all()
-    for job_id, options in found:
+    for job_id, options in _vips_blr_options(conn):
         if "laplace_from" not in options:
             conn.execute(
                 sa.update(jobs).where(jobs.c.id == job_id).values(options={**options, "laplace_from": 0})
@@ -42,10 +45,7 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     conn = op.get_bind()
-    found = conn.execute(
-        sa.select(jobs.c.id, jobs.c.options).where(jobs.c.model == "blr", jobs.c.algorithm == "vips")
-    ).all()
-    for job_id, options in found:
+    for job_id, options in _vips_blr_options(conn):
         if options.get("laplace_from") == 0:
             rest = {name: value for name, value in options.items() if name != "laplace_from"}
             conn.execute(sa.update(jobs).where(jobs.c.id == job_id).values(options=rest))
