@@ -502,7 +502,8 @@ LDA_DOC_LENGTH = ["body", "options", "doc_length"]
         ({"sigma": None, "epsilon": 0}, ["body", "epsilon"], "greater than 0"),
         ({"options": {"alpha": 1.0}}, ["body", "options", "alpha"], "unknown option"),
         ({"options": {"kappa": 2.0}}, ["body", "options", "kappa"], "[0, 1]"),
-        ({"options": {"a0": 0}}, ["body", "options", "a0"], "> 0"),
+        ({"options": {"a0": 0}}, ["body", "options", "a0"], "[1e-06, 1e+06]"),
+        ({"options": {"tau0": 1e300}}, ["body", "options", "tau0"], "[0, 1e+09]"),
         ({"options": {"a0": "x"}}, ["body", "options", "a0"], "number"),
         ({"model": "foo"}, ["body", "model"], "'blr'"),
         ({"model": "lda"}, ["body", "model"], "needs a bow dataset"),
@@ -510,6 +511,11 @@ LDA_DOC_LENGTH = ["body", "options", "doc_length"]
         ({"model": "lda", "dataset": "docs", "options": {"topics": 2.5}}, LDA_TOPICS, "whole number"),
         ({"model": "lda", "dataset": "docs", "options": {"topics": 0}}, LDA_TOPICS, "[1, 1000]"),
         ({"model": "lda", "dataset": "docs", "options": {"clip": 0}}, ["body", "options", "clip"], "(0, 1]"),
+        (
+            {"model": "lda", "dataset": "docs", "options": {"unigram_clip": 1e-300}},
+            ["body", "options", "unigram_clip"],
+            "[1e-06, 1e+06]",
+        ),
         ({"model": "lda", "dataset": "docs", "options": {"doc_length": 0}}, LDA_DOC_LENGTH, "sigma 0"),
         (
             {"model": "lda", "dataset": "docs", "options": {"hidden": 5}},
@@ -518,7 +524,7 @@ LDA_DOC_LENGTH = ["body", "options", "doc_length"]
         ),
         ({"model": "lda", "dataset": "docs", "algorithm": "dpvi"}, ["body", "algorithm"], "fits model blr"),
         ({"algorithm": "dpvi", "options": {"a0": 1.0}}, ["body", "options", "a0"], "unknown option"),
-        ({"algorithm": "dpvi", "options": {"learning_rate": 0}}, ["body", "options", "learning_rate"], "> 0"),
+        ({"algorithm": "dpvi", "options": {"learning_rate": 0}}, ["body", "options", "learning_rate"], "in"),
         ({"algorithm": "dpvi", "options": {"draws": 0.5}}, ["body", "options", "draws"], "whole number"),
         ({"algorithm": "dpsep", "options": {"damping": 1.5}}, ["body", "options", "damping"], "(0, 1]"),
         (

@@ -457,3 +457,24 @@ def test_a_dataset_whose_rows_and_catalogue_disagree_is_refused_before_any_charg
     assert job_runner.execute_job(job_id, control, sensitive) == "failed"
     assert "dataset t is being changed" in job_row(control, job_id).error
     assert_charges_are_releases(control, job_id, [])
+
+
+def test_a_job_whose_first_update_cannot_run_fails_before_any_charge(
+    engines: tuple[Engine, Engine], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 52: options admitted but unrunnable (an update that divides by zero, as LDA's unigram_clip
+    1e-300 did after spending) fail the job at the rehearsal on a public stand-in: no charge, nothing
+    reserved, and the message says nothing was spent."""
+    from worker.models.blr import BayesianLogisticRegression
+
+    def divides_by_zero(*_args: object, **_kwargs: object) -> None:
+        raise ZeroDivisionError("float division by zero")
+
+    monkeypatch.setattr(BayesianLogisticRegression, "m_step", divides_by_zero)
+    control, sensitive = engines
+    job_id = submit(control)
+    assert job_runner.execute_job(job_id, control, sensitive) == "failed"
+    error = job_row(control, job_id).error
+    assert error.startswith("the job failed while rehearsing the first update on a public stand-in: ")
+    assert "nothing was spent" in error
+    assert_charges_are_releases(control, job_id, [])

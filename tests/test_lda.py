@@ -166,7 +166,7 @@ def test_smoothing_is_a_job_option_with_the_doc_length_default() -> None:
     assert smoothing({"topics": 3, "smoothing": 0.7}) == 0.7
     assert smoothing({"topics": 3, "doc_length": 0, "smoothing": 0.7}) == 0.7
     assert option_problem("lda", "smoothing", 0) is None
-    assert "option 'smoothing' must be >= 0" in str(option_problem("lda", "smoothing", -0.1))
+    assert "option 'smoothing' must be in [0, 1e+06]" in str(option_problem("lda", "smoothing", -0.1))
     posterior = LatentDirichletAllocation(topics=2, smoothing=0.3).posterior(LdaState(np.ones((2, 4)), {}))
     assert posterior["variational_parameters"]["smoothing"] == 0.3
 

@@ -56,7 +56,7 @@ from service.store.release_arrays import decode_arrays, encode_arrays, stored_bo
 from service.store.timestamps import aware
 from worker.models.registry import model_setup, public_schema_extra
 from worker.posterior import Privacy, build_posterior, dumps_posterior
-from worker.runner import LoopSettings, run_vips
+from worker.runner import LoopSettings, UnrunnableOptions, run_vips
 
 log = logging.getLogger(__name__)
 
@@ -138,6 +138,11 @@ _FAILURE_REASONS: tuple[tuple[type[BaseException] | tuple[type[BaseException], .
         "smaller model",
     ),
     (MemoryError, "the worker ran out of memory (a smaller batch size needs less)"),
+    (
+        UnrunnableOptions,
+        "the job's options cannot run: its first update, rehearsed on a public stand-in before any "
+        "charge, failed or overflowed; nothing was spent",
+    ),
     (
         ShardFailed,
         "a shard worker could not compute its part of a full pass (the shard worker's log says why)",
@@ -689,6 +694,7 @@ def _run(
         settings = LoopSettings(
             job.iterations, job.batch_size, job.sigma, options.get("tau0", 0.0), options.get("kappa", 1.0)
         )
+        stage.doing = "rehearsing the first update on a public stand-in"
         result = run_vips(
             StoredReleases(gate, autocommit_reads(reads), relaxed, job.id, stage, deadline, limits, carried),
             setup.query,

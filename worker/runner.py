@@ -7,12 +7,17 @@ rho_t = (tau0 + t)^-kappa.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Generic, Protocol
+from typing import Any, Generic, Protocol
 
+import numpy as np
+import scipy.sparse as sp
+
+from privacy_wall.data.store import Batch
 from privacy_wall.gate import Release
-from privacy_wall.queries.base import Array, Query
+from privacy_wall.noise.mechanisms import release_blocks
+from privacy_wall.queries.base import Array, Query, joint_sensitivity
 from worker.models.base import State, VipsModel, step_size
 
 
@@ -58,6 +63,67 @@ class LoopResult(Generic[State]):
     releases: list[Release]
 
 
+class UnrunnableOptions(ValueError):
+    """The job's first update fails on a public stand-in: its options cannot run; nothing was charged."""
+
+
+def _numbers(value: Any) -> Iterator[float]:
+    """Every number in a posterior document or a parameter dict (nested dicts, lists, arrays)."""
+    if isinstance(value, Mapping):
+        for item in value.values():
+            yield from _numbers(item)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            yield from _numbers(item)
+    elif isinstance(value, np.ndarray) and value.dtype.kind in "fiub":
+        yield from value.ravel().astype(np.float64)
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        yield float(value)
+
+
+def rehearse(
+    query: Query, model: VipsModel[State], settings: LoopSettings, *, dimension: int, population: int
+) -> None:
+    """Run the first iteration on a public stand-in, before anything is charged: the query on one record
+    of zeros (a one-word document for bag-of-words queries), the release's noise at the job's sigma drawn
+    from a fixed public generator, the post-processing and the model's first update. Options with which
+    that update fails or leaves a non-finite number (an overflow, a division by zero: issue 52) raise
+    UnrunnableOptions. No sensitive value is read, so the check and its message are public."""
+    state = model.initial_state(dimension)
+    params = model.public_params(state)
+    counts = sp.csr_array(([1.0], ([0], [0])), shape=(1, dimension))
+    stand_in = Batch(np.zeros((1, dimension)), np.zeros(1), counts)
+    generator = np.random.default_rng(0)  # public: the rehearsal's output is never released
+    try:
+        sums = query.clipped_sums(stand_in, params, generator)
+        blocks = query.blocks(dimension)
+        sensitivities = {block.name: block.sensitivity(settings.batch_size) for block in blocks}
+        noised = release_blocks(
+            sums,
+            sensitivities,
+            settings.sigma,
+            generator,
+            joint_sensitivity=joint_sensitivity(query, dimension),
+        )
+        statistics = query.postprocess(noised.values, dimension)
+        exact_batch = settings.batch_size >= population and settings.sigma == 0
+        rho = 1.0 if exact_batch else step_size(1, settings.tau0, settings.kappa)
+        with np.errstate(all="ignore"):
+            state = model.m_step(state, statistics, population, rho, noised.noise_std)
+            document = model.posterior(state)
+            numbers = [*_numbers(document), *_numbers(model.public_params(state))]
+    except (ArithmeticError, ValueError, np.linalg.LinAlgError) as exc:
+        raise UnrunnableOptions(
+            f"the job's options cannot run: its first update, tried on a public stand-in before anything "
+            f"was charged, failed ({type(exc).__name__}: {exc}); nothing was spent"
+        ) from exc
+    if not all(np.isfinite(numbers)):
+        raise UnrunnableOptions(
+            "the job's options cannot run: its first update, tried on a public stand-in before anything "
+            "was charged, gives non-finite values (an overflow or a division by zero); nothing was spent"
+        )
+
+
 def run_vips(
     gate: Releaser,
     query: Query,
@@ -72,7 +138,10 @@ def run_vips(
     on_iteration: Callable[[int, Release, State], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
 ) -> LoopResult[State]:
-    """Run iterations first_iteration..T from `start` (the prior by default)."""
+    """Run iterations first_iteration..T from `start` (the prior by default); a fresh run rehearses its
+    first iteration on a public stand-in first (rehearse), so options that cannot run charge nothing."""
+    if start is None and first_iteration == 1:
+        rehearse(query, model, settings, dimension=dimension, population=population)
     state = model.initial_state(dimension) if start is None else start
     releases: list[Release] = []
     for t in range(first_iteration, settings.iterations + 1):

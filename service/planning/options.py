@@ -22,8 +22,16 @@ def _whole(low: int, high: int) -> OptionSpec:
     )
 
 
-_NON_NEGATIVE = OptionSpec(lambda v: v >= 0, "must be >= 0")
-_POSITIVE = OptionSpec(lambda v: v > 0, "must be > 0")
+def _between(low: float, high: float) -> OptionSpec:
+    """A real option in [low, high]: finite bounds, so that no admitted value overflows or divides by zero
+    in an update (issue 52: tau0 1e300 and unigram_clip 1e-300 were admitted, spent, then failed)."""
+    return OptionSpec(lambda v: low <= v <= high, f"must be in [{low:g}, {high:g}]")
+
+
+#: A scale (a prior's variance or precision, a Gamma parameter, a clip, a step size): from 1e-6 to 1e6,
+#: twelve orders of magnitude around the unit scale every row is normalised to.
+_SCALE = _between(1e-6, 1e6)
+_NON_NEGATIVE = _between(0.0, 1e6)
 _UNIT_INTERVAL = OptionSpec(lambda v: 0 <= v <= 1, "must be in [0, 1]")
 _CLIP_FRACTION = OptionSpec(lambda v: 0 < v <= 1, "must be in (0, 1]")
 _SHARE = OptionSpec(lambda v: 0 <= v < 1, "must be in [0, 1)")
@@ -34,7 +42,7 @@ LDA_DEFAULTS = {"topics": 10, "doc_length": 500}
 #: The dataset kind each model fits.
 MODEL_KINDS = {"blr": "tabular", "linreg": "regression", "lda": "bow", "sbn": "binary"}
 #: Options every model takes (the step-size schedule rho_t = (tau0 + t)^-kappa).
-COMMON_OPTIONS: dict[str, OptionSpec] = {"tau0": _NON_NEGATIVE, "kappa": _UNIT_INTERVAL}
+COMMON_OPTIONS: dict[str, OptionSpec] = {"tau0": _between(0.0, 1e9), "kappa": _UNIT_INTERVAL}
 #: Options of each model (docs/design.md section 6). The upper bounds keep one job's memory reasonable: LDA
 #: holds K x V topic parameters and resamples S x N_w tokens; the SBN holds J (K+1) x (K+1) covariances.
 MODEL_OPTIONS: dict[str, dict[str, OptionSpec]] = {
@@ -42,16 +50,16 @@ MODEL_OPTIONS: dict[str, dict[str, OptionSpec]] = {
     # laplace_from k: releases k, k + 1, ... are Laplace-mode (Newton) releases at q's mean
     # (worker.models.blr); 0: the Polya-Gamma E-step throughout (the paper's).
     "blr": {
-        "a0": _POSITIVE,
-        "b0": _POSITIVE,
+        "a0": _SCALE,
+        "b0": _SCALE,
         "noise_aware": _whole(0, 1),
         "laplace_from": _whole(0, 1_000_000),
     },
-    "linreg": {"prior_precision": _POSITIVE, "a0": _POSITIVE, "b0": _POSITIVE},
+    "linreg": {"prior_precision": _SCALE, "a0": _SCALE, "b0": _SCALE},
     "lda": {
         "topics": _whole(1, 1000),
-        "alpha": _POSITIVE,
-        "eta": _POSITIVE,
+        "alpha": _SCALE,
+        "eta": _SCALE,
         # The M-step's pull of the topics towards the corpus's word frequencies (worker.models.lda; 0: the
         # paper's M-step).
         "smoothing": _NON_NEGATIVE,
@@ -60,7 +68,7 @@ MODEL_OPTIONS: dict[str, dict[str, OptionSpec]] = {
         # The unigram fallback (privacy_wall.queries.lda): the release's share for the word frequencies
         # (0: topic statistics alone) and each document's clip for them.
         "unigram_share": _SHARE,
-        "unigram_clip": _POSITIVE,
+        "unigram_clip": _SCALE,
         # word_prior 1 (default): the fallback's unigram shrinks towards public English word frequencies
         # when the vocabulary is English (worker.models.word_prior); 0: towards nothing but the release.
         "word_prior": _whole(0, 1),
@@ -79,18 +87,18 @@ ALGORITHM_MODELS: dict[str, tuple[str, ...]] = {
     "dpvi": ("blr",),
     "dpsep": ("blr", "linreg"),
 }
-_DPSEP_OPTIONS = {"clip": _POSITIVE, "damping": _CLIP_FRACTION, "prior_variance": _POSITIVE}
+_DPSEP_OPTIONS = {"clip": _SCALE, "damping": _CLIP_FRACTION, "prior_variance": _SCALE}
 #: Options of the alternative algorithms, per model; they replace the VIPS model's own (e.g. a0, b0:
 #: VIPS-BLR's prior on the weights' precision) with a fixed prior variance on the weights.
 ALGORITHM_OPTIONS: dict[tuple[str, str], dict[str, OptionSpec]] = {
     ("dpvi", "blr"): {
-        "clip": _POSITIVE,
-        "learning_rate": _POSITIVE,
+        "clip": _SCALE,
+        "learning_rate": _SCALE,
         "draws": _whole(1, 100),
-        "prior_variance": _POSITIVE,
+        "prior_variance": _SCALE,
     },
     ("dpsep", "blr"): _DPSEP_OPTIONS,
-    ("dpsep", "linreg"): {**_DPSEP_OPTIONS, "noise_variance": _POSITIVE},
+    ("dpsep", "linreg"): {**_DPSEP_OPTIONS, "noise_variance": _SCALE},
 }
 
 
