@@ -117,10 +117,13 @@ def test_dpvi_takes_full_batches_up_to_a_scale_then_its_usual_schedule_with_a_fl
 
 
 def test_given_values_win_and_the_rule_fills_the_rest() -> None:
-    both = choose_schedule("blr", "dpvi", 32_561, 0.3, iterations=300, batch_size=1_000)
+    given = {"learning_rate": 0.5}
+    both = choose_schedule("blr", "dpvi", 32_561, 0.3, iterations=300, batch_size=1_000, options=given)
     assert (both.iterations, both.batch_size, both.auto, both.why) == (300, 1_000, (), "given")
+    fills = choose_schedule("blr", "dpvi", 32_561, 0.3, iterations=300, batch_size=1_000)
+    assert (fills.auto, fills.options) == (("learning_rate",), {"learning_rate": 1.0})
     only_t = choose_schedule("blr", "dpvi", 32_561, 3.0, iterations=300)
-    assert (only_t.iterations, only_t.batch_size, only_t.auto) == (300, 651, ("batch_size",))
+    assert (only_t.iterations, only_t.batch_size, only_t.auto) == (300, 651, ("batch_size", "learning_rate"))
     capped = choose_schedule("blr", "dpvi", 32_561, 3.0, max_iterations=500)
     assert capped.iterations == 500
 
@@ -135,6 +138,15 @@ def test_a_rule_chooses_model_options_by_scale_and_given_ones_win(monkeypatch: p
     given = choose_schedule("blr", "vips", 1_000, 0.5, iterations=3, batch_size=10, options={"a0": 7.0})
     assert given.options == {"b0": 2.0} and given.auto == ("b0",)
     assert choose_schedule("blr", "vips", 1_000, None).options == {}
+
+
+def test_dpvi_takes_learning_rate_one_above_epsilon_n_2000() -> None:
+    """DPVI-BLR's rule: AdaGrad's default 0.5 up to epsilon x N = 2,000 (Telco at 0.3), 1 above (Adult,
+    the synthetic sets); a job that gives sigma keeps the model's default."""
+    assert choose_schedule("blr", "dpvi", 4_930, 0.3).options == {"learning_rate": 0.5}
+    assert choose_schedule("blr", "dpvi", 10_000, 0.3).options == {"learning_rate": 1.0}
+    assert choose_schedule("blr", "dpvi", 32_561, 3.0).options == {"learning_rate": 1.0}
+    assert choose_schedule("blr", "dpvi", 32_561, None).options == {}
 
 
 def test_lda_reads_its_rows_per_topic_word_count() -> None:

@@ -391,16 +391,18 @@ class DPVILogisticRegression(_LogisticRegressionFit):
 
     iterations are AdaGrad steps (DPVI needs many more than VIPS: hundreds or thousands, not tens; the
     step sizes tau0, kappa do not apply); clip bounds each example's gradient, learning_rate is AdaGrad's,
-    draws the Monte Carlo samples per step.
+    draws the Monte Carlo samples per step; noise_aware: the posterior from the iterates' trace, whose
+    intervals carry the noise of the steps (worker.models.dpvi; False: the last iterate, as the paper).
     """
 
     algorithm = "dpvi"
-    option_names = ("clip", "learning_rate", "draws", "prior_variance")
+    option_names = ("clip", "learning_rate", "draws", "prior_variance", "noise_aware")
 
     clip: float | None = None
     learning_rate: float | None = None
     draws: int | None = None
     prior_variance: float | None = None
+    noise_aware: bool | None = None
 
 
 @dataclass(kw_only=True, eq=False, repr=False)

@@ -96,6 +96,8 @@ ALGORITHM_OPTIONS: dict[tuple[str, str], dict[str, OptionSpec]] = {
         "learning_rate": _SCALE,
         "draws": _whole(1, 100),
         "prior_variance": _SCALE,
+        # noise_aware 1 (default): the posterior from the iterates' trace (worker.models.dpvi); 0: q_T.
+        "noise_aware": _whole(0, 1),
     },
     ("dpsep", "blr"): _DPSEP_OPTIONS,
     ("dpsep", "linreg"): {**_DPSEP_OPTIONS, "noise_variance": _SCALE},

@@ -85,6 +85,8 @@ def model_setup(
 
         if "draws" in given:
             given["draws"] = int(given["draws"])
+        if "noise_aware" in given:
+            given["noise_aware"] = bool(given["noise_aware"])
         dpvi = DpviLogisticRegression(**given)
         return ModelSetup(dpvi, dpvi.query())
     if algorithm == "dpsep":
