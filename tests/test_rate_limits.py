@@ -86,3 +86,61 @@ def test_a_key_over_its_read_rate_gets_429_while_another_keys_reads_go_on(tmp_pa
 def test_the_default_read_limit_is_far_above_a_dashboard_or_a_polling_client() -> None:
     settings = ServiceSettings()
     assert settings.read_rate_per_key >= 10 and settings.read_burst_per_key >= 100
+
+
+class SteppedTime:
+    """A stand-in for the `time` module of the limiter and the client: sleep advances monotonic (unless
+    `frozen`) and is recorded."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.slept: list[float] = []
+        self.frozen = False
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def time(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        if not self.frozen:
+            self.now += seconds
+
+
+def test_the_client_waits_out_a_429_as_its_retry_after_says(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 52 item 8: a read refused with 429 is sent again after the answer's Retry-After (the notebook
+    Client and the CLI share this transport), so a key's burst slows its reads instead of failing them;
+    past READ_RETRIES the 429 is raised, naming the read limit. Writes are not retried."""
+    from service.http import client as http_client
+    from service.http.client import READ_RETRIES, ApiError, VipsClient
+
+    clock = SteppedTime()
+    monkeypatch.setattr(rate_limits, "time", clock)
+    monkeypatch.setattr(http_client, "time", clock)
+    with fresh_database("sqlite", tmp_path, "control") as url:
+        for api in make_api(url, tmp_path, read_rate_per_key=0.5, read_burst_per_key=2):
+            client = VipsClient("http://testserver", api.keys["cust"], http=api.client)
+            for _ in range(4):
+                assert "priv" in [d["name"] for d in client.datasets()]
+            assert clock.slept == [2.0, 2.0]  # a token every 2 s: the 3rd and 4th reads waited one each
+            clock.frozen, clock.slept = True, []
+            with pytest.raises(ApiError) as refused:
+                client.datasets()
+            assert refused.value.status_code == 429 and "reads" in refused.value.detail
+            assert clock.slept == [2.0] * READ_RETRIES
+
+
+def test_waiting_clients_poll_once_a_second() -> None:
+    """The read limit's sizing assumes `vips wait` and Client.wait poll once a second."""
+    import inspect
+
+    from service.http.client import POLL_SECONDS, VipsClient
+    from vips.client import Client
+
+    assert POLL_SECONDS == 1.0
+    for wait in (VipsClient.wait, Client.wait):
+        assert inspect.signature(wait).parameters["interval"].default == POLL_SECONDS

@@ -31,7 +31,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from service.http.client import DEFAULT_URL, ApiTimeout, VipsClient
+from service.http.client import DEFAULT_URL, POLL_SECONDS, ApiTimeout, VipsClient
 from service.store.job_status import TERMINAL
 from vips.commands.remote import budget_left
 from vips.progress import epsilon_text, fit_progress
@@ -179,7 +179,9 @@ class Client:
         self.wait(job["id"], timeout=timeout)
         return self.estimator(job["id"], output=output, classes=classes)
 
-    def wait(self, job_id: str, *, timeout: float | None = None, interval: float = 0.5) -> dict[str, Any]:
+    def wait(
+        self, job_id: str, *, timeout: float | None = None, interval: float = POLL_SECONDS
+    ) -> dict[str, Any]:
         """Follow the job to its end under a progress bar (iterations, epsilon spent, elapsed, ETA) and
         return it finished; the budget left is printed as `vips wait` does. Raises JobFailed if it failed or
         was cancelled, TimeoutError after `timeout` seconds; an interrupt (the notebook's stop button) stops

@@ -24,6 +24,13 @@ from service.store.job_status import TERMINAL
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 DEFAULT_TIMEOUT_SECONDS = 60.0
+#: How often `vips wait` and Client.wait poll a job (service.settings' read limit is sized for it).
+POLL_SECONDS = 1.0
+#: A read refused with 429 is sent again after its Retry-After (at most this many seconds, 1 s if the
+#: answer names none), up to READ_RETRIES more times: the limit is per key, and a key's own burst (a
+#: notebook listing jobs, a dashboard open beside a wait) should slow its reads, not fail them.
+READ_RETRIES = 5
+MAX_RETRY_AFTER_SECONDS = 30.0
 
 
 class ApiError(Exception):
@@ -75,6 +82,16 @@ def _detail(body: Any, fallback: str) -> str:
         if parts:
             return "; ".join(parts)
     return fallback
+
+
+def retry_after_seconds(response: httpx.Response) -> float:
+    """The seconds a 429's Retry-After asks for (delay-seconds; 1 if absent or not a number), at most
+    MAX_RETRY_AFTER_SECONDS."""
+    try:
+        seconds = float(response.headers.get("Retry-After", "1"))
+    except ValueError:
+        seconds = 1.0
+    return min(max(seconds, 0.0), MAX_RETRY_AFTER_SECONDS) if seconds == seconds else 1.0
 
 
 class VipsClient:
@@ -138,13 +155,19 @@ class VipsClient:
         auth: bool = True,
         extra_headers: Mapping[str, str] | None = None,
     ) -> tuple[Any, httpx.Response]:
-        """The decoded JSON body and the response; an ApiError for any status but 2xx."""
+        """The decoded JSON body and the response; an ApiError for any status but 2xx. A read (GET, HEAD)
+        refused with 429 waits for its Retry-After and is sent again (READ_RETRIES)."""
         # None, not {}: an empty mapping would replace a query the path carries (a Link to the next page)
         query = {k: v for k, v in (params or {}).items() if v is not None} or None
-        with self._transport_errors():
-            response = self._http.request(
-                method, path, json=json, params=query, headers=self._headers(auth, extra_headers)
-            )
+        retries = READ_RETRIES if method in ("GET", "HEAD") else 0
+        for attempt in range(retries + 1):
+            with self._transport_errors():
+                response = self._http.request(
+                    method, path, json=json, params=query, headers=self._headers(auth, extra_headers)
+                )
+            if response.status_code != 429 or attempt == retries:
+                break
+            time.sleep(retry_after_seconds(response))
         body = _json_or_none(response)
         _raise_unless_success(response, body)
         return body, response
@@ -363,7 +386,7 @@ class VipsClient:
         self,
         job_id: str,
         *,
-        interval: float = 1.0,
+        interval: float = POLL_SECONDS,
         timeout: float | None = None,
         on_progress: Callable[[dict[str, Any]], None] | None = None,
     ) -> dict[str, Any]:

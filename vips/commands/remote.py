@@ -443,7 +443,7 @@ def _wait_with_progress(api: VipsClient, job: dict[str, Any], timeout: float | N
                 current["iteration"], current.get("epsilon_spent"), status, elapsed=_elapsed(current), eta=eta
             )
 
-        return api.wait(job["id"], interval=0.25, timeout=timeout, on_progress=show)
+        return api.wait(job["id"], timeout=timeout, on_progress=show)
 
 
 def _since(stamp: str | None) -> float | None:
