@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, StringConstraints, field_validator
 
+from privacy_wall.accounting.sigma_range import sigma_problem
 from privacy_wall.names import NAME_MAX_LENGTH, NAME_REGEX
 from service.store.job_status import JobStatus
 from service.store.keys import KEY_NAME_MAX_LENGTH, Role, key_name_problem
@@ -253,7 +254,9 @@ class JobCreate(_Strict):
         description="S, 1..N; omitted: chosen for the job's epsilon as iterations are (N with sigma)",
     )
     sigma: FiniteFloat | None = Field(
-        default=None, ge=0, description="noise multiplier; give sigma or epsilon"
+        default=None,
+        ge=0,
+        description="noise multiplier: 0 (public datasets only) or 0.001-10000; give sigma or epsilon",
     )
     epsilon: FiniteFloat | None = Field(
         default=None, gt=0, description="target epsilon of this job on its own; the server solves for sigma"
@@ -262,6 +265,14 @@ class JobCreate(_Strict):
     dry_run: bool = Field(
         default=False, strict=True, description="quote the cost without reserving or queueing anything"
     )
+
+    @field_validator("sigma")
+    @classmethod
+    def _sigma_runnable(cls, value: float | None) -> float | None:
+        problem = None if value is None else sigma_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
 
     @field_validator("model")
     @classmethod

@@ -499,6 +499,8 @@ LDA_DOC_LENGTH = ["body", "options", "doc_length"]
         ({"sigma": None}, ["body", "sigma"], "exactly one"),
         ({"sigma": 0}, ["body", "sigma"], "public"),
         ({"sigma": -1}, ["body", "sigma"], "greater than or equal to 0"),
+        ({"sigma": 1e-12}, ["body", "sigma"], "between 0.001 and 10000"),
+        ({"sigma": 1e5}, ["body", "sigma"], "between 0.001 and 10000"),
         ({"sigma": None, "epsilon": 0}, ["body", "epsilon"], "greater than 0"),
         ({"options": {"alpha": 1.0}}, ["body", "options", "alpha"], "unknown option"),
         ({"options": {"kappa": 2.0}}, ["body", "options", "kappa"], "[0, 1]"),

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from privacy_wall.accounting.accountants import SubsampledGaussianEvent, calibrate_sigma, get_accountant
 from privacy_wall.accounting.names import DEFAULT_ACCOUNTANT
+from privacy_wall.accounting.sigma_range import sigma_problem
 from privacy_wall.data.store import RowStore
 from privacy_wall.gate import Gate, PrivacyError
 from privacy_wall.ledger.base import InMemoryLedger
@@ -91,8 +92,9 @@ def resolve_sigma(schedule: Schedule, batch_size: int, population: int) -> float
     if (schedule.epsilon is None) == (schedule.sigma is None):
         raise ValueError("give exactly one of epsilon and sigma")
     if schedule.sigma is not None:
-        if not schedule.sigma >= 0:
-            raise ValueError("sigma must be >= 0")
+        problem = sigma_problem(schedule.sigma) if schedule.sigma >= 0 else "sigma must be >= 0"
+        if problem is not None:
+            raise ValueError(problem)
         return float(schedule.sigma)
     assert schedule.epsilon is not None and schedule.iterations is not None  # with_chosen filled it
     return calibrate_sigma(

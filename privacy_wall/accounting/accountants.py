@@ -42,6 +42,7 @@ from privacy_wall.accounting.names import ACCOUNTANT_NAMES
 from privacy_wall.accounting.names import DEFAULT_ACCOUNTANT as DEFAULT_ACCOUNTANT  # re-exported
 from privacy_wall.accounting.pld import Group
 from privacy_wall.accounting.profile_rdp import PROFILE_MAX_SIGMA, profile_rdp
+from privacy_wall.accounting.sigma_range import SIGMA_MAX, SIGMA_MIN
 from privacy_wall.accounting.wor_rdp import sampled_gaussian_rdp
 
 #: The fixed grid of Renyi orders on which every curve is stored (fractional near 1 for large sigma,
@@ -548,10 +549,6 @@ class CalibrationError(ValueError):
     """No noise multiplier can meet the target."""
 
 
-_SIGMA_MIN = 1e-3
-_SIGMA_MAX = 1e4
-
-
 def calibrate_sigma(
     target_epsilon: float,
     sample_size: int,
@@ -658,19 +655,19 @@ def _bracket(
     larger sigma is known to; else grown from the guess by factors 1.1, 1.1^2, 1.1^4, ... (a close guess
     costs few evaluations, a far one few more). lo is None when even the smallest sigma fits; raises
     CalibrationError when even the largest does not."""
-    hi = min(max(guess, _SIGMA_MIN), _SIGMA_MAX)
+    hi = min(max(guess, SIGMA_MIN), SIGMA_MAX)
     lo: float | None = None
     factor = 1.1
     if fitting is not None and hi < fitting and not fits(hi):
         return hi, fitting
     while not fits(hi):
-        if hi >= _SIGMA_MAX:
-            raise CalibrationError(f"target epsilon is unreachable even with sigma = {_SIGMA_MAX:g}")
-        lo, hi, factor = hi, min(hi * factor, _SIGMA_MAX), factor * factor
+        if hi >= SIGMA_MAX:
+            raise CalibrationError(f"target epsilon is unreachable even with sigma = {SIGMA_MAX:g}")
+        lo, hi, factor = hi, min(hi * factor, SIGMA_MAX), factor * factor
     while lo is None:
-        if hi <= _SIGMA_MIN:
+        if hi <= SIGMA_MIN:
             return None, hi
-        candidate = max(hi / factor, _SIGMA_MIN)
+        candidate = max(hi / factor, SIGMA_MIN)
         if fits(candidate):
             hi, factor = candidate, factor * factor
         else:
@@ -719,11 +716,11 @@ def calibrate_sigma_strong(
             - target_epsilon
         )
 
-    lo, hi = math.log(_SIGMA_MIN), math.log(_SIGMA_MAX)
+    lo, hi = math.log(SIGMA_MIN), math.log(SIGMA_MAX)
     if gap(hi) > 0:
         raise CalibrationError("target epsilon is unreachable by strong composition")
     if gap(lo) <= 0:
-        return _SIGMA_MIN
+        return SIGMA_MIN
     from scipy.optimize import brentq
 
     return math.exp(brentq(gap, lo, hi, xtol=1e-8)) * (1 + 1e-9)
