@@ -13,7 +13,7 @@ SHRUNK = "its means are shrunk toward 0: read its intervals as far too narrow"
 #: or "").
 TESTED: dict[tuple[str, str], tuple[str, str, str]] = {
     ("blr", "vips"): ("71-90% (85-90% from epsilon 1)", "90-92%", "somewhat narrow at epsilon 0.3"),
-    ("blr", "dpvi"): ("54-88% (more at larger epsilon)", "77-80%", "somewhat narrow"),
+    ("blr", "dpvi"): ("78-97% (88-97% from epsilon 1)", "86-91%", "somewhat narrow at epsilon 0.3"),
     ("blr", "dpsep"): ("9-36%", "80-84%", SHRUNK),
     ("linreg", "vips"): ("86-93%", "91%", ""),
     ("linreg", "dpsep"): (
