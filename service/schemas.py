@@ -108,6 +108,12 @@ class LedgerEntry(BaseModel):
     event: dict[str, Any]
     accountant: str
     created_at: datetime
+    released: bool | None = Field(
+        default=None,
+        description="whether the release this charge paid for was kept: false when it never left the wall "
+        "(the job was killed between charge and store, or a later attempt of the iteration replaced it; the "
+        "charge stays, over-counting, never under-counting); null while the job may still keep it",
+    )
 
 
 class LedgerPublic(BaseModel):

@@ -255,6 +255,11 @@ def test_worker_killed_mid_job_leaves_no_uncharged_release(tmp_path: Path) -> No
             engine.dispose()
         assert stored and stored <= set(charged)  # every stored release has its charge
         assert len(charged) - len(stored) in (0, 1)  # at most the release the kill interrupted
+        with VipsClient(service.url, custodian) as api:  # the ledger shows which (issue 52)
+            entries = [e for e in api.ledger("synth")["entries"] if e["job_id"] == job["id"]]
+        kept = {e["iteration"] for e in entries if e["released"] is True}
+        assert kept == stored
+        assert [e["released"] for e in entries].count(False) == len(charged) - len(stored)
         per_iteration = privacy_cost(SubsampledGaussianEvent(5.0, 2000, 2000))
         with VipsClient(service.url, custodian) as api:
             budget = api.dataset("synth")["budget"]

@@ -22,6 +22,7 @@ from privacy_wall.gate import Gate
 from privacy_wall.ledger import database as ledger_db
 from privacy_wall.ledger.schema import charges
 from privacy_wall.sqlengine import create_db_engine
+from service.budgets.charge_outcomes import charge_outcomes
 from service.jobs.reaper import reap
 from service.store.models import api_keys, jobs, releases
 from service.store.posteriors import posterior_text
@@ -199,15 +200,48 @@ def test_release_lost_after_its_charge_is_paid_again_never_reused(
         job_runner.execute_job(job_id, control, sensitive)
     monkeypatch.undo()
     assert charge_keys(control, job_id) == [(1, 0), (2, 0), (3, 0)]
+    # The ledger tells the charges apart (issue 52): 1 and 2 kept; 3 unknown while the job may resume.
+    assert outcomes(control, job_id) == {(1, 0): True, (2, 0): True, (3, 0): None}
     assert job_runner.execute_job(job_id, control, sensitive, heartbeat_timeout=0) == "succeeded"
     keys = charge_keys(control, job_id)
     assert keys == [(1, 0), (2, 0), (3, 0), (3, 1), (4, 0), (5, 0), (6, 0)]
+    # The lost release's charge is the one spent without a release; the rest were kept.
+    assert outcomes(control, job_id) == {key: key != (3, 0) for key in keys}
     # Every stored release has its charge, and the ledger over-counts by exactly the lost one.
     assert set(stored_iterations(control, job_id)) <= {t for t, _ in keys}
     per_iteration = privacy_cost(SubsampledGaussianEvent(3.0, 100, 400))
     assert ledger_db.budget_status(control, "t").epsilon_spent == pytest.approx(
         per_iteration.scaled(7).epsilon(DELTA), rel=1e-9
     )
+
+
+def outcomes(control: Engine, job_id: str) -> dict[tuple[int, int], bool | None]:
+    """(iteration, attempt) -> whether its release was kept, as the ledger's `released` says."""
+    entries = [e for e in ledger_db.ledger_entries(control, "t") if e["job_id"] == job_id]
+    found = charge_outcomes(control, entries)
+    return {(e["iteration"], e["attempt"]): found[e["id"]] for e in entries}
+
+
+def test_a_job_failed_after_a_charge_shows_that_charge_spent_without_release(
+    engines: tuple[Engine, Engine], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job that ends between a charge and its store (here its store is refused for a reason that keeps
+    the charge, as a killed process's is) leaves that charge `released: false`, the rest true; GET
+    /v1/datasets/{name}/ledger serves the same flags (tests/test_e2e.py, a killed worker)."""
+    control, sensitive = engines
+    job_id = submit(control)
+    real_store = job_runner.run_writes
+    calls = {"n": 0}
+
+    def failing_store(*args: Any, **kwargs: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise MemoryError  # after the commit of charge 2: the charge stays
+        return real_store(*args, **kwargs)
+
+    monkeypatch.setattr(job_runner, "run_writes", failing_store)
+    assert job_runner.execute_job(job_id, control, sensitive) == "failed"
+    assert outcomes(control, job_id) == {(1, 0): True, (2, 0): False}
 
 
 def test_cancel_between_iterations_refunds_the_rest(

@@ -12,6 +12,7 @@ from sqlalchemy import select
 from privacy_wall.ledger import database as ledger_db
 from privacy_wall.ledger.delta_policy import DeltaTooLarge
 from privacy_wall.sqlengine import reading
+from service.budgets.charge_outcomes import charge_outcomes
 from service.budgets.datasets import budget_or_none, budget_warning, finite, public_cap_refusal
 from service.budgets.job_costs import epsilon_spent
 from service.errors import Conflict, SpecError
@@ -90,13 +91,15 @@ def ledger(
         str | None, Query(max_length=64, description="the next_cursor of the previous page")
     ] = None,
 ) -> LedgerPublic:
-    """The audit log, one page at a time (oldest first): every charged release with its event, and the
-    budget's status (null if unset). Follow `next_cursor` until it is null to read every entry once."""
+    """The audit log, one page at a time (oldest first): every charged release with its event and whether
+    the release was kept (`released`), and the budget's status (null if unset). Follow `next_cursor` until
+    it is null to read every entry once."""
     visible_dataset(engine, principal, name, administer=True)
     after = _after(cursor)
     status = budget_or_none(engine, name)
     rows = ledger_db.ledger_entries(engine, name, after=after, limit=limit + 1)
     more = len(rows) > limit
+    outcomes = charge_outcomes(engine, rows[:limit])
     entries = [
         LedgerEntry(
             id=e["id"],
@@ -106,6 +109,7 @@ def ledger(
             event=e["event"],
             accountant=e["accountant"],
             created_at=aware(datetime.fromisoformat(e["created_at"])),
+            released=outcomes.get(e["id"]),
         )
         for e in rows[:limit]
     ]
