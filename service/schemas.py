@@ -262,7 +262,7 @@ class JobCreate(_Strict):
     sigma: FiniteFloat | None = Field(
         default=None,
         ge=0,
-        description="noise multiplier: 0 (public datasets only) or 0.001-10000; give sigma or epsilon",
+        description="noise multiplier: 0 (public datasets only) or at least 0.001; give sigma or epsilon",
     )
     epsilon: FiniteFloat | None = Field(
         default=None, gt=0, description="target epsilon of this job on its own; the server solves for sigma"
