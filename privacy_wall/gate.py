@@ -62,6 +62,25 @@ class Release:
     attempt: int = 0  # the ledger's (job, iteration, attempt) key of its charge
 
 
+def noised_means(
+    query: Query,
+    sums: dict[str, Array],
+    batch_size: int,
+    sigma: float,
+    dimension: int,
+    noise: np.random.Generator | NoiseAhead,
+) -> tuple[dict[str, Array], dict[str, float]]:
+    """(post-processed statistics, noise std per block) of clipped sums over `batch_size` records: their
+    means with one Gaussian mechanism of multiplier sigma over the query's blocks at their sensitivities
+    (joint sensitivity sqrt(B) unless the query proves less). The gate's release, and the loop's public
+    rehearsal of it (worker.runner.rehearse)."""
+    sensitivities = {b.name: b.sensitivity(batch_size) for b in query.blocks(dimension)}
+    means = {name: value / batch_size for name, value in sums.items()}
+    joint = joint_sensitivity(query, dimension)
+    noised = release_blocks(means, sensitivities, sigma, noise, joint_sensitivity=joint)
+    return query.postprocess(noised.values, dimension), noised.noise_std
+
+
 class Gate:
     """Releases of one dataset, charged to one ledger."""
 
@@ -196,17 +215,13 @@ class Gate:
             else:
                 batch = self._store.take(self._passes.next_rows(info.population, batch_size, rng))
             sums = query.clipped_sums(batch, params, rng)
-        blocks = query.blocks(info.dimension)
-        means = {name: value / batch_size for name, value in sums.items()}
-        sensitivities = {b.name: b.sensitivity(batch_size) for b in blocks}
-        joint = joint_sensitivity(query, info.dimension)  # sqrt(B) unless the query proves less
         noise = rng if self._noise is None else self._noise
-        noised = release_blocks(means, sensitivities, sigma, noise, joint_sensitivity=joint)
+        statistics, noise_std = noised_means(query, sums, batch_size, sigma, info.dimension, noise)
         return Release(
             job_id=charge.job_id,
             iteration=charge.iteration,
-            statistics=query.postprocess(noised.values, info.dimension),
-            noise_std=noised.noise_std,
+            statistics=statistics,
+            noise_std=noise_std,
             sigma=sigma,
             batch_size=batch_size,
             population=info.population,

@@ -17,9 +17,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from privacy_wall.data.store import Batch
-from privacy_wall.gate import Release
-from privacy_wall.noise.mechanisms import release_blocks
-from privacy_wall.queries.base import Array, Query, joint_sensitivity
+from privacy_wall.gate import Release, noised_means
+from privacy_wall.queries.base import Array, Query
 from worker.models.base import State, VipsModel, step_size
 
 
@@ -65,6 +64,14 @@ class LoopResult(Generic[State]):
     releases: list[Release]
 
 
+def _rho(settings: LoopSettings, population: int, t: int) -> float:
+    """The step size of iteration t. Non-private batch mode (S = N, sigma = 0) is plain VB: rho = 1 reaches
+    its fixed point. With noise, (tau0 + t)^-kappa averages the noisy estimates (rho = 1 lets the noise
+    feed back through q(alpha))."""
+    exact_batch = settings.batch_size >= population and settings.sigma == 0
+    return 1.0 if exact_batch else step_size(t, settings.tau0, settings.kappa)
+
+
 class UnrunnableOptions(ValueError):
     """The job's first update fails on a public stand-in: its options cannot run; nothing was charged."""
 
@@ -103,21 +110,14 @@ def rehearse(
     stand_in = Batch(np.zeros((1, dimension)), np.zeros(1), counts)
     generator = np.random.default_rng(0)  # public: the rehearsal's output is never released
     try:
+        # One record's sums stand for a batch's mean: the noise is the batch's, at settings.batch_size.
         sums = query.clipped_sums(stand_in, params, generator)
-        blocks = query.blocks(dimension)
-        sensitivities = {block.name: block.sensitivity(settings.batch_size) for block in blocks}
-        noised = release_blocks(
-            sums,
-            sensitivities,
-            settings.sigma,
-            generator,
-            joint_sensitivity=joint_sensitivity(query, dimension),
+        sums = {name: value * settings.batch_size for name, value in sums.items()}
+        statistics, noise_std = noised_means(
+            query, sums, settings.batch_size, settings.sigma, dimension, generator
         )
-        statistics = query.postprocess(noised.values, dimension)
-        exact_batch = settings.batch_size >= population and settings.sigma == 0
-        rho = 1.0 if exact_batch else step_size(1, settings.tau0, settings.kappa)
         with np.errstate(all="ignore"):
-            state = model.m_step(state, statistics, population, rho, noised.noise_std)
+            state = model.m_step(state, statistics, population, _rho(settings, population, 1), noise_std)
             finite = all(map(_finite, (state, model.public_params(state), model.posterior(state))))
     except (ArithmeticError, ValueError, np.linalg.LinAlgError) as exc:
         raise UnrunnableOptions(
@@ -154,10 +154,7 @@ def run_vips(
     for t in range(first_iteration, settings.iterations + 1):
         if should_stop is not None and should_stop():
             break
-        # Non-private batch mode (S = N, sigma = 0) is plain VB: rho = 1 reaches its fixed point. With noise,
-        # (tau0 + t)^-kappa averages the noisy estimates (rho = 1 lets the noise feed back through q(alpha)).
-        exact_batch = settings.batch_size >= population and settings.sigma == 0
-        rho = 1.0 if exact_batch else step_size(t, settings.tau0, settings.kappa)
+        rho = _rho(settings, population, t)
         release = gate.release(
             query,
             model.public_params(state),
