@@ -221,7 +221,7 @@ def test_events_validate() -> None:
 
 # calibrate_sigma bisects log sigma until hi / lo <= 1 + rel_tol and returns the end that meets the target,
 # so the true smallest sigma is within a factor 1 + rel_tol below the answer.
-CALIBRATION_TOL = 1e-4
+CALIBRATION_TOL = 1e-5
 DEFAULT_TOL = inspect.signature(calibrate_sigma).parameters["rel_tol"].default
 
 

@@ -103,12 +103,12 @@ def test_privacy_epsilon_reproduces_the_paper_lda_schedule(capsys: pytest.Captur
 
 
 def test_privacy_epsilon_defaults_to_the_budgets_filter(capsys: pytest.CaptureFixture[str]) -> None:
-    """By default the calculators price as a budget charges (the filter: LDA 1.98, full-batch Adult at eps
-    0.8 sigma 14.56); `--accountant pld` gives a job's own tight price: LDA 0.984 by the PLD of C_q (at most
-    1.00, never below 0.932, the PLD of a reachable pair; 1.904 with RDP's improved conversion), full-batch
-    Adult sigma 14.46 exactly (19.29 under the paper's)."""
+    """By default the calculators price as a budget charges (the filter: LDA 2.51, full-batch Adult at eps
+    0.8 sigma 14.46, the exact Gaussian's to 0.02%); `--accountant pld` gives a job's own tight price: LDA
+    0.984 by the PLD of C_q (at most 1.00, never below 0.932, the PLD of a reachable pair; 1.904 with RDP's
+    improved conversion), full-batch Adult sigma 14.46 exactly (19.29 under the paper's)."""
     default = run_ok(capsys, ["privacy", "epsilon", "--sigma", "1.24", *PAPER_LDA])
-    assert default["epsilon"] == pytest.approx(1.977, abs=5e-3)
+    assert default["epsilon"] == pytest.approx(2.514, abs=5e-3)
     assert default["accountant"].startswith("filter/")
     result = run_ok(capsys, ["privacy", "epsilon", "--sigma", "1.24", *PAPER_LDA, "--accountant", "pld"])
     assert 0.932 <= result["epsilon"] <= 1.00
@@ -117,7 +117,7 @@ def test_privacy_epsilon_defaults_to_the_budgets_filter(capsys: pytest.CaptureFi
     assert rdp["epsilon"] == pytest.approx(1.904, abs=5e-4) and rdp["accountant"].startswith("rdp/")
     batch = ["--batch-size", "32561", "--population", "32561", "--iterations", "10", "--delta", "1e-5"]
     filtered = run_ok(capsys, ["privacy", "sigma", "--epsilon", "0.8", *batch])
-    assert filtered["sigma"] == pytest.approx(14.56, rel=1e-3) and filtered["epsilon"] <= 0.8
+    assert round(filtered["sigma"], 2) == 14.46 and filtered["epsilon"] <= 0.8
     exact = run_ok(capsys, ["privacy", "sigma", "--epsilon", "0.8", *batch, "--accountant", "pld"])
     assert exact["sigma"] == pytest.approx(14.46, rel=2e-3) and exact["epsilon"] <= 0.8
     paper = run_ok(capsys, ["privacy", "sigma", "--epsilon", "0.8", *batch, "--accountant", "paper"])

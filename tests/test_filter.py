@@ -79,13 +79,14 @@ def test_renyi_rule_lies_between_the_fixed_sequence_rdp_price_and_the_union_boun
 
 def test_full_batch_is_priced_exactly_by_the_gaussian_part() -> None:
     """Full-batch releases compose exactly (mu^2 = sum 1/sigma^2) at GAUSSIAN_SHARE of delta: 10 releases on
-    Adult at eps 0.8, delta 1e-5 need sigma 14.56 (14.46 with the whole delta, docs/design.md)."""
+    Adult at eps 0.8, delta 1e-5 need sigma 14.46, as with the whole delta (issue 50's done-when: the
+    full-batch price is unchanged by the filter; 14.56 when the Gaussian part had 0.9 of delta)."""
     delta = 1e-5
     cost = FILTER.cost(vips_job_event(14.46, 32_561, 32_561, 10))
     exact = gaussian_dp_epsilon(math.sqrt(10) / 14.46, filter_rule.GAUSSIAN_SHARE * delta)
     assert cost.epsilon(delta) == pytest.approx(exact, abs=1e-9)
     sigma = calibrate_sigma(0.8, 32_561, 32_561, 10, delta, accountant="filter")
-    assert round(sigma, 2) == 14.56
+    assert round(sigma, 2) == 14.46 and sigma >= 14.46
     whole_delta = gaussian_dp_epsilon(math.sqrt(10) / 14.46, delta)
     assert whole_delta == pytest.approx(0.8, abs=2e-4)
 
@@ -116,7 +117,7 @@ def test_filter_never_charges_less_than_the_tight_fixed_sequence_price(
 
 def test_filter_refuses_what_the_path_wise_rule_admits() -> None:
     """DPVI's usual schedule (T 1,000, S N/50 on Adult) calibrated to eps 1 by the path-wise `pld` rule fits a
-    cap of 1 there and not under the filter, which needs about a quarter more noise for it (3.81 against
+    cap of 1 there and not under the filter, which needs about a third more noise for it (4.21 against
     3.07; twice as much with Thm 27's RDP curve alone)."""
     delta, population = 1e-6, 32_561
     size = population // 50
@@ -128,7 +129,7 @@ def test_filter_refuses_what_the_path_wise_rule_admits() -> None:
     with pytest.raises(BudgetExceeded):
         InMemoryLedger(delta=delta, epsilon_budget=1.0, accountant=FILTER).reserve("a", event, 1_000)
     filtered = calibrate_sigma(1.0, size, population, 1_000, delta, accountant="filter")
-    assert 1.15 * sigma < filtered < 1.35 * sigma
+    assert 1.25 * sigma < filtered < 1.5 * sigma
 
 
 def test_filter_is_the_default_and_its_price_is_a_function_of_the_releases_alone() -> None:
@@ -238,11 +239,11 @@ def adaptive_bounds() -> tuple[float, float, float]:
 
 def test_fully_adaptive_analyst_stays_within_the_cap() -> None:
     """The adaptive interaction's epsilon lower bound stays below the cap (a correct filter fails this with
-    probability <= ALPHA), and the audit has power: 0.851 at ADAPTIVE_SEED (the analyst spends the rest in
+    probability <= ALPHA), and the audit has power: 0.855 at ADAPTIVE_SEED (the analyst spends the rest in
     ~40% of transcripts, so the mixture's epsilon is well below the cap; the bound's spread over seeds is a
-    few hundredths), while the half-price filter below reaches 2.80."""
+    few hundredths), while the half-price filter below reaches 2.85."""
     sigma, bound, _ = adaptive_bounds()
-    assert sigma == pytest.approx(2.022, abs=1e-3)
+    assert sigma == pytest.approx(2.014, abs=1e-3)
     assert bound <= ADAPTIVE_CAP, f"epsilon >= {bound:.3f} at confidence 1 - {ALPHA:g}, cap {ADAPTIVE_CAP}"
     assert bound >= 0.3 * ADAPTIVE_CAP, f"no power: {bound:.3f}"
 

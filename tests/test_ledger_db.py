@@ -361,6 +361,64 @@ def test_migration_0012_reprices_by_the_filter_and_an_overspent_ledger_says_why(
         eng.dispose()
 
 
+def test_migration_0014_gives_the_gaussian_part_more_delta_and_records_the_old_spend(tmp_path: Path) -> None:
+    """A ledger the filter of revision 0013 priced (Gaussian part at 0.9 of delta), upgraded to head:
+    full-batch releases now cost what they cost without adaptivity (10 on Adult at sigma 14.46 spend eps
+    0.8, delta 1e-5, to 0.02%), subsampled ones more; the change is recorded with the spend at 0.9 and at
+    0.998."""
+    from alembic import command
+    from sqlalchemy import insert, select
+
+    from privacy_wall.accounting import filter as filter_rule
+    from privacy_wall.accounting.accountants import FORMER_FILTERS, ORDERS, event_to_dict
+    from privacy_wall.ledger.schema import accountant_changes, budgets, charges
+    from vips.migrate import alembic_config
+
+    ((old_version, old_filter),) = FORMER_FILTERS.items()
+    assert old_filter.gaussian_share == 0.9 and filter_rule.GAUSSIAN_SHARE == 0.998
+    full_batch = SubsampledGaussianEvent(14.46, 32_561, 32_561)
+    url = f"sqlite:///{tmp_path / 'control.db'}"
+    command.upgrade(alembic_config("control", url), "0013")
+    eng = create_db_engine(url)
+    try:
+        for dataset, events in (("full", [full_batch] * 10), ("mixed", [full_batch] * 2 + [EVENT] * 20)):
+            old = sum((old_filter.cost(e) for e in events[1:]), old_filter.cost(events[0]))
+            with eng.begin() as conn:  # what 0013's code wrote
+                conn.execute(
+                    insert(budgets).values(
+                        dataset=dataset, epsilon=3.0, delta=DELTA, committed_curve=old.to_json(),
+                        orders=ORDERS.tolist(), accountant=old_version, updated_at=ledger_db._now(),
+                    )
+                )  # fmt: skip
+                for t, event in enumerate(events):
+                    conn.execute(
+                        insert(charges).values(
+                            dataset=dataset, job_id=f"{dataset}-j", iteration=t, attempt=0,
+                            event=event_to_dict(event), curve=old_filter.cost(event).to_json(),
+                            accountant=old_version, created_at=ledger_db._now(),
+                        )
+                    )  # fmt: skip
+        upgrade("control", url)
+        with eng.connect() as conn:
+            changes = {row.dataset: row for row in conn.execute(select(accountant_changes))}
+        assert set(changes) == {"full", "mixed"}
+        full = ledger_db.budget_status(eng, "full").epsilon_spent
+        assert full == pytest.approx(0.8, abs=2e-4)  # the exact Gaussian's price, 14.46 for 0.8
+        assert changes["full"].epsilon_spent_before == pytest.approx(
+            old_filter.epsilon(old_filter.cost(full_batch).scaled(10), DELTA), rel=1e-12
+        )
+        assert changes["full"].epsilon_spent_before > full * 1.005
+        mixed = ledger_db.budget_status(eng, "mixed").epsilon_spent
+        for dataset, spent in (("full", full), ("mixed", mixed)):
+            change = changes[dataset]
+            assert change.old_accountant == old_version
+            assert change.new_accountant == get_accountant("filter").version != old_version
+            assert change.epsilon_spent_after == pytest.approx(spent, rel=1e-12)
+        assert changes["mixed"].epsilon_spent_before < mixed  # the Renyi part has less delta now
+    finally:
+        eng.dispose()
+
+
 def test_a_ledger_on_another_grid_of_orders_is_repriced(engine: Engine) -> None:
     """The stored order grid is checked on every read, not only the accountant's version."""
     from sqlalchemy import select, update

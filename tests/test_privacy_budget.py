@@ -33,14 +33,14 @@ def model(budget: PrivacyBudget, epsilon: float = 0.4) -> VIPSLogisticRegression
     return VIPSLogisticRegression(epsilon=epsilon, iterations=2, budget=budget)
 
 
-def test_five_full_batch_fits_of_04_compose_to_0962_and_a_sixth_is_refused(
+def test_five_full_batch_fits_of_04_compose_to_0963_and_a_sixth_is_refused(
     data: tuple[np.ndarray, np.ndarray],
 ) -> None:
     budget = PrivacyBudget(epsilon=1.0, delta=1e-5)  # the filter, as the estimators' default
     x, y = data
     for _ in range(5):
         model(budget).fit(x, y)
-    assert budget.spent == pytest.approx(0.962, abs=1e-3)  # composed, not 5 x 0.4 = 2
+    assert budget.spent == pytest.approx(0.963, abs=1e-3)  # composed, not 5 x 0.4 = 2
     assert budget.remaining == pytest.approx(1.0 - budget.spent)
     assert len(budget.history) == 5
     assert [round(c.epsilon, 3) for c in budget.history] == [0.4] * 5

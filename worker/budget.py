@@ -13,7 +13,7 @@ folds are not private at all (exact statistics of the rows): they are for data y
 Every fit it pays for reserves its whole cost before it starts and is charged for the iterations it released
 when it ends (the service's ledger protocol, privacy_wall.ledger.base); costs compose with the accountant,
 as a dataset's ledger does (never by adding epsilons): five full-batch fits of epsilon 0.4 compose to about
-0.962 at delta 1e-5 under the filter (the default; 0.963 under `pld`). A fit that would exceed the budget is
+0.963 at delta 1e-5 under the filter (the default) as under `pld`. A fit that would exceed the budget is
 refused before anything is computed, with the service's 409 message (privacy_wall.ledger.refusals; "dataset
 D" names the fit's `dataset=`, "local" by default).
 

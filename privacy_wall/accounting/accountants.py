@@ -405,8 +405,12 @@ class FilterAccountant(RdpAccountant):
     """
 
     name = "filter"
-    version = f"filter/gdp-st22-{filter_rule.GAUSSIAN_SHARE:g}/rdp-mix-fz21-balle20/profile2-wbk19/grid-v1"
     lists_releases = True
+
+    def __init__(self, gaussian_share: float = filter_rule.GAUSSIAN_SHARE) -> None:
+        #: The Gaussian part's share of delta (the Renyi part has the rest); the version names it.
+        self.gaussian_share = gaussian_share
+        self.version = f"filter/gdp-st22-{gaussian_share:g}/rdp-mix-fz21-balle20/profile2-wbk19/gridv1"
 
     def _subsampled_curve(self, sigma: float, sample_size: int, population: int) -> tuple[float, ...]:
         """Order by order the least of three valid RDP bounds: WBK 2019 Thm 27 and the unamplified Gaussian
@@ -428,9 +432,9 @@ class FilterAccountant(RdpAccountant):
         if sum(group[3] for group in cost.releases) != cost.subsampled_releases:
             raise ValueError("a filter cost's release groups do not match its subsampled releases")
         mu2 = cost.gaussian_mu_squared + sum(count / (sigma * sigma) for sigma, _, _, count in cost.releases)
-        share = filter_rule.GAUSSIAN_SHARE * delta
+        share = self.gaussian_share * delta
         gaussian = _gaussian_epsilon(mu2, share) if share > 0.0 else math.inf
-        renyi = filter_rule.renyi_epsilon(ORDERS, cost.rdp, (1.0 - filter_rule.GAUSSIAN_SHARE) * delta)
+        renyi = filter_rule.renyi_epsilon(ORDERS, cost.rdp, (1.0 - self.gaussian_share) * delta)
         return min(gaussian, renyi)
 
 
@@ -468,6 +472,12 @@ ACCOUNTANTS: dict[str, Accountant] = {
     a.name: a for a in (FilterAccountant(), PldAccountant(), RdpAccountant(), PaperAccountant())
 }
 assert tuple(ACCOUNTANTS) == ACCOUNTANT_NAMES
+
+#: Earlier revisions of the filter by their stored version, to record what a ledger cost before it is
+#: re-priced: the Gaussian part had 0.9 of delta until migration 0014.
+FORMER_FILTERS: dict[str, FilterAccountant] = {
+    "filter/gdp-st22-0.9/rdp-mix-fz21-balle20/profile2-wbk19/grid-v1": FilterAccountant(0.9),
+}
 
 
 def get_accountant(name: str) -> Accountant:
@@ -556,7 +566,7 @@ def calibrate_sigma(
     iterations: int,
     delta: float,
     spent: PrivacyCost | None = None,
-    rel_tol: float = 1e-3,
+    rel_tol: float = 1e-4,
     accountant: Accountant | str | None = None,
 ) -> float:
     """Smallest sigma with epsilon(spent + job cost) <= target_epsilon, to relative tolerance rel_tol.

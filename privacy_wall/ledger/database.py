@@ -28,6 +28,7 @@ from sqlalchemy.exc import IntegrityError
 
 from privacy_wall.accounting.accountants import (
     ACCOUNTANTS,
+    FORMER_FILTERS,
     ORDERS,
     Accountant,
     PrivacyCost,
@@ -168,6 +169,13 @@ def _old_epsilon(row: Any) -> float:
     classic conversion of the stored RDP curve, which is what ledgers before migration 0002 used); inf
     when the stored cost is on another grid of orders."""
     stored = row.committed_curve
+    former = FORMER_FILTERS.get(row.accountant)
+    if former is not None:  # the same stored form, priced at the delta split of its time
+        try:
+            cost = PrivacyCost.from_json(stored, former.name)
+            return former.epsilon(cost, row.delta) if any(cost.values) else 0.0
+        except ValueError:
+            return math.inf
     if row.accountant == _PLD_BEFORE_0006:  # S = N alone: the exact Gaussian; anything subsampled: RDP
         name = "rdp" if len(stored) == len(ORDERS) + 2 and stored[-1] else "pld"
     else:
