@@ -87,7 +87,7 @@ REPEATED_JOBS = [
     ("VIPS-BLR one full-batch release, Adult", 32_561, 32_561, 1, 1e-6, None),
     ("VIPS-BLR one full-batch release, COMPAS", 6_172, 6_172, 1, 1e-5, None),
     ("VIPS-BLR T 10 full-batch, Adult", 32_561, 32_561, 10, 1e-6, None),
-    ("DPVI's automatic schedule up to eps x N 50,000 (T 300, S N), Adult", 32_561, 32_561, 300, 1e-6, None),
+    ("DPVI's automatic schedule up to eps x N 150,000 (T 300, S N), Adult", 32_561, 32_561, 300, 1e-6, None),
     ("DPVI T 1,000, S N/50, Adult", 651, 32_561, 1_000, 1e-6, None),
     ("DPVI T 1,000, S N/50, COMPAS", 123, 6_172, 1_000, 1e-5, None),
     ("LDA (paper: sigma 1.24, S 20,000 of 400,000, T 20)", 20_000, 400_000, 20, 1e-4, 1.24),

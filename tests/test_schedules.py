@@ -102,12 +102,12 @@ def test_vips_blr_takes_whole_batch_releases_by_log_loss_and_coverage() -> None:
 
 def test_dpvi_takes_full_batches_up_to_a_scale_then_its_usual_schedule_with_a_floor_on_the_batch() -> None:
     """Under the budget's filter full-batch releases are priced exactly and subsampled ones by Renyi: up
-    to epsilon x N = 50,000, 300 steps on the whole dataset; above (and with sigma given), the usual
+    to epsilon x N = 150,000, 300 steps on the whole dataset; above (and with sigma given), the usual
     1,000 steps on N/50 rows, at least 100 (docs/schedules.md)."""
-    for population, epsilon in ((32_561, 0.3), (32_561, 1.0), (4_930, 3.0), (100_000, 0.5)):
+    for population, epsilon in ((32_561, 0.3), (32_561, 3.0), (4_930, 10.0), (100_000, 1.5)):
         chosen = choose_schedule("blr", "dpvi", population, epsilon)
         assert (chosen.iterations, chosen.batch_size) == (300, population)
-    for population, epsilon in ((32_561, 3.0), (100_000, 0.6), (32_561, None)):
+    for population, epsilon in ((32_561, 10.0), (100_000, 1.6), (32_561, None)):
         chosen = choose_schedule("blr", "dpvi", population, epsilon)
         assert (chosen.iterations, chosen.batch_size) == (1000, round(population / 50))
     rule = rule_for("blr", "dpvi")
@@ -122,9 +122,9 @@ def test_given_values_win_and_the_rule_fills_the_rest() -> None:
     assert (both.iterations, both.batch_size, both.auto, both.why) == (300, 1_000, (), "given")
     fills = choose_schedule("blr", "dpvi", 32_561, 0.3, iterations=300, batch_size=1_000)
     assert (fills.auto, fills.options) == (("learning_rate",), {"learning_rate": 1.0})
-    only_t = choose_schedule("blr", "dpvi", 32_561, 3.0, iterations=300)
+    only_t = choose_schedule("blr", "dpvi", 32_561, 10.0, iterations=300)
     assert (only_t.iterations, only_t.batch_size, only_t.auto) == (300, 651, ("batch_size", "learning_rate"))
-    capped = choose_schedule("blr", "dpvi", 32_561, 3.0, max_iterations=500)
+    capped = choose_schedule("blr", "dpvi", 32_561, 10.0, max_iterations=500)
     assert capped.iterations == 500
 
 

@@ -64,7 +64,7 @@ from scipy.special import logsumexp
 #: whole delta (issue 50 keeps full-batch prices where they were), while the Renyi part pays log(500) nats
 #: in its conversion instead of log(10): DPVI's usual schedule (T 1,000, S N/50, eps 1, delta 1e-6)
 #: needs sigma 4.21 instead of 3.81, the paper's LDA schedule costs eps 2.51 instead of 1.98. The service's
-#: automatic schedules are full-batch but for DPVI above eps x N = 50,000 (docs/design.md section 3).
+#: automatic schedules are full-batch but for DPVI above eps x N = 150,000 (docs/design.md section 3).
 GAUSSIAN_SHARE = 0.998
 
 #: The root of the Renyi rule is found to this absolute tolerance and then rounded up by it (never below).

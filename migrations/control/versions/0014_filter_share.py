@@ -1,6 +1,6 @@
 """Re-price every ledger with the filter's Gaussian part at 0.998 of delta, up from 0.9 (issue 50).
 
-Full-batch releases, what the service's automatic schedules make but for DPVI above epsilon x N = 50,000,
+Full-batch releases, what the service's automatic schedules make but for DPVI above epsilon x N = 150,000,
 are priced exactly by the Gaussian part: at 0.998 of delta they cost what the non-adaptive composition does
 to 0.02% (10 on Adult at eps 0.8, delta 1e-5: sigma 14.462 against 14.555 at 0.9). Subsampled releases
 pay more in the Renyi part, which now has 0.002 of delta (docs/design.md section 3). Each re-pricing is
