@@ -37,7 +37,7 @@ from privacy_wall.ledger.schema import datasets
 from privacy_wall.sqlengine import create_db_engine
 from service.app import create_app
 from service.settings import ServiceSettings
-from service.store.keys import create_key
+from service.store.keys import authenticate, create_key
 from service.store.models import jobs, releases
 from service.store.posteriors import store_posterior
 from service.store.release_arrays import encode_arrays
@@ -48,6 +48,34 @@ from vips.migrate import upgrade
 
 DATASET, POPULATION, FEATURES = "census", 30_000, 12
 TARGET_MS = 200.0
+
+
+def add_job(engine: Engine, owner: str, j: int, iterations: int, rng: np.random.Generator) -> str:
+    """The j-th finished job of the dataset (43 minutes after the one before, from 30 days ago), charged for
+    its iterations: full-batch when j is even, subsampled when odd. Returns its id."""
+    job_id = f"{j:08x}{rng.integers(1 << 62):016x}"[:32]
+    full = j % 2 == 0
+    event = (
+        SubsampledGaussianEvent(60.0, POPULATION, POPULATION)
+        if full
+        else SubsampledGaussianEvent(6.0, 300, POPULATION)
+    )
+    created = datetime.now(UTC) - timedelta(days=30) + timedelta(minutes=43 * j)
+    with engine.begin() as conn:
+        conn.execute(
+            insert(jobs).values(
+                id=job_id, dataset=DATASET, owner=owner, model="blr", algorithm="vips", options={},
+                iterations=iterations, batch_size=event.sample_size, sigma=event.noise_multiplier,
+                epsilon_target=None, epsilon_job=None, delta=1e-5, status="succeeded",
+                iteration=iterations, cancel_requested=False, created_at=created, started_at=created,
+                finished_at=created + timedelta(minutes=2),
+            )
+        )  # fmt: skip
+    ledger_db.reserve(engine, DATASET, job_id, event, iterations)
+    for t in range(1, iterations + 1):
+        ledger_db.commit_charge(engine, Charge(DATASET, job_id, t, event))
+    ledger_db.refund(engine, job_id)
+    return job_id
 
 
 def populate(engine: Engine, n_jobs: int, iterations: int, seed: int = 0) -> tuple[dict[str, str], str]:
@@ -66,31 +94,9 @@ def populate(engine: Engine, n_jobs: int, iterations: int, seed: int = 0) -> tup
     analyst_id, analyst = create_key(engine, "analyst", all_datasets=True)
     keys = {"custodian": custodian, "analyst": analyst}
     ledger_db.set_budget(engine, DATASET, 1e9, 1e-5)
-    start = datetime.now(UTC) - timedelta(days=30)
     job_id = ""
     for j in range(n_jobs):
-        job_id = f"{j:08x}{rng.integers(1 << 62):016x}"[:32]
-        full = j % 2 == 0
-        event = (
-            SubsampledGaussianEvent(60.0, POPULATION, POPULATION)
-            if full
-            else SubsampledGaussianEvent(6.0, 300, POPULATION)
-        )
-        created = start + timedelta(minutes=43 * j)
-        with engine.begin() as conn:
-            conn.execute(
-                insert(jobs).values(
-                    id=job_id, dataset=DATASET, owner=analyst_id, model="blr", algorithm="vips", options={},
-                    iterations=iterations, batch_size=event.sample_size, sigma=event.noise_multiplier,
-                    epsilon_target=None, epsilon_job=None, delta=1e-5, status="succeeded",
-                    iteration=iterations, cancel_requested=False, created_at=created, started_at=created,
-                    finished_at=created + timedelta(minutes=2),
-                )
-            )  # fmt: skip
-        ledger_db.reserve(engine, DATASET, job_id, event, iterations)
-        for t in range(1, iterations + 1):
-            ledger_db.commit_charge(engine, Charge(DATASET, job_id, t, event))
-        ledger_db.refund(engine, job_id)
+        job_id = add_job(engine, analyst_id, j, iterations, rng)
     mean = rng.normal(size=FEATURES).tolist()
     covariance = (np.eye(FEATURES) * 0.01).tolist()
     with engine.begin() as conn:
@@ -214,6 +220,41 @@ def time_pages(
     return rows
 
 
+def time_job_ends(
+    client: TestClient, engine: Engine, owner: str, first: int, iterations: int, ends: int, viewers: int
+) -> tuple[float, float, float]:
+    """What a job's end costs once the curve is composed (issue 52: O(new work), not O(history)): the
+    median over `ends` jobs of the API's warmer after each (service.ui.views.warm_spend_curves), of the
+    dataset page's first view after each with the warmer off, and the slowest of `viewers` simultaneous
+    first views after each (one computation for all of them)."""
+    rng = np.random.default_rng(1)
+    page = f"/ui/datasets/{DATASET}"
+    client.get(page)
+    warmer, view, crowd = [], [], []
+    for j in range(first, first + 3 * ends, 3):
+        add_job(engine, owner, j, iterations, rng)
+        started = time.perf_counter()
+        views.warm_spend_curves(engine)
+        warmer.append((time.perf_counter() - started) * 1000)
+        add_job(engine, owner, j + 1, iterations, rng)
+        view.append(_first(client, page))
+        add_job(engine, owner, j + 2, iterations, rng)
+        gate = threading.Barrier(viewers)
+        times: list[float] = []
+
+        def look(gate: threading.Barrier = gate, times: list[float] = times) -> None:
+            gate.wait()
+            times.append(_first(client, page))
+
+        threads = [threading.Thread(target=look) for _ in range(viewers)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        crowd.append(max(times))
+    return statistics.median(warmer), statistics.median(view), statistics.median(crowd)
+
+
 def screenshot(app: object, key: str, path: Path) -> None:
     """The dataset page in Debian's Chromium, as the README shows it."""
     import socket
@@ -267,8 +308,13 @@ def main() -> None:
         events = ledger_db.count_charges(engine, DATASET)
         took = time.perf_counter() - started
         print(f"{events} ledger events on {args.database} ({args.jobs} jobs) in {took:.0f} s")
+        # Six simultaneous views of one key: above its default in-flight share, which would refuse two.
         settings = ServiceSettings(
-            home=Path(tmp), control_database_url=url, reaper_interval_seconds=0, ui_warm_interval_seconds=0
+            home=Path(tmp),
+            control_database_url=url,
+            reaper_interval_seconds=0,
+            ui_warm_interval_seconds=0,
+            reads_in_flight_per_key=8,
         )
         app = create_app(settings, queue=RecordingQueue(), engine=engine)
         with TestClient(app) as client:
@@ -289,6 +335,14 @@ def main() -> None:
                 shown = re.sub(r"[0-9a-f]{24,32}", "{job}", page)
                 verdict = "yes" if max(warmed, p95) < TARGET_MS else "no"
                 print(f"| `{shown}` | {cold:.1f} | {warmed:.1f} | {median:.1f} | {p95:.1f} | {verdict} |")
+            analyst = authenticate(engine, keys["analyst"])
+            assert analyst is not None
+            analyst_id = analyst.key_id
+            warmer, view, crowd = time_job_ends(client, engine, analyst_id, args.jobs, args.iterations, 5, 6)
+            print(
+                f"\nAfter a job ends (medians of 5): the warmer {warmer:.1f} ms; the dataset page's first "
+                f"view {view:.1f} ms; the slowest of 6 simultaneous first views {crowd:.1f} ms"
+            )
             admin, dpvi_id, lda_id = populate_fits(engine)
             client.post("/ui/signin", data={"api_key": admin})
             pages = [

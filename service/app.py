@@ -23,7 +23,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from service.errors import BudgetRefused, ServiceError, SpecError, StorageFull
 from service.http.limits import BodyLimit, ErrorBoundary, HeaderLimit, validation_errors
 from service.http.proxies import ForwardedHeaders
-from service.http.rate_limits import KeyRateLimiter
+from service.http.rate_limits import KeyInFlight, KeyRateLimiter
 from service.http.redoc import redoc_router
 from service.jobs.periodic import run_every
 from service.jobs.queue import CeleryQueue, JobQueue
@@ -114,8 +114,8 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        # The reaper runs here too, so budget reserved by a job no worker will run is refunded even
-        # when no worker is alive (service.jobs.reaper).
+        # The reaper runs here too, so a job whose worker died is sent again, and budget reserved by a job
+        # no worker will run is refunded, even when no worker is alive (service.jobs.reaper).
         stop = (
             start_reaper_thread(
                 engine,
@@ -123,6 +123,7 @@ def create_app(
                 settings.heartbeat_timeout_seconds,
                 settings.queued_timeout_seconds,
                 queue.holds,
+                queue.send_run_job,
             )
             if settings.reaper_interval_seconds > 0
             else None
@@ -155,10 +156,11 @@ def create_app(
     app.state.settings = settings
     app.state.engine = engine
     app.state.queue = queue
-    # Each key's reads, in this process (service.http.auth.take_read; writes have their own limits).
+    # Each key's reads, in this process (service.http.auth.read_slot; writes have their own limits).
     app.state.read_limiter = KeyRateLimiter(
         settings.read_rate_per_key, settings.read_burst_per_key, what="reads"
     )
+    app.state.reads_in_flight = KeyInFlight(settings.reads_in_flight_per_key, what="reads")
     app.add_exception_handler(ServiceError, _service_error)
     app.add_exception_handler(SpecError, _spec_error)
     app.add_exception_handler(RequestValidationError, _validation_error)

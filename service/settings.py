@@ -162,6 +162,11 @@ class ServiceSettings(BaseSettings):
     #: of them needs, while one key's threads at ~150 reads per second each stay capped at 20.
     read_rate_per_key: float = Field(default=20.0, gt=0)
     read_burst_per_key: int = Field(default=200, ge=1)
+    #: ... and to this many at once (429 with Retry-After 1 above it): a fair share of the request threads
+    #: and cores, so that one key's many threads viewing its heaviest page cannot make every other key
+    #: wait. A browser shows a page in one request (its plots are inline) and the CLI and the Client read
+    #: one at a time; 4 leaves room for a few tabs and scripts of one key.
+    reads_in_flight_per_key: int = Field(default=4, ge=1)
     #: Jobs one `vips worker` runs at once (job processes) unless --concurrency says otherwise; above
     #: max_running_per_key, so one key's long job never holds every slot.
     worker_concurrency: int = 2

@@ -21,7 +21,7 @@ from privacy_wall.accounting.accountants import (
 from privacy_wall.ledger import database as ledger_db
 from privacy_wall.ledger.base import Charge
 from privacy_wall.ledger.schema import charges, reservations
-from service.budgets.key_spend import key_spend
+from service.budgets.key_spend import KeySpend, key_spend
 from service.store.models import jobs
 from tests.dbservers import fresh_database
 from tests.test_api import DELTA, Api, N, finish, make_api
@@ -114,6 +114,45 @@ def test_per_key_spend_is_the_composition_of_that_keys_own_charges(api: Api) -> 
     direct = {row.key_id: row for row in key_spend(api.engine, "priv", DELTA)}
     assert direct[alice].epsilon_spent == pytest.approx(rows[alice]["epsilon_spent"], rel=1e-12)
     assert direct[bob].key_name == "bob"
+
+
+def test_the_totals_are_read_once_per_ledger_state_and_follow_every_change(api: Api) -> None:
+    """key_spend sums the keys' jobs once per state of the dataset's charges, reservations and jobs (a
+    dashboard with 10,000 jobs must not re-read them per view): a repeated read sums nothing, and an
+    admission without a charge, a charge, a refund and a new quota each show at once."""
+    from unittest import mock
+
+    from service.budgets import key_spend as spend_module
+
+    alice, _ = two_analysts(api)
+
+    def row() -> KeySpend:
+        return next(r for r in key_spend(api.engine, "priv", DELTA) if r.key_id == alice)
+
+    def reserved_now() -> float:
+        return independent(api, alice, with_reservations=True)
+
+    before = row()
+    real = spend_module._key_totals
+    with mock.patch.object(spend_module, "_key_totals", side_effect=real) as summed:
+        assert row() == before
+        assert summed.call_count == 0
+        admitted = api.submit("alice", iterations=5, sigma=2.0).json()["id"]  # reserved, not charged
+        after_admission = row()
+        assert after_admission.jobs == before.jobs + 1 and summed.call_count == 1
+        assert after_admission.epsilon_reserved == pytest.approx(reserved_now(), rel=1e-6)
+        assert after_admission.epsilon_reserved > before.epsilon_reserved
+        charge_job(api, admitted, range(1, 2))
+        charged = row()
+        assert charged.epsilon_spent > before.epsilon_spent and charged.iterations_charged == 10
+        finish(api.engine, admitted)  # refunds the rest: the reservation closes
+        refunded = row()
+        assert refunded.epsilon_reserved < charged.epsilon_reserved
+        assert refunded.epsilon_reserved == pytest.approx(reserved_now(), rel=1e-6)
+        assert summed.call_count == 3
+        quota = api.call("PUT", f"/v1/datasets/priv/quotas/{alice}", "cust", json={"epsilon": 9.0})
+        assert quota.status_code == 200, quota.text
+        assert row().quota == 9.0 and summed.call_count == 3  # quotas are read each time
 
 
 def test_the_role_matrix_of_the_ledger_by_key(api: Api) -> None:

@@ -1,5 +1,5 @@
 """Per-key token buckets (service.http.rate_limits): bursts, refill, per-key isolation, Retry-After; and the
-API's read limit per key built on them (service.http.auth.take_read)."""
+API's read limit per key built on them (service.http.auth.read_slot), and the in-flight share per key."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from service.http import rate_limits
 from service.http.rate_limits import KeyRateLimiter
 from service.settings import ServiceSettings
 from tests.dbservers import fresh_database
-from tests.test_api import make_api
+from tests.test_api import Api, make_api
 
 
 class Clock:
@@ -144,3 +144,68 @@ def test_waiting_clients_poll_once_a_second() -> None:
     assert POLL_SECONDS == 1.0
     for wait in (VipsClient.wait, Client.wait):
         assert inspect.signature(wait).parameters["interval"].default == POLL_SECONDS
+
+
+def test_a_key_holds_at_most_its_in_flight_reads_and_each_leaves_its_slot() -> None:
+    limiter = rate_limits.KeyInFlight(2, "reads")
+    limiter.enter("a")
+    limiter.enter("a")
+    with pytest.raises(RateLimited) as refused:
+        limiter.enter("a")
+    assert refused.value.retry_after == 1 and "at most 2 in flight" in refused.value.detail
+    limiter.enter("b")  # another key has its own share
+    limiter.leave("a")
+    limiter.enter("a")
+    assert limiter.in_flight("a") == 2 and limiter.in_flight("b") == 1
+    for key in ("a", "a", "b"):
+        limiter.leave(key)
+    assert limiter.in_flight("a") == limiter.in_flight("b") == 0
+    with pytest.raises(ValueError):
+        rate_limits.KeyInFlight(0, "reads")
+
+
+def test_a_key_with_its_reads_in_flight_gets_429_while_another_keys_reads_go_on(tmp_path: Path) -> None:
+    """VIPS_READS_IN_FLIGHT_PER_KEY: while two of a custodian's reads (API or dashboard) are being
+    answered, its third is refused with Retry-After 1 and another key's reads are answered; once they
+    end, its reads are answered again (the slot is left on every path)."""
+    import threading
+    from unittest import mock
+
+    from service.budgets import datasets as budget_datasets
+    from service.routes import datasets as dataset_routes
+
+    release = threading.Event()
+    entered = threading.Semaphore(0)
+    real = budget_datasets.budget_or_none
+
+    def slow(engine: object, name: str) -> object:
+        if name == "priv":
+            entered.release()
+            assert release.wait(timeout=600)
+        return real(engine, name)  # type: ignore[arg-type]
+
+    with fresh_database("sqlite", tmp_path, "control") as url:
+        for api in make_api(url, tmp_path, reads_in_flight_per_key=2):
+            answers: list[int] = []
+
+            def read(api: Api = api, answers: list[int] = answers) -> None:
+                answers.append(api.call("GET", "/v1/datasets/priv", "cust").status_code)
+
+            with mock.patch.object(dataset_routes, "budget_or_none", slow):
+                held = [threading.Thread(target=read) for _ in range(2)]
+                for thread in held:
+                    thread.start()
+                for _ in held:
+                    assert entered.acquire(timeout=600)
+                refused = api.call("GET", "/v1/datasets/cust", "cust")
+                assert refused.status_code == 429 and refused.headers["Retry-After"] == "1", refused.text
+                assert "at once" in refused.json()["detail"]
+                assert api.call("GET", "/v1/datasets/other", "cust2").status_code == 200
+                release.set()
+                for thread in held:
+                    thread.join(timeout=600)
+                assert answers == [200, 200]
+            assert api.call("GET", "/v1/datasets/priv", "cust").status_code == 200
+            for _ in range(3):  # errors leave their slot too
+                assert api.call("GET", "/v1/datasets/nope", "cust").status_code == 404
+            assert api.call("GET", "/v1/datasets/priv", "cust").status_code == 200

@@ -14,8 +14,9 @@ import pytest
 from privacy_wall.ledger import database as ledger_db
 from service.store.keys import Principal, revoke_key
 from service.ui import coverage
+from service.ui import spend_curve as spend_curves
 from service.ui.sessions import COOKIE, find_session, open_session
-from service.ui.views import spend_curve
+from service.ui.spend_curve import spend_curve
 from tests.dbservers import fresh_database
 from tests.test_api import Api, charge, finish, make_api
 
@@ -248,8 +249,8 @@ def test_the_warmer_prices_the_curves_of_changed_ledgers_ahead_of_any_view(api: 
     views.clear_caches()
     views.warm_spend_curves(api.engine)
     with reading(api.engine) as conn:
-        state = views._ledger_state(conn, "priv", 1e-5)
-    warmed = views._curves.get(state)
+        state = spend_curves.ledger_state(conn, "priv", 1e-5)
+    warmed = spend_curves._curves.get(state)
     assert warmed is not None and len(warmed.job_ids) == 1
     assert spend_curve(api.engine, "priv", 1e-5) is warmed
 

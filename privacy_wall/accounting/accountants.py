@@ -173,7 +173,7 @@ class PrivacyCost:
     def from_array(
         cls, values: NDArray[np.float64], accountant: str, releases: tuple[Group, ...] = ()
     ) -> PrivacyCost:
-        return cls(tuple(float(v) for v in values), accountant, releases)
+        return cls(tuple(np.asarray(values, dtype=np.float64).tolist()), accountant, releases)
 
     def as_array(self) -> NDArray[np.float64]:
         return np.asarray(self.values, dtype=np.float64)
@@ -223,11 +223,7 @@ class PrivacyCost:
         """The cost of `factor` repetitions (an integer >= 0)."""
         if isinstance(factor, bool) or int(factor) != factor or factor < 0:
             raise ValueError(f"a cost repeats a whole number of times, not {factor!r}")
-        factor = int(factor)
-        with np.errstate(invalid="ignore"):
-            values = self.as_array() * factor
-        releases = tuple((s, n, p, c * factor) for s, n, p, c in self.releases) if factor else ()
-        return PrivacyCost.from_array(np.where(np.isnan(values), 0.0, values), self.accountant, releases)
+        return _scaled(self, int(factor))
 
     def epsilon(self, delta: float) -> float:
         """(epsilon, delta)-DP of the composition, by its accountant; inf where nothing is guaranteed."""
@@ -240,12 +236,30 @@ class PrivacyCost:
         return get_accountant(self.accountant).epsilon(self, delta)
 
 
+@lru_cache(maxsize=1024)  # a ledger's jobs share a few schedules: each job's cost is one of them, scaled
+def _scaled(cost: PrivacyCost, factor: int) -> PrivacyCost:
+    with np.errstate(invalid="ignore"):
+        values = cost.as_array() * factor
+    releases = tuple((s, n, p, c * factor) for s, n, p, c in cost.releases) if factor else ()
+    return PrivacyCost.from_array(np.where(np.isnan(values), 0.0, values), cost.accountant, releases)
+
+
 def sum_costs(costs: list[PrivacyCost], accountant: str) -> PrivacyCost:
-    """The cost of the adaptive composition of the given releases."""
+    """The cost of the adaptive composition of the given releases (their sum: one array sum, the release
+    groups counted in order of first appearance)."""
     total = PrivacyCost.zero(accountant)
+    if not costs:
+        return total
     for cost in costs:
-        total = total + cost
-    return total
+        total._same(cost)
+    counts: dict[tuple[float, int, int], int] = {}
+    for cost in costs:
+        for sigma, size, population, count in cost.releases:
+            key = (float(sigma), int(size), int(population))
+            counts[key] = counts.get(key, 0) + count
+    values = np.sum([cost.values for cost in costs], axis=0)
+    releases = tuple((*kind, count) for kind, count in counts.items())
+    return PrivacyCost.from_array(values, accountant, releases)
 
 
 def _fail_closed(values: NDArray[np.float64]) -> NDArray[np.float64]:
@@ -426,6 +440,7 @@ class FilterAccountant(RdpAccountant):
             return wbk
         return tuple(min(a, b) for a, b in zip(wbk, profile, strict=True))
 
+    @lru_cache(maxsize=1024)  # noqa: B019 (module-level instances; a page lists jobs of the same schedules)
     def epsilon(self, cost: PrivacyCost, delta: float) -> float:
         if not all(math.isfinite(v) for v in cost.values):
             return math.inf
@@ -464,6 +479,8 @@ def _gaussian_epsilon(mu2: float, delta: float) -> float:
 def clear_caches() -> None:
     """Forget every cached price and PMF (benchmarks measure cold pricing with it)."""
     PldAccountant.epsilon.cache_clear()
+    FilterAccountant.epsilon.cache_clear()
+    _scaled.cache_clear()
     _gaussian_epsilon.cache_clear()
     pld.clear_caches()
 

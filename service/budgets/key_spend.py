@@ -6,14 +6,16 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import Connection, Engine, select
+from sqlalchemy import Connection, Engine, func, select
 
 from privacy_wall.accounting.accountants import PrivacyCost, configured_accountant, event_from_dict, sum_costs
 from privacy_wall.ledger import database as ledger_db
-from privacy_wall.ledger.schema import reservations
+from privacy_wall.ledger.schema import charges, reservations
 from privacy_wall.sqlengine import reading
 from service.budgets.job_costs import id_chunks, job_costs_within
+from service.caching import BoundedCache
 from service.store.keys import key_names
 from service.store.models import jobs, key_quotas
 
@@ -41,44 +43,92 @@ def key_cost(conn: Connection, dataset: str, key_id: str) -> PrivacyCost:
     return sum_costs([*charged.values(), *rest.values()], configured_accountant().name)
 
 
+@dataclass(frozen=True)
+class _KeyTotal:
+    """One key's jobs on a dataset, summed: how many, their distinct charged iterations, and the cost of
+    their charges and of their charges plus the rest of their open reservations."""
+
+    jobs: int
+    iterations: int
+    spent: PrivacyCost
+    reserved: PrivacyCost
+
+
+#: Per dataset state (_spend_state): the keys' totals in order of their first job, summed once for every
+#: reader of that state (a dashboard page or GET .../ledger/keys with 10,000 jobs reads them in a few ms).
+_totals: BoundedCache[dict[str, _KeyTotal]] = BoundedCache()
+
+
+def clear_totals() -> None:
+    """Forget every key's cached totals (benchmarks measure the first request with this)."""
+    _totals.clear()
+
+
+def _spend_state(conn: Connection, dataset: str) -> tuple[Any, ...]:
+    """What the keys' totals depend on: the dataset's charges (each commit and withdrawal), its
+    reservations (each admission and each refund closes one) and its jobs, and the accountant."""
+    charged = conn.execute(
+        select(func.count(), func.max(charges.c.id)).where(charges.c.dataset == dataset)
+    ).one()
+    reserved = conn.execute(
+        select(func.count(), func.count().filter(reservations.c.open.is_(True))).where(
+            reservations.c.dataset == dataset
+        )
+    ).one()
+    submitted = conn.execute(select(func.count()).where(jobs.c.dataset == dataset)).scalar_one()
+    return (str(conn.engine.url), dataset, *charged, *reserved, submitted, configured_accountant().version)
+
+
 def key_spend(engine: Engine, dataset: str, delta: float, key_id: str | None = None) -> list[KeySpend]:
     """Per key with a job or a quota on the dataset (only `key_id`'s row when given, also without either),
     in order of its first job, then the keys with a quota only."""
     with reading(engine) as conn:
-        query = select(jobs.c.id, jobs.c.owner).where(jobs.c.dataset == dataset).order_by(jobs.c.created_at)
+        state = _spend_state(conn, dataset)
         quota_query = select(key_quotas.c.key_id, key_quotas.c.epsilon).where(key_quotas.c.dataset == dataset)
         if key_id is not None:
-            query = query.where(jobs.c.owner == key_id)
             quota_query = quota_query.where(key_quotas.c.key_id == key_id)
-        owners = {row.id: row.owner for row in conn.execute(query)}
         quotas = {row.key_id: float(row.epsilon) for row in conn.execute(quota_query)}
+    totals = _totals.get_or_compute(state, lambda: _key_totals(engine, dataset))
+    keys = [key_id] if key_id is not None else [*totals, *(k for k in quotas if k not in totals)]
+    names = key_names(engine, keys)
+    zero = PrivacyCost.zero(configured_accountant().name)
+    rows = []
+    for key in keys:
+        total = totals.get(key, _KeyTotal(0, 0, zero, zero))
+        rows.append(
+            KeySpend(
+                key_id=key,
+                key_name=names.get(key),
+                jobs=total.jobs,
+                iterations_charged=total.iterations,
+                epsilon_spent=total.spent.epsilon(delta),
+                epsilon_reserved=total.reserved.epsilon(delta),
+                quota=quotas.get(key),
+            )
+        )
+    return rows
+
+
+def _key_totals(engine: Engine, dataset: str) -> dict[str, _KeyTotal]:
+    with reading(engine) as conn:
+        query = select(jobs.c.id, jobs.c.owner).where(jobs.c.dataset == dataset).order_by(jobs.c.created_at)
+        owners = {row.id: row.owner for row in conn.execute(query)}
         charged, rest = _charged_and_rest(conn, list(owners))
     iterations = {c["job_id"]: c["iterations"] for c in ledger_db.charges_per_job(engine, dataset)}
     by_key: dict[str, list[str]] = defaultdict(list)
     for job_id, owner in owners.items():
         by_key[owner].append(job_id)
-    keys = [*by_key, *(k for k in quotas if k not in by_key)]
-    if key_id is not None and key_id not in keys:
-        keys.append(key_id)
-    names = key_names(engine, keys)
     name = configured_accountant().name
-    rows = []
-    for key in keys:
-        ids = by_key.get(key, [])
+    totals = {}
+    for key, ids in by_key.items():
         spent = sum_costs([charged[j] for j in ids], name)
-        reserved = spent + sum_costs([rest[j] for j in ids if j in rest], name)
-        rows.append(
-            KeySpend(
-                key_id=key,
-                key_name=names.get(key),
-                jobs=len(ids),
-                iterations_charged=sum(iterations.get(j, 0) for j in ids),
-                epsilon_spent=spent.epsilon(delta),
-                epsilon_reserved=reserved.epsilon(delta),
-                quota=quotas.get(key),
-            )
+        totals[key] = _KeyTotal(
+            jobs=len(ids),
+            iterations=sum(iterations.get(j, 0) for j in ids),
+            spent=spent,
+            reserved=spent + sum_costs([rest[j] for j in ids if j in rest], name),
         )
-    return rows
+    return totals
 
 
 def _charged_and_rest(

@@ -6,14 +6,15 @@ tenant's job or dataset: 404, the same answer as for one that does not exist.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Annotated, Any
 
 from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from service.http.deps import EngineDep
-from service.http.rate_limits import KeyRateLimiter
+from service.http.rate_limits import KeyInFlight, KeyRateLimiter
 from service.store.keys import Principal, Role, authenticate
 
 #: Methods that only read: each costs a token of its key's read limit (VIPS_READ_RATE_PER_KEY).
@@ -34,26 +35,40 @@ def _unauthorized(detail: str) -> HTTPException:
     return HTTPException(status.HTTP_401_UNAUTHORIZED, detail, headers={"WWW-Authenticate": "Bearer"})
 
 
-def take_read(request: Request, principal: Principal) -> None:
-    """Count a read (GET, HEAD) of this key against its rate (the app's `read_limiter`), or raise
-    RateLimited (429 with Retry-After). Counted after the key authenticates: nobody else can spend it."""
+@contextmanager
+def read_slot(request: Request, principal: Principal) -> Iterator[None]:
+    """Count a read (GET, HEAD) of this key against its rate (the app's `read_limiter`) and hold one of its
+    in-flight reads (`reads_in_flight`) while the block runs, or raise RateLimited (429 with Retry-After).
+    Counted after the key authenticates: nobody else can spend it. Writes have their own limits."""
+    if request.method not in READ_METHODS:
+        yield
+        return
     limiter: KeyRateLimiter | None = getattr(request.app.state, "read_limiter", None)
-    if limiter is not None and request.method in READ_METHODS:
+    if limiter is not None:
         limiter.take(principal.key_id)
+    in_flight: KeyInFlight | None = getattr(request.app.state, "reads_in_flight", None)
+    if in_flight is None:
+        yield
+        return
+    in_flight.enter(principal.key_id)
+    try:
+        yield
+    finally:
+        in_flight.leave(principal.key_id)
 
 
 def current_key(
     request: Request,
     engine: EngineDep,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
-) -> Principal:
+) -> Iterator[Principal]:
     if credentials is None:
         raise _unauthorized("missing API key: send `Authorization: Bearer <key>`")
     principal = authenticate(engine, credentials.credentials)
     if principal is None:
         raise _unauthorized(UNKNOWN_KEY)
-    take_read(request, principal)
-    return principal
+    with read_slot(request, principal):
+        yield principal
 
 
 CurrentKey = Annotated[Principal, Depends(current_key)]

@@ -57,3 +57,40 @@ class KeyRateLimiter:
             return
         refill = self._burst / self._rate
         self._buckets = {k: b for k, b in self._buckets.items() if now - b.updated < refill}
+
+
+class KeyInFlight:
+    """At most `limit` requests of one key at once in this process: one key's many threads cannot take
+    every request thread and core while other keys wait (a fair share per key, beside the rate limit that
+    bounds how many it makes per second). A request beyond it is refused with Retry-After 1."""
+
+    def __init__(self, limit: int, what: str) -> None:
+        if limit < 1:
+            raise ValueError("an in-flight limit needs limit >= 1")
+        self._limit, self._what = limit, what
+        self._held: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def enter(self, key_id: str) -> None:
+        """Count one more request of this key in flight, or raise RateLimited; pair with leave()."""
+        with self._lock:
+            held = self._held.get(key_id, 0)
+            if held < self._limit:
+                self._held[key_id] = held + 1
+                return
+        raise RateLimited(
+            f"too many {self._what} from this key at once: at most {self._limit} in flight; retry in 1 s",
+            retry_after=1,
+        )
+
+    def leave(self, key_id: str) -> None:
+        with self._lock:
+            held = self._held.get(key_id, 0) - 1
+            if held > 0:
+                self._held[key_id] = held
+            else:
+                self._held.pop(key_id, None)
+
+    def in_flight(self, key_id: str) -> int:
+        with self._lock:
+            return self._held.get(key_id, 0)

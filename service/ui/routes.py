@@ -31,7 +31,7 @@ from privacy_wall.names import NAME_RULE, is_dataset_name
 from service.budgets.datasets import exhausted, load_dataset
 from service.budgets.key_spend import key_spend
 from service.errors import Conflict, NotFound, ServiceError, SpecError
-from service.http.auth import owns_dataset, reads_releases, sees_dataset, take_read
+from service.http.auth import owns_dataset, read_slot, reads_releases, sees_dataset
 from service.http.deps import EngineDep, SettingsDep
 from service.http.params import JOB_ID_RULE, decimal_number, is_job_id
 from service.jobs.storage import human_bytes
@@ -193,8 +193,8 @@ def _guarded(request: Request, engine: EngineDep, render: Any) -> Response:
     except _SignIn:
         return RedirectResponse("/ui/signin", status_code=303)
     try:
-        take_read(request, session.principal)  # a page view is a read of its key (429 beyond its rate)
-        result: Response = render(session)
+        with read_slot(request, session.principal):  # a page view is a read of its key (429 beyond it)
+            result: Response = render(session)
     except ServiceError as exc:
         page = _error(request, session, exc.status_code, exc.detail)
         page.headers.update(exc.headers or {})  # a 429's Retry-After

@@ -4,19 +4,17 @@ the HTTP API: a key sees on a page exactly what its role and scope see over /v1.
 from __future__ import annotations
 
 import math
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Generic, TypeVar
+from typing import Any
 
-from sqlalchemy import Engine, Row, func, select
+from sqlalchemy import Engine, Row, select
 
-from privacy_wall.accounting.accountants import PrivacyCost, configured_accountant
-from privacy_wall.ledger.schema import budgets, charges
+from privacy_wall.ledger.schema import budgets
 from privacy_wall.sqlengine import reading
+from service.budgets import key_spend
 from service.budgets.datasets import load_dataset
-from service.budgets.job_costs import job_costs
+from service.caching import BoundedCache
 from service.http.auth import sees_job
 from service.routes.job_reads import list_jobs, to_public
 from service.schemas import JobPublic
@@ -24,71 +22,23 @@ from service.store.keys import Principal, key_names
 from service.store.models import jobs
 from service.store.timestamps import aware
 from service.ui import convergence
+from service.ui import spend_curve as spend_curves
 from service.ui.posterior_summary import Coefficient, TopicWords, coefficients, top_words
-
-T = TypeVar("T")
+from service.ui.spend_curve import SpendCurve, ledger_state, spend_curve
 
 #: Jobs per page of a dataset's jobs table.
 JOBS_PER_PAGE = 25
 
-
-@dataclass(frozen=True)
-class SpendCurve:
-    """Epsilon spent over time: one point per job that has charges, at its end (now, while it runs),
-    the composition of every job's charges up to and including it, at the dataset's delta."""
-
-    ends: list[datetime]
-    cumulative: list[float]
-    job_ids: list[str]
-    start: datetime | None = None  # the first charged job's submission: the curve starts there at 0
-
-
-class _Cache(Generic[T]):
-    """A bounded map, least recently used out first, safe across the request threads."""
-
-    def __init__(self, size: int = 64) -> None:
-        self._items: OrderedDict[tuple[Any, ...], T] = OrderedDict()
-        self._size = size
-        self._lock = threading.Lock()
-
-    def get(self, key: tuple[Any, ...]) -> T | None:
-        with self._lock:
-            value = self._items.get(key)
-            if value is not None:
-                self._items.move_to_end(key)
-            return value
-
-    def clear(self) -> None:
-        with self._lock:
-            self._items.clear()
-
-    def put(self, key: tuple[Any, ...], value: T) -> None:
-        with self._lock:
-            self._items[key] = value
-            self._items.move_to_end(key)
-            while len(self._items) > self._size:
-                self._items.popitem(last=False)
-
-
-#: Keyed by the ledger's state (dataset, number of charges, last charge id, accountant, delta): a new
-#: charge or another accountant is a new key, so nothing cached is ever stale.
-_curves: _Cache[SpendCurve] = _Cache()
-_plots: _Cache[bytes] = _Cache()
+#: Keyed by the ledger's state (service.ui.spend_curve.ledger_state), the budget and the labels.
+_plots: BoundedCache[bytes] = BoundedCache()
 
 
 def clear_caches() -> None:
     """Forget every cached curve and plot (benchmarks measure the first request with this)."""
-    _curves.clear()
+    spend_curves.clear()
+    key_spend.clear_totals()
     _plots.clear()
     convergence.clear()
-
-
-def _ledger_state(conn: Any, dataset: str, delta: float) -> tuple[Any, ...]:
-    count, last = conn.execute(
-        select(func.count(), func.max(charges.c.id)).where(charges.c.dataset == dataset)
-    ).one()
-    # The database too: the caches are per process, and one process may serve several (the tests do).
-    return (str(conn.engine.url), dataset, count, last, configured_accountant().version, delta)
 
 
 def spend_plot(
@@ -97,20 +47,21 @@ def spend_plot(
     """The SVG of the dataset's spend curve with its budget line (service.ui.plots), cached likewise; with
     a `principal`, each job's step is labelled for hover (step_labels: what that key may read)."""
     with reading(engine) as conn:
-        state = _ledger_state(conn, dataset, delta)
+        state = ledger_state(conn, dataset, delta)
     curve = spend_curve(engine, dataset, delta)
     labels = step_labels(engine, principal, dataset, curve) if principal is not None else None
     key = (*state, budget, None if labels is None else tuple(labels))
-    svg = _plots.get(key)
-    if svg is None:
+
+    def draw() -> bytes:
         from service.ui import plots  # matplotlib: only when a plot is drawn
 
         title = f"Epsilon spent on dataset {dataset}, job by job"
-        svg = plots.cumulative_epsilon(
-            curve.start, curve.ends, curve.cumulative, budget, delta, title, labels
-        )
-        _plots.put(key, svg)
-    return svg
+        if curve.jobs > len(curve.job_ids):
+            title = f"Epsilon spent on dataset {dataset}: {curve.jobs:,} jobs, one in {curve.stride} drawn"
+        ends, cumulative = curve.ends, curve.cumulative
+        return plots.cumulative_epsilon(curve.start, ends, cumulative, budget, delta, title, labels)
+
+    return _plots.get_or_compute(key, draw)
 
 
 def step_labels(engine: Engine, principal: Principal, name: str, curve: SpendCurve) -> list[str] | None:
@@ -120,7 +71,7 @@ def step_labels(engine: Engine, principal: Principal, name: str, curve: SpendCur
     MARKERS_UP_TO jobs (they are not drawn one by one)."""
     from service.ui.plots import MARKERS_UP_TO
 
-    if not curve.job_ids or len(curve.job_ids) > MARKERS_UP_TO:
+    if not curve.job_ids or curve.jobs > MARKERS_UP_TO:
         return None
     with reading(engine) as conn:
         rows = {row.id: row for row in conn.execute(select(jobs).where(jobs.c.id.in_(curve.job_ids)))}
@@ -144,38 +95,13 @@ def step_labels(engine: Engine, principal: Principal, name: str, curve: SpendCur
 
 
 def warm_spend_curves(engine: Engine) -> None:
-    """Price the spend curve of every dataset whose ledger changed since its curve was cached, so that
-    a custodian's first look after a job is not the one that waits for the accountant."""
+    """Compose the spend curve and the keys' totals of every dataset whose ledger changed since they were
+    cached, so that a custodian's first look after a job is not the one that waits for the accountant."""
     with reading(engine) as conn:
         budgeted = conn.execute(select(budgets.c.dataset, budgets.c.delta)).all()
-    for dataset, delta in budgeted:
-        spend_curve(engine, dataset, delta)
-
-
-def spend_curve(engine: Engine, dataset: str, delta: float) -> SpendCurve:
-    """The dataset's cumulative epsilon per job end (SpendCurve), priced by the configured accountant."""
-    with reading(engine) as conn:
-        key = _ledger_state(conn, dataset, delta)
-        cached = _curves.get(key)
-        if cached is not None:
-            return cached
-        charged = select(charges.c.job_id).where(charges.c.dataset == dataset).distinct()
-        rows = conn.execute(
-            select(jobs.c.id, jobs.c.finished_at, jobs.c.created_at).where(jobs.c.id.in_(charged))
-        ).all()
-    now = datetime.now(UTC)
-    ordered = sorted(rows, key=lambda r: (aware(r.finished_at) or now, aware(r.created_at), r.id))
-    costs = job_costs(engine, [r.id for r in ordered])
-    curve = SpendCurve([], [], [], min((aware(r.created_at) for r in ordered), default=None))
-    if ordered:
-        prefix = PrivacyCost.zero(costs[ordered[0].id].accountant)
-        for row in ordered:  # each prefix extends the last by one job (the accountant caches compositions)
-            prefix = prefix + costs[row.id]
-            curve.ends.append(aware(row.finished_at) or now)
-            curve.cumulative.append(prefix.epsilon(delta))
-            curve.job_ids.append(row.id)
-    _curves.put(key, curve)
-    return curve
+    spend_curves.warm(engine, [(dataset, delta) for dataset, delta in budgeted])
+    for dataset, delta in budgeted:  # and each key's share of it (the custodian's table)
+        key_spend.key_spend(engine, dataset, delta)
 
 
 @dataclass(frozen=True)
