@@ -166,7 +166,7 @@ def test_private_fits_degrade_smoothly(
     data: tuple[np.ndarray, np.ndarray, np.ndarray], reference: tuple
 ) -> None:
     """Minibatch VIPS (S = 2000, T = 30, tau0 = 1, kappa = 0.7, delta = 1e-5) at three noise levels whose
-    budget prices (the filter) are ~1.86, ~0.51 and ~0.15 (each job alone by `pld` ~1.3, ~0.36 and ~0.1).
+    budget prices (the filter) are ~2.19, ~0.59 and ~0.17 (each job alone by `pld` ~1.3, ~0.36 and ~0.1).
     The error against the non-private VB solution must grow as epsilon falls, while the fits stay usable.
 
     Private releases cannot be seeded, so this test is random. Calibrated on 400 simulated fits per level:
@@ -179,7 +179,7 @@ def test_private_fits_degrade_smoothly(
     runs = 15
     levels = (2.1, 5.6, 18.0)
     epsilons = [epsilon(sigma, 2000, N, 30, 1e-5) for sigma in levels]
-    assert epsilons[0] > 1.8 and epsilons[2] < 0.16
+    assert epsilons[0] > 1.8 and epsilons[2] < 0.2
     assert epsilons[0] > epsilons[1] > epsilons[2]
     errors, cosines = [], []
     for sigma, eps in zip(levels, epsilons, strict=True):

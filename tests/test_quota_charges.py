@@ -65,10 +65,10 @@ def test_a_retried_charge_beyond_the_reservation_never_takes_the_key_past_its_qu
 ) -> None:
     """The auditor's replay: quota 1.001 x the price of one job; release 3 is lost after its charge (the
     worker dies while storing it), so the resumed job pays (3, 1) from its reservation, which (4, 0) uses
-    up; (5, 0) would bring the key to six iterations' price (1.187 > 1.1379 by the filter): refused."""
+    up; (5, 0) would bring the key to six iterations' price (1.4503 > 1.3963 by the filter): refused."""
     control, sensitive = engines
     quota = 1.001 * price(T)
-    assert (round(quota, 4), round(price(T + 1), 4)) == (1.1379, 1.187)
+    assert (round(quota, 4), round(price(T + 1), 4)) == (1.3963, 1.4503)
     set_quota(control, "t", "k1", quota)
     job_id = submit(control, iterations=T, sigma=SIGMA, batch_size=BATCH, population=N)
     real_store, calls = job_runner.run_writes, {"n": 0}  # the worker's only write of a release

@@ -20,9 +20,10 @@ from privacy_wall.ledger import database as ledger_db
 from privacy_wall.ledger.schema import budgets, charges, reservations
 from privacy_wall.sqlengine import create_db_engine
 from service.app import create_app
+from service.jobs import reaper
 from service.jobs.end import end_job
 from service.jobs.queue import RecordingQueue
-from service.jobs.reaper import reap
+from service.jobs.reaper import MAX_RESUMES, reap
 from service.settings import ServiceSettings
 from service.store.models import jobs, releases
 from tests import test_jobs
@@ -185,10 +186,13 @@ def api_without_workers(tmp_path: Path) -> Iterator[Api]:
             engine.dispose()
 
 
-def test_the_api_reaps_without_any_worker(api_without_workers: Api) -> None:
-    """A queued job whose task the broker lost (the recording queue forgets it) and a running job whose
-    worker died are both failed and refunded by the API's own reaper; a queued job whose task the broker
-    still holds waits (no worker is running: nothing was lost)."""
+def test_the_api_sends_lost_jobs_again_without_any_worker_and_fails_them_past_the_limit(
+    api_without_workers: Api,
+) -> None:
+    """The API's own reaper (heartbeat 1 s): a queued job whose task the broker lost (the recording queue
+    forgets it) and a running job whose worker died are sent again, not failed; a queued job whose task
+    the broker still holds waits (no worker is running: nothing was lost), however long. A job that keeps
+    losing its task is failed and refunded once it was sent again MAX_RESUMES times."""
     api = api_without_workers
     queued = api.submit().json()["id"]
     running = api.submit().json()["id"]
@@ -198,19 +202,76 @@ def test_the_api_reaps_without_any_worker(api_without_workers: Api) -> None:
         conn.execute(
             update(jobs).where(jobs.c.id == running).values(status="running", heartbeat_at=datetime.now(UTC))
         )
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        states = {api.call("GET", f"/v1/jobs/{j}", "analyst").json()["status"] for j in (queued, running)}
-        if states == {"failed"}:
-            break
+    sent_before = list(api.queue.sent)
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline and not {queued, running} <= set(api.queue.sent[len(sent_before) :]):
         time.sleep(0.1)
-    first = api.call("GET", f"/v1/jobs/{queued}", "analyst").json()
-    second = api.call("GET", f"/v1/jobs/{running}", "analyst").json()
-    assert first["status"] == second["status"] == "failed"
-    assert "no worker started this job" in first["error"]
-    assert "no worker reported progress" in second["error"]
+    for job_id in (queued, running):
+        row = job_row(api.engine, job_id)
+        assert row.status == "queued" and row.resumes == 1, (job_id, row.status, row.resumes)
+    time.sleep(2.5)  # two heartbeats more: held by the broker now, so waiting, not lost again
+    assert job_row(api.engine, queued).resumes == 1 and job_row(api.engine, waiting).resumes == 0
+    # The broker keeps losing it: sent again up to the limit, then failed with a message that says so.
+    while time.monotonic() < deadline and job_row(api.engine, queued).status != "failed":
+        api.queue.sent[:] = [job_id for job_id in api.queue.sent if job_id != queued]
+        time.sleep(0.1)
+    failed = api.call("GET", f"/v1/jobs/{queued}", "analyst").json()
+    assert failed["status"] == "failed" and f"lost its worker {MAX_RESUMES + 1} times" in failed["error"]
+    assert job_row(api.engine, queued).resumes == MAX_RESUMES
     assert api.call("GET", f"/v1/jobs/{waiting}", "analyst").json()["status"] == "queued"
-    assert open_reservations(api.engine) == 1  # the waiting job's
+    assert open_reservations(api.engine) == 2  # the running job's (sent again) and the waiting job's
+
+
+def test_a_lost_job_is_sent_again_by_one_reaper_only(engines: tuple[Engine, Engine]) -> None:
+    """Two reapers read the same stale running job: the update conditional on what they read lets one of
+    them send it; the job resumes from where it stopped (status queued, its start kept)."""
+    control, _ = engines
+    job_id = submit(control)
+    stale = datetime.now(UTC) - timedelta(seconds=120)
+    with control.begin() as conn:
+        conn.execute(
+            update(jobs)
+            .where(jobs.c.id == job_id)
+            .values(status="running", started_at=stale, heartbeat_at=stale)
+        )
+    first, second = reaper._rows_to_check(control), reaper._rows_to_check(control)
+    sent: list[str] = []
+    assert reaper._send_again(control, first[0], sent.append) is True
+    assert reaper._send_again(control, second[0], sent.append) is False
+    assert sent == [job_id]
+    row = job_row(control, job_id)
+    assert (row.status, row.resumes) == ("queued", 1) and row.started_at is not None
+
+
+def test_a_taken_job_a_dead_worker_never_started_is_sent_again_after_a_heartbeat(
+    engines: tuple[Engine, Engine],
+) -> None:
+    """Issue 52.2: a worker took a job (Redis keeps its task unacknowledged, for an hour) and died before
+    starting it. Quiet for a heartbeat and not waiting in the broker's queue, it is sent again; one
+    waiting in the queue behind a backlog is not, nor one a live worker deferred a moment ago, nor anything
+    while the broker cannot be read."""
+    control, _ = engines
+    taken, backlog, deferred, young = (submit(control) for _ in range(4))
+    long_ago = datetime.now(UTC) - timedelta(seconds=90)
+    with control.begin() as conn:
+        conn.execute(
+            update(jobs).where(jobs.c.id.in_([taken, backlog, deferred])).values(created_at=long_ago)
+        )
+        conn.execute(update(jobs).where(jobs.c.id == deferred).values(heartbeat_at=datetime.now(UTC)))
+    asked: list[tuple[set[str], bool]] = []
+
+    def holds(job_ids: AbstractSet[str], taken: bool = True) -> set[str] | None:
+        asked.append((set(job_ids), taken))
+        return {backlog}
+
+    sent: list[str] = []
+    assert reap(control, heartbeat_timeout=60, queued_timeout=300, holds=holds, resend=sent.append) == []
+    assert sent == [taken] and asked == [({taken, backlog}, False)]
+    assert [job_row(control, j).resumes for j in (taken, backlog, deferred, young)] == [1, 0, 0, 0]
+    with control.begin() as conn:
+        conn.execute(update(jobs).where(jobs.c.id == backlog).values(created_at=long_ago))
+    assert reap(control, heartbeat_timeout=60, holds=lambda ids, taken=True: None, resend=sent.append) == []
+    assert sent == [taken]  # the broker unreadable: nothing queued is touched
 
 
 # --- database outages ------------------------------------------------------------------------------------
@@ -370,7 +431,7 @@ def test_recording_a_job_end_is_retried(
 
     monkeypatch.setattr(ledger_db, "close_reservation", flaky)
     monkeypatch.setattr(job_runner, "FINISH_RETRY_WAITS", (0.01, 0.01, 0.01))
-    job_runner._finish(control, job_id, "failed", "test")
+    job_runner._finish(control, job_id, 0, "failed", "test")
     assert job_row(control, job_id).status == "failed" and open_reservations(control) == 0
 
 
@@ -445,4 +506,28 @@ def test_a_job_the_reaper_ended_stops_charging(
     assert job_runner.execute_job(job_id, control, sensitive) == "failed"
     assert calls["n"] == 3 and job_row(control, job_id).error == "reaped"
     assert count(control, charges, job_id) == count(control, releases, job_id) == 3
+    assert open_reservations(control) == 0
+
+
+def test_a_worker_that_comes_back_after_its_job_was_sent_again_stops(engines: tuple[Engine, Engine]) -> None:
+    """The job's `resumes` is its runner's token: once the reaper sent the job again and another task
+    claimed it, the first task's heartbeats and progress no longer count and its ending does not end the
+    job (the worker had frozen or lost the database past the heartbeat); the new run finishes it."""
+    control, sensitive = engines
+    job_id = submit(control)
+    first = job_runner._claim(job_id, control, 60, None)
+    assert job_runner._beat(control, job_id, first.resumes)
+    with control.begin() as conn:
+        stale = datetime.now(UTC) - timedelta(seconds=120)
+        conn.execute(update(jobs).where(jobs.c.id == job_id).values(heartbeat_at=stale))
+    sent: list[str] = []
+    assert reap(control, heartbeat_timeout=60, holds=lambda ids, taken=True: set(), resend=sent.append) == []
+    assert sent == [job_id]
+    second = job_runner._claim(job_id, control, 60, None)
+    assert (first.resumes, second.resumes) == (0, 1)
+    assert not job_runner._beat(control, job_id, first.resumes)
+    assert job_runner._beat(control, job_id, second.resumes)
+    job_runner._finish(control, job_id, first.resumes, "failed", "the first run's late ending")
+    assert job_row(control, job_id).status == "running"
+    assert job_runner.execute_job(job_id, control, sensitive, heartbeat_timeout=0.0) == "succeeded"
     assert open_reservations(control) == 0

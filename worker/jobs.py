@@ -24,7 +24,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
-from sqlalchemy import Connection, Engine, bindparam, func, insert, select, update
+from sqlalchemy import Connection, Engine, and_, bindparam, func, insert, select, update
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, InterfaceError, OperationalError
 
 from privacy_wall.accounting.accountants import configured_accountant
@@ -177,7 +177,9 @@ _STORE_RELEASE = insert(releases).values(
 )
 _RECORD_PROGRESS = (
     update(jobs)
-    .where(jobs.c.id == bindparam("p_job_id"), jobs.c.status == "running")
+    .where(
+        jobs.c.id == bindparam("p_job_id"), jobs.c.status == "running", jobs.c.resumes == bindparam("p_run")
+    )
     .values(
         iteration=bindparam("p_iteration"), heartbeat_at=bindparam("p_now", type_=jobs.c.heartbeat_at.type)
     )
@@ -209,8 +211,10 @@ class StoredReleases:
         deadline: datetime | None = None,
         limits: StorageLimits | None = None,
         carried: dict[int, Release] | None = None,
+        run: int = 0,
     ) -> None:
         self._gate = gate
+        self._run = run  # the job's `resumes` when this task claimed it: its progress counts while it holds
         # Releases charged and computed whose store was cut off by a lost database (execute_job resumes
         # the job in the same task once it is back): stored on resumption instead of charged again.
         self._carried = {} if carried is None else carried
@@ -376,6 +380,7 @@ class StoredReleases:
                 _RECORD_PROGRESS,
                 parameters={
                     "p_job_id": release.job_id,
+                    "p_run": self._run,
                     "p_iteration": release.iteration,
                     "p_arrays": blob,
                     "p_stored_bytes": len(blob),
@@ -393,20 +398,21 @@ class StoredReleases:
 OUTAGE_POLL_SECONDS = 0.5
 
 
-def _beat(control: Engine, job_id: str) -> bool:
-    """Refresh the job's heartbeat; returns whether it is still running."""
+def _beat(control: Engine, job_id: str, run: int) -> bool:
+    """Refresh the job's heartbeat; returns whether it is still running in this task's run (`run`: its
+    `resumes` when claimed; the reaper sending the job again makes another task its runner)."""
     with control.begin() as conn:
         return bool(
             conn.execute(
                 update(jobs)
-                .where(jobs.c.id == job_id, jobs.c.status == "running")
+                .where(jobs.c.id == job_id, jobs.c.status == "running", jobs.c.resumes == run)
                 .values(heartbeat_at=_now())
             ).rowcount
         )
 
 
 @contextmanager
-def heartbeat(control: Engine, job_id: str, every_seconds: float) -> Iterator[None]:
+def heartbeat(control: Engine, job_id: str, run: int, every_seconds: float) -> Iterator[None]:
     """Refresh the job's heartbeat in the background while it runs (long iterations included). After a
     failed beat (the database unreachable) it tries every OUTAGE_POLL_SECONDS, so the heartbeat is fresh
     again as soon as the database is back: an outage shorter than the heartbeat timeout (less one beat)
@@ -417,7 +423,7 @@ def heartbeat(control: Engine, job_id: str, every_seconds: float) -> Iterator[No
         wait = every_seconds
         while not stop.wait(wait):
             try:
-                _beat(control, job_id)
+                _beat(control, job_id, run)
                 wait = every_seconds
             except DBAPIError as exc:  # an outage: beat again soon (a long one lets the reaper act)
                 if not database_lost(exc):
@@ -468,7 +474,9 @@ def _has_posterior(control: Engine, job_id: str) -> bool:
         )
 
 
-def _wait_for_databases(control: Engine, sensitive: Engine, job_id: str, heartbeat_timeout: float) -> bool:
+def _wait_for_databases(
+    control: Engine, sensitive: Engine, job_id: str, run: int, heartbeat_timeout: float
+) -> bool:
     """Wait, up to the heartbeat timeout, for both databases to answer again: True once they do and the
     job is still running (its heartbeat refreshed: the job resumes in this task, before the reaper could
     see it stale); raises JobNoLongerRunning if someone ended it meanwhile (the reaper, for an outage
@@ -477,7 +485,7 @@ def _wait_for_databases(control: Engine, sensitive: Engine, job_id: str, heartbe
     while time.monotonic() < give_up:
         time.sleep(OUTAGE_POLL_SECONDS)
         try:
-            running = _beat(control, job_id)
+            running = _beat(control, job_id, run)
             with sensitive.connect() as conn:
                 conn.execute(select(1))
         except DBAPIError as exc:
@@ -490,13 +498,15 @@ def _wait_for_databases(control: Engine, sensitive: Engine, job_id: str, heartbe
     return False
 
 
-def _finish(control: Engine, job_id: str, status: str, error: str | None = None) -> None:
+def _finish(control: Engine, job_id: str, run: int, status: str, error: str | None = None) -> None:
     """Record the job's end and refund its unspent reservation, retried through a database blip; if the
-    database stays away the job keeps its stale heartbeat and the reaper fails and refunds it."""
+    database stays away the job keeps its stale heartbeat and the reaper fails and refunds it. Never over
+    a status someone else ended it with (the reaper), nor once the reaper gave the job to another run."""
+    ours = and_(jobs.c.status.in_(("queued", "running")), jobs.c.resumes == run)
     for wait in (*FINISH_RETRY_WAITS, None):
         try:
-            with control.begin() as conn:  # never over a status someone else ended it with (the reaper)
-                end_job(conn, job_id, status, only_if=jobs.c.status.in_(("queued", "running")), error=error)
+            with control.begin() as conn:
+                end_job(conn, job_id, status, only_if=ours, error=error)
             return
         except DBAPIError as exc:
             if wait is None or not database_lost(exc):
@@ -540,13 +550,13 @@ def execute_job(
         return claimed
     job = claimed
     if job.cancel_requested:
-        _finish(control, job_id, "cancelled")
+        _finish(control, job_id, job.resumes, "cancelled")
         return "cancelled"
     stage = Stage()
     started = aware(job.started_at) or _now()
     deadline = started + timedelta(seconds=max_job_seconds) if max_job_seconds else None
     try:
-        with heartbeat(control, job_id, heartbeat_timeout / 4):
+        with heartbeat(control, job_id, job.resumes, heartbeat_timeout / 4):
             carried: dict[int, Release] = {}  # releases whose store an outage cut off (StoredReleases)
             for resumption in range(MAX_RESUMPTIONS + 1):
                 try:
@@ -561,17 +571,19 @@ def execute_job(
                     if not database_lost(exc) or resumption == MAX_RESUMPTIONS:
                         raise
                     log.warning("job %s: database unavailable while %s; waiting for it", job_id, stage.doing)
-                    if not _wait_for_databases(control, sensitive, job_id, heartbeat_timeout):
+                    if not _wait_for_databases(control, sensitive, job_id, job.resumes, heartbeat_timeout):
                         raise
                     log.warning("job %s: the database is back; resuming from its stored releases", job_id)
     except JobCancelled:
-        _finish(control, job_id, "cancelled")
+        _finish(control, job_id, job.resumes, "cancelled")
         return "cancelled"
     except JobOverTime as over:
-        _finish(control, job_id, "failed", over_time_message(max_job_seconds or 0.0, over.iteration))
+        _finish(
+            control, job_id, job.resumes, "failed", over_time_message(max_job_seconds or 0.0, over.iteration)
+        )
         return "failed"
     except (JobOverStorage, DatasetInconsistent) as over:
-        _finish(control, job_id, "failed", str(over))
+        _finish(control, job_id, job.resumes, "failed", str(over))
         return "failed"
     except JobNoLongerRunning:  # whoever ended it closed its reservation in the same transaction (end_job)
         with reading(control) as conn:
@@ -583,9 +595,9 @@ def execute_job(
         # The job fails and its unspent reservation is refunded. The exception's type, text and traceback
         # go to this log only; the job's `error` is a message for its readers (failure_message).
         log.exception("job %s failed while %s", job_id, stage.doing)
-        _finish(control, job_id, "failed", failure_message(job_id, stage, exc))
+        _finish(control, job_id, job.resumes, "failed", failure_message(job_id, stage, exc))
         return "failed"
-    _finish(control, job_id, "succeeded")
+    _finish(control, job_id, job.resumes, "succeeded")
     return "succeeded"
 
 
@@ -696,7 +708,9 @@ def _run(
         )
         stage.doing = "rehearsing the first update on a public stand-in"
         result = run_vips(
-            StoredReleases(gate, autocommit_reads(reads), relaxed, job.id, stage, deadline, limits, carried),
+            StoredReleases(
+                gate, autocommit_reads(reads), relaxed, job.id, stage, deadline, limits, carried, job.resumes
+            ),
             setup.query,
             setup.model,
             settings,

@@ -62,8 +62,8 @@ def run_job(self: Any, job_id: str) -> str:
     retries the reaper fails the job and refunds it. A job
     process that dies under its job (the kernel's OOM killer, any SIGKILL) fails the job at once from the
     worker's main process (_fail_killed_job), and its message is acknowledged, not requeued: the job does
-    not run again. (Its message stays unacknowledged only when the whole worker dies; then the reaper,
-    or `vips up`'s supervisor, fails the job.)"""
+    not run again. (Its message stays unacknowledged only when the whole worker dies; then the reaper
+    sends the job again, service.jobs.reaper, or `vips up`'s supervisor fails it.)"""
     settings = get_settings()
     try:
         status = execute_job(
@@ -192,6 +192,11 @@ def broker_queue() -> CeleryQueue:
     return CeleryQueue(get_settings())
 
 
+def resend_job(job_id: str) -> None:
+    """The reaper's way to send a job whose worker was lost back to the broker."""
+    send_run_job(app, job_id)
+
+
 @app.task(name=REAP_TASK, ignore_result=True)
 def reap_jobs() -> list[str]:
     """Celery beat's periodic reaper pass (service.jobs.reaper)."""
@@ -201,6 +206,7 @@ def reap_jobs() -> list[str]:
         settings.heartbeat_timeout_seconds,
         settings.queued_timeout_seconds,
         broker_queue().holds,
+        resend_job,
     )
 
 
@@ -247,14 +253,9 @@ def _start_reaper(**_: object) -> None:
         return
     settings = get_settings()
     holds = broker_queue().holds
-    reap(control_engine(), settings.heartbeat_timeout_seconds, settings.queued_timeout_seconds, holds)
-    start_reaper_thread(
-        control_engine(),
-        settings.reaper_interval_seconds,
-        settings.heartbeat_timeout_seconds,
-        settings.queued_timeout_seconds,
-        holds,
-    )
+    timeouts = (settings.heartbeat_timeout_seconds, settings.queued_timeout_seconds)
+    reap(control_engine(), *timeouts, holds, resend_job)
+    start_reaper_thread(control_engine(), settings.reaper_interval_seconds, *timeouts, holds, resend_job)
     if settings.embedded:
         threading.Thread(
             target=_report_alive, args=(settings.worker_alive_path(),), name="alive", daemon=True

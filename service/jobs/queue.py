@@ -32,9 +32,9 @@ class JobQueue(Protocol):
         """Raise if the broker cannot be reached (the readiness probe)."""
         ...
 
-    def holds(self, job_ids: AbstractSet[str]) -> set[str] | None:
-        """Those of `job_ids` whose task the broker still holds (waiting, or delivered and not
-        acknowledged), from one read of the broker; None when that cannot be told (the broker is
+    def holds(self, job_ids: AbstractSet[str], taken: bool = True) -> set[str] | None:
+        """Those of `job_ids` whose task the broker still holds (waiting, or with `taken` also delivered
+        and not acknowledged), from one read of the broker; None when that cannot be told (the broker is
         unreachable)."""
         ...
 
@@ -57,22 +57,23 @@ class CeleryQueue:
     def send_run_job(self, job_id: str) -> None:
         send_run_job(self._celery, job_id)
 
-    def holds(self, job_ids: AbstractSet[str]) -> set[str] | None:
+    def holds(self, job_ids: AbstractSet[str], taken: bool = True) -> set[str] | None:
         """One pass over the broker's messages: a job is held when a message names its id (its task id)."""
         held: set[str] = set()
         if not job_ids:
             return held
         try:
-            for message in self._messages():
+            for message in self._messages(taken):
                 held.update(job_id for job_id in job_ids if job_id in message)
         except Exception as exc:  # unreachable or unreadable: cannot tell, so nothing is reaped for it
             log.warning("could not read the broker's queue (%s)", type(exc).__name__)
             return None
         return held
 
-    def _messages(self) -> Iterator[str]:
+    def _messages(self, taken: bool) -> Iterator[str]:
         """Every message the broker holds for the default queue, as text: the file-system broker's
-        files, or Redis's queue lists (one per priority step) and its unacknowledged deliveries."""
+        files (a taken one was renamed away), or Redis's queue lists (one per priority step) and, with
+        `taken`, its unacknowledged deliveries."""
         options = self._config.get("broker_transport_options", {})
         if self._config["broker_url"] == "filesystem://":
             for path in Path(options["data_folder_out"]).iterdir():
@@ -86,7 +87,8 @@ class CeleryQueue:
             queue = self._celery.conf.task_default_queue
             lists = [queue, *(f"{queue}\x06\x16{step}" for step in (3, 6, 9))]  # kombu's priority lists
             held: list[bytes] = [m for key in lists for m in cast(list[bytes], client.lrange(key, 0, -1))]
-            held += cast(list[bytes], client.hvals("unacked"))
+            if taken:
+                held += cast(list[bytes], client.hvals("unacked"))
             for message in held:
                 yield message.decode(errors="replace")
         finally:
@@ -144,7 +146,7 @@ class RecordingQueue:
         if not self.workers:
             raise RuntimeError("no worker answered a ping")
 
-    def holds(self, job_ids: AbstractSet[str]) -> set[str] | None:
+    def holds(self, job_ids: AbstractSet[str], taken: bool = True) -> set[str] | None:
         return None if self.fail else {job_id for job_id in job_ids if job_id in self.sent}
 
     def close(self) -> None:

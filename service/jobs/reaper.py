@@ -1,15 +1,22 @@
-"""The reaper: no job holds budget forever. It needs only the control database, so it runs in the API
-process (every `reaper_interval_seconds`), in every worker, and as Celery beat's periodic task.
+"""The reaper: no job holds budget forever, and no job is lost with its worker. It needs only the control
+database (and, to send jobs again, the broker), so it runs in the API process (every
+`reaper_interval_seconds`), in every worker, and as Celery beat's periodic task.
 
-A job is reaped (failed with a message that says why, its unspent reservation refunded) when
+Given a way to send jobs (`resend`: the control database is the source of truth for what is queued), a job
+whose worker was lost is sent again, up to MAX_RESUMES times, and resumes from its stored releases:
 - it is `running` and no worker has reported progress for `heartbeat_timeout_seconds` (its worker died,
   or lost the database for that long), or
-- it is still `queued` `queued_timeout_seconds` after its submission (or after a worker last deferred
-  it, service.settings: a key at its running limit) and the broker no longer holds its task (the broker
-  lost it, e.g. Redis restarted without persistence). A job whose task waits in the broker behind a
-  backlog is never reaped; where the broker cannot be read, nothing queued is reaped.
-Every update is conditional on the status it read, so concurrent reapers (several API processes and
-workers) reap each job once. Charges are never undone: a reaped job keeps what it released.
+- it is `queued`, nothing happened to it for `heartbeat_timeout_seconds` (submitted, last deferred by a
+  worker, or last sent again) and its task is not waiting in the broker's queue: a worker took it and
+  died before starting it (Redis would keep such a task unacknowledged until its visibility timeout, an
+  hour), or the broker lost it (Redis restarted without persistence, a killed embedded worker).
+A live worker starts what it takes at once (prefetch 1; a deferred job's heartbeat is refreshed at each
+deferral), so a taken job quiet for a heartbeat is its dead worker's. Past MAX_RESUMES, or without
+`resend`, such a job is failed with a message that says why and its unspent reservation refunded (a
+queued one without `resend` only after `queued_timeout_seconds` and once the broker holds its task
+nowhere). Where the broker cannot be read, nothing queued is touched. Every update is conditional on
+what it read, so concurrent reapers (several API processes and workers) send or reap each job once.
+Charges are never undone: a reaped job keeps what it released.
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ import threading
 from collections.abc import Callable
 from collections.abc import Set as AbstractSet
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy import Engine, or_, select, update
 
@@ -55,9 +62,23 @@ def unstarted_message(timeout_seconds: float) -> str:
     )
 
 
-#: Which of these queued jobs' tasks the broker still holds, from one read of it; None when it cannot be
-#: read (service.jobs.queue.JobQueue.holds).
-Holds = Callable[[AbstractSet[str]], set[str] | None]
+#: A job sent again this many times after losing its worker is failed the next time: a job that brings
+#: down every worker that takes it must not take them down for ever.
+MAX_RESUMES = 3
+
+
+class Holds(Protocol):
+    """Which of these queued jobs' tasks the broker still holds (with `taken`, also those delivered and not
+    acknowledged), from one read of it; None when it cannot be read (service.jobs.queue.JobQueue.holds)."""
+
+    def __call__(self, job_ids: AbstractSet[str], taken: bool = True) -> set[str] | None: ...
+
+
+def exhausted_message(timeout_seconds: float) -> str:
+    return (
+        f"this job lost its worker {MAX_RESUMES + 1} times (no progress for {timeout_seconds:g} s each time; "
+        f"it was sent again {MAX_RESUMES} times): the job was failed and its unspent budget refunded"
+    )
 
 
 def is_quiet(job: Any, now: datetime, timeout_seconds: float) -> bool:
@@ -72,30 +93,40 @@ def reap(
     heartbeat_timeout: float,
     queued_timeout: float | None = None,
     holds: Holds | None = None,
+    resend: Callable[[str], None] | None = None,
 ) -> list[str]:
-    """Fail stale running jobs, and queued ones quiet for queued_timeout whose task `holds` says the broker
-    no longer has (without `holds`, by age alone); return the ids reaped. The broker is read at most once
-    per pass, for all the quiet queued jobs."""
+    """Send again (with `resend`) or fail the jobs whose worker was lost (module docstring); return the ids
+    failed. The broker is read at most once per pass, for all the quiet queued jobs."""
     now = datetime.now(UTC)
-    with control.connect() as conn:
-        rows = conn.execute(
-            select(jobs.c.id, jobs.c.status, jobs.c.heartbeat_at, jobs.c.created_at).where(
-                or_(jobs.c.status == "running", jobs.c.status == "queued")
-            )
-        ).all()
-    quiet = (
-        {row.id for row in rows if row.status == "queued" and is_quiet(row, now, queued_timeout)}
-        if queued_timeout is not None
-        else set()
-    )
-    held = holds(quiet) if quiet and holds is not None else set()  # None: unreadable, none is reaped
+    rows = _rows_to_check(control)
+    resumed: list[Any] = []
     doomed: list[tuple[str, str, str]] = []
-    for row in rows:
-        if row.status == "running" and not heartbeat_is_fresh(row, heartbeat_timeout):
-            doomed.append((row.id, "running", lost_worker_message(heartbeat_timeout)))
-        elif row.id in quiet and held is not None and row.id not in held:
-            assert queued_timeout is not None  # quiet is empty without it
-            doomed.append((row.id, "queued", unstarted_message(queued_timeout)))
+    if resend is not None:
+        quiet = {row.id for row in rows if row.status == "queued" and is_quiet(row, now, heartbeat_timeout)}
+        waiting = holds(quiet, taken=False) if quiet and holds is not None else set()
+        lost = quiet - waiting if waiting is not None else set()  # None: unreadable, none is touched
+        for row in rows:
+            stale = row.status == "running" and not heartbeat_is_fresh(row, heartbeat_timeout)
+            if (stale or row.id in lost) and row.resumes < MAX_RESUMES:
+                resumed.append(row)
+            elif stale or row.id in lost:
+                doomed.append((row.id, row.status, exhausted_message(heartbeat_timeout)))
+    else:
+        quiet = (
+            {row.id for row in rows if row.status == "queued" and is_quiet(row, now, queued_timeout)}
+            if queued_timeout is not None
+            else set()
+        )
+        held = holds(quiet) if quiet and holds is not None else set()  # None: unreadable, none is reaped
+        for row in rows:
+            if row.status == "running" and not heartbeat_is_fresh(row, heartbeat_timeout):
+                doomed.append((row.id, "running", lost_worker_message(heartbeat_timeout)))
+            elif row.id in quiet and held is not None and row.id not in held:
+                assert queued_timeout is not None  # quiet is empty without it
+                doomed.append((row.id, "queued", unstarted_message(queued_timeout)))
+    for row in resumed:
+        assert resend is not None
+        _send_again(control, row, resend)
     reaped = []
     for job_id, status, message in doomed:
         with control.begin() as conn:
@@ -115,6 +146,42 @@ def reap(
     for job_id in stranded_ids:
         ledger_db.refund(control, job_id)
     return reaped
+
+
+def _rows_to_check(control: Engine) -> list[Any]:
+    """The queued and running jobs, with what the reaper decides by (and conditions its updates on)."""
+    with control.connect() as conn:
+        return list(
+            conn.execute(
+                select(
+                    jobs.c.id, jobs.c.status, jobs.c.heartbeat_at, jobs.c.created_at, jobs.c.resumes
+                ).where(or_(jobs.c.status == "running", jobs.c.status == "queued"))
+            ).all()
+        )
+
+
+def _send_again(control: Engine, row: Any, resend: Callable[[str], None]) -> bool:
+    """Queue the job again (its releases and start kept) and send it, if no other reaper did and nothing
+    happened to it since it was read; a job sent but not taken is sent again on a later pass."""
+    unchanged = [jobs.c.id == row.id, jobs.c.status == row.status, jobs.c.resumes == row.resumes]
+    unchanged.append(
+        jobs.c.heartbeat_at.is_(None) if row.heartbeat_at is None else jobs.c.heartbeat_at == row.heartbeat_at
+    )
+    with control.begin() as conn:
+        changed = conn.execute(
+            update(jobs)
+            .where(*unchanged)
+            .values(status="queued", heartbeat_at=datetime.now(UTC), resumes=row.resumes + 1)
+        ).rowcount
+    if not changed:
+        return False
+    log.warning("job %s lost its worker (%s); sent again (%d of %d)", row.id, row.status, row.resumes + 1,
+                MAX_RESUMES)  # fmt: skip
+    try:
+        resend(row.id)
+    except Exception as exc:  # the broker is down: a later pass sends it again (it is quiet by then)
+        log.warning("could not send job %s again (%s)", row.id, type(exc).__name__)
+    return True
 
 
 def fail_running_jobs(control: Engine, message: str) -> list[str]:
@@ -157,6 +224,9 @@ def start_reaper_thread(
     heartbeat_timeout: float,
     queued_timeout: float | None,
     holds: Holds | None = None,
+    resend: Callable[[str], None] | None = None,
 ) -> threading.Event:
     """Reap every `interval` seconds in a daemon thread until the returned event is set."""
-    return run_every(interval, lambda: reap(control, heartbeat_timeout, queued_timeout, holds), "reaper")
+    return run_every(
+        interval, lambda: reap(control, heartbeat_timeout, queued_timeout, holds, resend), "reaper"
+    )

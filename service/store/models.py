@@ -73,6 +73,8 @@ jobs = Table(
     # they are deleted (outputs_deleted_at).
     Column("stored_bytes", BigInteger, nullable=False, server_default=text("0")),
     Column("outputs_deleted_at", DateTime(timezone=True), nullable=True),
+    # Times the reaper sent the job again after its worker was lost (service.jobs.reaper.MAX_RESUMES).
+    Column("resumes", Integer, nullable=False, server_default=text("0")),
     UniqueConstraint("owner", "idempotency_key", name="uq_jobs_owner_idempotency_key"),
 )
 
