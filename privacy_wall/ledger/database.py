@@ -234,6 +234,12 @@ def reprice(conn: Connection, row: Any, accountant: Accountant | None = None) ->
     return conn.execute(select(budgets).where(budgets.c.dataset == row.dataset)).one()
 
 
+def reprice_all(conn: Connection) -> None:
+    """Re-price every ledger by the configured accountant (`reprice`): the migrations that change it."""
+    for row in conn.execute(select(budgets)).all():
+        reprice(conn, row)
+
+
 def _status(conn: Connection, row: Any) -> BudgetStatus:
     return _status_of(row, _committed_curve(conn, row), _reserved_curve(conn, row))
 
@@ -614,6 +620,21 @@ def charges_per_job(engine: Engine, dataset: str) -> list[dict[str, Any]]:
             .order_by(func.min(charges.c.id))
         ).all()
     return [{"job_id": r.job_id, "charges": int(r.charges), "iterations": int(r.iterations)} for r in rows]
+
+
+def ledger_charges(conn: Connection, dataset: str) -> tuple[int, int | None, tuple[Any, ...] | None]:
+    """The dataset's charge count, last charge id and that charge's (job, iteration, attempt): SQLite gives
+    a new charge the id of a withdrawn last one, so count and id alone could repeat a past state."""
+    count, last = conn.execute(
+        select(func.count(), func.max(charges.c.id)).where(charges.c.dataset == dataset)
+    ).one()
+    which = None
+    if last is not None:
+        row = conn.execute(
+            select(charges.c.job_id, charges.c.iteration, charges.c.attempt).where(charges.c.id == last)
+        ).one_or_none()
+        which = tuple(row) if row is not None else None
+    return int(count), last, which
 
 
 def count_charges(engine: Engine, dataset: str) -> int:

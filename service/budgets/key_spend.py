@@ -12,7 +12,7 @@ from sqlalchemy import Connection, Engine, func, select
 
 from privacy_wall.accounting.accountants import PrivacyCost, configured_accountant, event_from_dict, sum_costs
 from privacy_wall.ledger import database as ledger_db
-from privacy_wall.ledger.schema import charges, reservations
+from privacy_wall.ledger.schema import reservations
 from privacy_wall.sqlengine import reading
 from service.budgets.job_costs import id_chunks, job_costs_within
 from service.caching import BoundedCache
@@ -67,9 +67,7 @@ def clear_totals() -> None:
 def _spend_state(conn: Connection, dataset: str) -> tuple[Any, ...]:
     """What the keys' totals depend on: the dataset's charges (each commit and withdrawal), its
     reservations (each admission and each refund closes one) and its jobs, and the accountant."""
-    charged = conn.execute(
-        select(func.count(), func.max(charges.c.id)).where(charges.c.dataset == dataset)
-    ).one()
+    charged = ledger_db.ledger_charges(conn, dataset)
     reserved = conn.execute(
         select(func.count(), func.count().filter(reservations.c.open.is_(True))).where(
             reservations.c.dataset == dataset

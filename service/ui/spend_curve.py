@@ -3,9 +3,9 @@ once per ledger state for every viewer and extended, not recomputed, as jobs end
 
 The curve's points are prefixes of the ledger: point i is the composition of the first i + 1 jobs' charges
 (service.budgets.job_costs) at the dataset's delta, by the configured accountant. Each ledger (database,
-dataset, accountant, delta) keeps what it last composed: the jobs in order with a fingerprint of each
-one's cost, and the running total every CHECKPOINT jobs. A new ledger state re-adds only from the last
-checkpoint before the first job that moved or changed (a job that ended, a running job's new charge) and
+dataset, accountant, delta) keeps what it last composed: the jobs in order with each one's cost, and the
+running total every CHECKPOINT jobs. A new ledger state reads again only the jobs charged since and those
+then running, re-adds only from the last checkpoint before the first of them in the curve's order, and
 prices only the points drawn after it. Beyond DRAWN_POINTS jobs the curve is drawn through every 2^k-th
 job (and the last, each running job, and the first without a guarantee): the composed spend only grows,
 so the coarser step curve is the same picture, and a history of 10,000 jobs costs 512 pricings once and
@@ -24,6 +24,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, func, select
 
 from privacy_wall.accounting.accountants import PrivacyCost, configured_accountant
+from privacy_wall.ledger import database as ledger_db
 from privacy_wall.ledger.schema import charges
 from privacy_wall.sqlengine import reading
 from service.budgets.job_costs import id_chunks, job_costs
@@ -90,25 +91,10 @@ def ledger_state(conn: Any, dataset: str, delta: float) -> tuple[Any, ...]:
     return (
         str(conn.engine.url),
         dataset,
-        *ledger_charges(conn, dataset),
+        *ledger_db.ledger_charges(conn, dataset),
         configured_accountant().version,
         delta,
     )
-
-
-def ledger_charges(conn: Connection, dataset: str) -> tuple[int, int | None, tuple[Any, ...] | None]:
-    """The dataset's charge count, last charge id and that charge's (job, iteration, attempt): SQLite gives
-    a new charge the id of a withdrawn last one, so count and id alone could repeat a past state."""
-    count, last = conn.execute(
-        select(func.count(), func.max(charges.c.id)).where(charges.c.dataset == dataset)
-    ).one()
-    which = None
-    if last is not None:
-        row = conn.execute(
-            select(charges.c.job_id, charges.c.iteration, charges.c.attempt).where(charges.c.id == last)
-        ).one_or_none()
-        which = tuple(row) if row is not None else None
-    return int(count), last, which
 
 
 def spend_curve(engine: Engine, dataset: str, delta: float) -> SpendCurve:
@@ -156,7 +142,7 @@ def _extend(engine: Engine, dataset: str, delta: float, composed: _Composed) -> 
     it last read the ledger, and those then running, are read again (all of them after a withdrawn
     charge); only the points from the first job that moved or changed are priced again."""
     with reading(engine) as conn:
-        count, last, which = ledger_charges(conn, dataset)
+        count, last, which = ledger_db.ledger_charges(conn, dataset)
         changed = _changed_jobs(conn, dataset, composed, count)
         if changed is None:  # compose afresh
             composed.job_ids, composed.costs, composed.times = [], {}, {}

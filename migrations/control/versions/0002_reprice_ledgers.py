@@ -37,12 +37,9 @@ def upgrade() -> None:
     )
     op.create_index(op.f("ix_accountant_changes_dataset"), "accountant_changes", ["dataset"], unique=False)
 
-    from privacy_wall.ledger.database import reprice
-    from privacy_wall.ledger.schema import budgets
+    from privacy_wall.ledger.database import reprice_all
 
-    conn = op.get_bind()
-    for row in conn.execute(sa.select(budgets)).all():
-        reprice(conn, row)
+    reprice_all(op.get_bind())
 
 
 def downgrade() -> None:

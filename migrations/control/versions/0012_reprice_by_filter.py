@@ -14,7 +14,6 @@ Create Date: 2026-12-07 03:30:00
 
 from __future__ import annotations
 
-import sqlalchemy as sa
 from alembic import op
 
 revision = "0012"
@@ -24,12 +23,9 @@ depends_on = None
 
 
 def upgrade() -> None:
-    from privacy_wall.ledger.database import reprice
-    from privacy_wall.ledger.schema import budgets
+    from privacy_wall.ledger.database import reprice_all
 
-    conn = op.get_bind()
-    for row in conn.execute(sa.select(budgets)).all():
-        reprice(conn, row)
+    reprice_all(op.get_bind())
 
 
 def downgrade() -> None:
