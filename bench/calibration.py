@@ -17,7 +17,8 @@ schedules it, and sigma 0), fit `--datasets` synthetic datasets of known weights
 train split, score the test split): AUC, log loss and ECE, each algorithm given only epsilon. `--rule`
 scores VIPS-BLR's candidate schedules (Polya-Gamma releases T 1-3, Laplace releases T 3 and 5) by held-out
 log loss on Adult, Telco and synthetic data, with the scale the rule reads: the table the rule
-(service.planning.schedules) was read from.
+(service.planning.schedules) was read from. `--dpsep-clip` scores DP-SEP-BLR's site clips C the same way
+(public data: log loss / AUC; synthetic: coverage / slope / log loss), the table its rule's clip comes from.
 
 Logistic data: d 10, column 0 the intercept (a constant c = 0.3, named "intercept"), the other 9 drawn
 uniformly in direction with norm sqrt(1 - c^2) U(0, 1)^(1/2) (every row has norm <= 1, as the service
@@ -29,7 +30,7 @@ N(0, 10^2 I)).
 
     python -m bench.calibration [--models blr,linreg] [--datasets 20] [--rows 10000] [--first-seed 0]
                                 [--epsilons 0.3,1,3] [--algorithms VIPS,DPVI,DP-SEP] [--public] [--rule]
-                                [--repeats 3] [--out DIR]
+                                [--dpsep-clip] [--repeats 3] [--out DIR]
 
 Writes calibration.md to --out (bench/out by default).
 """
@@ -320,6 +321,58 @@ def rule_section(epsilons: Sequence[float], repeats: int) -> list[str]:
     return lines
 
 
+#: DP-SEP-BLR's site clips compared by --dpsep-clip (1: the paper's C).
+DPSEP_CLIPS = (0.25, 0.35, 0.5, 1.0)
+
+
+def dpsep_clip_section(epsilons: Sequence[float], repeats: int, datasets: int) -> list[str]:
+    """Held-out log loss / AUC of DP-SEP-BLR at each site clip on Adult and Telco (mean over `repeats`
+    fits), and coverage / slope / log loss on `datasets` synthetic datasets (seeds 0..): the table the
+    rule's clip (service.planning.schedules) was read from."""
+    from sklearn.metrics import roc_auc_score
+
+    from worker.datasets.adult import load_adult
+    from worker.datasets.telco import load_telco
+    from worker.estimator import DPSEPLogisticRegression
+
+    header = ["data", "epsilon (x N)", *(f"clip {c:g}" for c in DPSEP_CLIPS)]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for name, load in (("adult", load_adult), ("telco", load_telco)):
+        train, test = load("train"), load("test")
+        x, x_test = (pd.DataFrame(d.features, columns=d.feature_names) for d in (train, test))
+        for epsilon in epsilons:
+            cells = []
+            for clip in DPSEP_CLIPS:
+                runs = []
+                for _ in range(repeats):
+                    fit = DPSEPLogisticRegression(epsilon=epsilon, clip=clip).fit(x, train.labels)
+                    p = fit.predict_proba(x_test)[:, 1]
+                    runs.append((log_loss(p, test.labels), roc_auc_score(test.labels, p)))
+                loss, auc = np.mean(runs, axis=0)
+                cells.append(f"{loss:.4f} / {auc:.4f}")
+            scale = f"{epsilon:g} ({epsilon * len(train.labels):,.0f})"
+            lines.append(f"| {name} | {scale} | " + " | ".join(cells) + " |")
+            log(lines[-1])
+    sets = [draw("blr", seed, 10_000) for seed in range(datasets)]
+    for epsilon in [*epsilons, 0.0]:
+        cells = []
+        for clip in DPSEP_CLIPS:
+            cell = Cell()
+            for data in sets:
+                given = {"epsilon": epsilon} if epsilon > 0 else {"sigma": 0.0, "random_state": 0}
+                mean, sd, score, ece = private_fit(
+                    lambda given=given, clip=clip: DPSEPLogisticRegression(clip=clip, **given), "blr", data
+                )
+                cell.truths.append(data.weights), cell.means.append(mean), cell.sds.append(sd)
+                cell.scores.append(score), cell.eces.append(ece)
+            cells.append(f"{cell.coverage():.2f} / {cell.slope():.2f} / {np.mean(cell.scores):.4f}")
+        label = f"{epsilon:g} ({epsilon * 10_000:,.0f})" if epsilon > 0 else "sigma 0"
+        row = f"| synthetic ({datasets}; coverage / slope / log loss) | {label} | "
+        lines.append(row + " | ".join(cells) + " |")
+        log(lines[-1])
+    return lines
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
     parser.add_argument("--models", default="blr,linreg")
@@ -330,6 +383,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--algorithms", default="VIPS,DPVI,DP-SEP", help="which algorithms' posteriors")
     parser.add_argument("--public", action="store_true", help="also score on held-out Adult and Telco")
     parser.add_argument("--rule", action="store_true", help="VIPS-BLR's candidate schedules by log loss")
+    parser.add_argument("--dpsep-clip", action="store_true", help="DP-SEP-BLR's site clips by log loss")
     parser.add_argument("--repeats", type=int, default=3, help="fits per method with --public and --rule")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "out")
     args = parser.parse_args(argv)
@@ -346,6 +400,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         lines += [*public_section(epsilons, args.repeats, algorithms), ""]
     if args.rule:
         lines += [*rule_section(epsilons, args.repeats), ""]
+    if args.dpsep_clip:
+        lines += [*dpsep_clip_section(epsilons, args.repeats, max(args.datasets, 1)), ""]
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "calibration.md").write_text("\n".join(lines))
     print("\n".join(lines))

@@ -140,13 +140,25 @@ def test_a_rule_chooses_model_options_by_scale_and_given_ones_win(monkeypatch: p
     assert choose_schedule("blr", "vips", 1_000, None).options == {}
 
 
-def test_dpvi_takes_learning_rate_one_above_epsilon_n_2000() -> None:
-    """DPVI-BLR's rule: AdaGrad's default 0.5 up to epsilon x N = 2,000 (Telco at 0.3), 1 above (Adult,
-    the synthetic sets); a job that gives sigma keeps the model's default."""
+def test_dpvi_takes_its_learning_rate_by_epsilon_n() -> None:
+    """DPVI-BLR's rule: AdaGrad's default 0.5 up to epsilon x N = 2,000 (Telco at 0.3), 1.5 up to 5,000
+    (the synthetic sets at 0.3, Telco at 1), 1 above (Adult, the synthetic sets from 1); a job that gives
+    sigma keeps the model's default."""
     assert choose_schedule("blr", "dpvi", 4_930, 0.3).options == {"learning_rate": 0.5}
-    assert choose_schedule("blr", "dpvi", 10_000, 0.3).options == {"learning_rate": 1.0}
+    assert choose_schedule("blr", "dpvi", 10_000, 0.3).options == {"learning_rate": 1.5}
+    assert choose_schedule("blr", "dpvi", 4_930, 1.0).options == {"learning_rate": 1.5}
+    assert choose_schedule("blr", "dpvi", 10_000, 1.0).options == {"learning_rate": 1.0}
     assert choose_schedule("blr", "dpvi", 32_561, 3.0).options == {"learning_rate": 1.0}
     assert choose_schedule("blr", "dpvi", 32_561, None).options == {}
+
+
+def test_dpsep_takes_the_site_clip_a_quarter_given_epsilon() -> None:
+    """DP-SEP-BLR's rule: clip 0.25 at every scale a job that gives epsilon can have (measured 1,479 to
+    325,610); a job that gives sigma, or its own clip, keeps it."""
+    for population, epsilon in ((4_930, 0.3), (32_561, 10.0), (10**9, 1e6)):
+        assert choose_schedule("blr", "dpsep", population, epsilon).options == {"clip": 0.25}
+    assert choose_schedule("blr", "dpsep", 32_561, None).options == {}
+    assert choose_schedule("blr", "dpsep", 32_561, 1.0, options={"clip": 1.0}).options == {}
 
 
 def test_lda_reads_its_rows_per_topic_word_count() -> None:
