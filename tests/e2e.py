@@ -106,8 +106,9 @@ class Service:
         vocab: Path | None = None,
         public: bool = False,
     ) -> None:
-        """`vips data ingest NAME --kind KIND --input PATH [--label LABEL] [--vocab VOCAB] [--public]`
-        (a tabular or regression dataset's label column is `label` unless given, as the verb's)."""
+        """`vips data ingest NAME --kind KIND --input PATH [--label LABEL] [--vocab VOCAB --vocab-is-public]
+        [--public]` (a tabular or regression dataset's label column is `label` unless given, as the verb's;
+        the tests' word lists are public)."""
         if label is None and kind in ("tabular", "regression"):
             label = DEFAULT_LABEL
         with self._store() as (control, sensitive):
@@ -119,6 +120,7 @@ class Service:
                 path=path,
                 label=label,
                 vocab=vocab,
+                vocabulary_public=vocab is not None,
                 public=public,
             )
 

@@ -285,7 +285,8 @@ def test_streamed_ingest_stores_the_blocks_of_the_whole_file(
     path = write_docword(tmp_path / "d.txt", entries, 41, 30)
     vocab = tmp_path / "vocab.txt"
     vocab.write_text("\n".join(vocabulary(30)) + "\n")
-    meta = ingest(control=control, sensitive=sensitive, name="streamed", kind="bow", path=path, vocab=vocab)
+    meta = ingest(control=control, sensitive=sensitive, name="streamed", kind="bow", path=path, vocab=vocab,
+                  vocabulary_public=True)  # fmt: skip
     assert (meta.population, meta.dimension) == (41, 30)
     store_encoded(
         control=control,
@@ -355,7 +356,8 @@ def test_an_error_after_written_chunks_leaves_nothing(
 
     monkeypatch.setattr(ingest_module, "write_blocks", spy)
     with pytest.raises(IngestError, match=message):
-        ingest(control=control, sensitive=sensitive, name="d", kind="bow", path=path, vocab=vocab)
+        ingest(control=control, sensitive=sensitive, name="d", kind="bow", path=path, vocab=vocab,
+                  vocabulary_public=True)  # fmt: skip
     assert sum(written) >= 32  # several chunks were written before the error was read
     with sensitive.connect() as conn:
         assert conn.execute(select(func.count()).select_from(blocks)).scalar_one() == 0

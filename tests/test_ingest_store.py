@@ -143,7 +143,8 @@ def test_bow_and_binary(engines: tuple[Engine, Engine], tmp_path: Path) -> None:
     vocab.write_text("apple\nbanana\ncherry\n")
     docword = tmp_path / "docword.txt"
     docword.write_text("3\n3\n4\n1 1 2\n1 3 1\n3 2 5\n3 3 1\n")
-    meta = ingest(control=control, sensitive=sensitive, name="b", kind="bow", path=docword, vocab=vocab)
+    meta = ingest(control=control, sensitive=sensitive, name="b", kind="bow", path=docword, vocab=vocab,
+           vocabulary_public=True)  # fmt: skip
     assert (meta.population, meta.dimension) == (3, 3)  # the empty document 2 is kept
     documents = [(2, 0, 1), (0, 0, 0), (0, 5, 1)]
     bow = DatabaseStore(sensitive, "b")
@@ -167,7 +168,8 @@ def test_bow_and_binary(engines: tuple[Engine, Engine], tmp_path: Path) -> None:
     assert release.statistics["s"].shape == (2, 3) and (release.statistics["s"] >= 0).all()
     docword.write_text("3\n3\n1\n1 4 2\n")
     with pytest.raises(IngestError, match=r"line 4.*wordID"):
-        ingest(control=control, sensitive=sensitive, name="b2", kind="bow", path=docword, vocab=vocab)
+        ingest(control=control, sensitive=sensitive, name="b2", kind="bow", path=docword, vocab=vocab,
+           vocabulary_public=True)  # fmt: skip
 
     binary = tmp_path / "bin.csv"
     binary.write_text("p0,p1,p2\n1,0,1\n0,0,1\n")
@@ -192,7 +194,8 @@ def test_an_in_memory_corpus_is_stored_as_its_docword_file_would_be(
     vocab.write_text("apple\nbanana\ncherry\n")
     docword = tmp_path / "docword.txt"
     docword.write_text("3\n3\n4\n1 1 2\n1 3 1\n3 2 5\n3 3 1\n")
-    ingest(control=control, sensitive=sensitive, name="file", kind="bow", path=docword, vocab=vocab)
+    ingest(control=control, sensitive=sensitive, name="file", kind="bow", path=docword, vocab=vocab,
+           vocabulary_public=True)  # fmt: skip
     corpus = read_docword(docword, read_vocabulary(vocab))
     meta = ingest_bag_of_words(control=control, sensitive=sensitive, name="memory", corpus=corpus)
     assert (meta.kind, meta.population, meta.dimension) == ("bow", 3, 3)

@@ -468,7 +468,8 @@ def test_bag_of_words_is_written_in_chunks(engines: tuple[Engine, Engine], tmp_p
     vocab.write_text("apple\nbanana\ncherry\n")
     docword = tmp_path / "docword.txt"
     docword.write_text("5\n3\n5\n1 1 2\n1 3 1\n3 2 5\n4 3 1\n5 1 7\n")
-    ingest(control=control, sensitive=sensitive, name="one", kind="bow", path=docword, vocab=vocab)
+    ingest(control=control, sensitive=sensitive, name="one", kind="bow", path=docword, vocab=vocab,
+           vocabulary_public=True)  # fmt: skip
     corpus = read_docword(docword, read_vocabulary(vocab))
     store_encoded(
         control=control,

@@ -97,7 +97,7 @@ def test_a_job_on_an_english_corpus_uses_the_prior_its_schema_allows(tmp_path: P
             docword, vocab = tmp_path / "docs.docword.txt", tmp_path / "docs.vocab.txt"
             write_bag_of_words(_corpus(), ENGLISH, docword, vocab)
             ingest(control=control, sensitive=sensitive, name="docs", kind="bow", path=docword, vocab=vocab,
-                   owner=custodian_id)  # fmt: skip
+                   vocabulary_public=True, owner=custodian_id)  # fmt: skip
             settings = ServiceSettings(home=tmp_path, control_database_url=control_url)
             with TestClient(create_app(settings, queue=RecordingQueue())) as http:
                 as_custodian = {"Authorization": f"Bearer {custodian}"}

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from privacy_wall.data.formats import read_docword, read_vocabulary
+from privacy_wall.data.vocabulary import public_words
 from tests.test_cli import run_error
 from vips.bow import count_documents, frequent_words
 from vips.cli import main
@@ -71,6 +72,8 @@ def test_a_folder_of_texts_becomes_files_that_ingest_accepts(
     for text in (out, err, docword.read_text(), vocab_out.read_text()):
         assert SECRET not in text
     assert "6 of them" in err and "50.0%" in err
+    # a list the custodian gives is public only by their word: ingest will ask them to say so
+    assert summary["vocabulary_source"] is None and "--vocab-is-public" in err
     # the counts are sensitive: written private to their owner, whatever the umask
     assert stat.S_IMODE(docword.stat().st_mode) & 0o077 == 0
 
@@ -81,9 +84,61 @@ def test_a_folder_of_texts_becomes_files_that_ingest_accepts(
     assert main(["migrate", "all"]) == 0
     capsys.readouterr()
     ingest = ["data", "ingest", "texts", "--kind", "bow", "--input", str(docword), "--vocab", str(vocab_out)]
-    assert main(ingest) == 0, capsys.readouterr().err
+    assert main(ingest) == 2  # refused: nothing says this list is public, and analysts would see it
+    refusal = capsys.readouterr().err
+    assert "--vocab-is-public" in refusal and "prepare-text --vocab-size" in refusal
+    assert not any(word in refusal for word in VOCABULARY)  # the message names no word
+    assert main([*ingest, "--vocab-is-public"]) == 0, capsys.readouterr().err
     stored = json.loads(capsys.readouterr().out)
     assert (stored["kind"], stored["population"], stored["dimension"]) == ("bow", 3, len(VOCABULARY))
+    assert stored["vocabulary_source"] == "declared public by the custodian"
+
+
+def test_the_default_vocabulary_is_wordfreqs_and_ingest_takes_it_as_public(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without --vocab or --vocab-from the vocabulary is wordfreq's --vocab-size most frequent English words
+    (public by construction), which `data ingest` recognises without a confirmation."""
+    folder = _corpus(tmp_path)
+    prefix = tmp_path / "corpus"
+    assert (
+        main(["data", "prepare-text", "--vocab-size", "300", "--input-dir", str(folder), "-o", str(prefix)])
+        == 0
+    )
+    out, err = capsys.readouterr()
+    summary = json.loads(out)
+    words = read_vocabulary(Path(summary["vocab"]))
+    assert words == public_words(300) and words[:3] == ("the", "to", "and")
+    assert "wordfreq" in summary["vocabulary_source"] and "--vocab-is-public" not in err
+    assert (
+        read_docword(Path(summary["docword"]), words).counts.sum()
+        == summary["tokens"] - summary["out_of_vocabulary"]
+    )
+    monkeypatch.setenv("VIPS_HOME", str(tmp_path / "home"))
+    for name in ("VIPS_CONTROL_DATABASE_URL", "VIPS_SENSITIVE_DATABASE_URL", "VIPS_BROKER_URL"):
+        monkeypatch.delenv(name, raising=False)
+    assert main(["migrate", "all"]) == 0
+    capsys.readouterr()
+    ingest = [
+        "data",
+        "ingest",
+        "t",
+        "--kind",
+        "bow",
+        "--input",
+        summary["docword"],
+        "--vocab",
+        summary["vocab"],
+    ]
+    assert main(ingest) == 0, capsys.readouterr().err
+    stored = json.loads(capsys.readouterr().out)
+    assert stored["vocabulary_source"] == summary["vocabulary_source"]
+    # the confirmation belongs to a new bag-of-words dataset's vocabulary
+    assert (
+        main(["data", "ingest", "u", "--kind", "tabular", "--input", summary["docword"], "--vocab-is-public"])
+        == 2
+    )
+    assert "--vocab-is-public confirms" in capsys.readouterr().err
 
 
 def test_a_csv_column_and_a_vocabulary_from_a_public_corpus(

@@ -424,6 +424,13 @@ def _add_admin_data(commands: argparse._SubParsersAction[_Parser]) -> None:
         "--label", metavar="COLUMN", help="tabular / regression: the label column (default label)"
     )
     sub.add_argument("--vocab", metavar="FILE", help="bow: the public vocabulary, one word per line")
+    sub.add_argument(
+        "--vocab-is-public",
+        action="store_true",
+        help="bow: confirm that --vocab is public, not derived from the sensitive texts (needed unless it is "
+        "wordfreq's N most frequent English words, as `data prepare-text --vocab-size N` builds it; "
+        "analysts see the vocabulary, and the dataset records its source)",
+    )
     sub.add_argument("--public", action="store_true", help="mark the dataset non-sensitive (demos, tests)")
     sub.add_argument(
         "--append",
@@ -477,16 +484,18 @@ def _add_prepare_text(verbs: argparse._SubParsersAction[_Parser]) -> None:
         description="Count the words of each document (a .txt file of --input-dir, sorted by path and "
         "searched in subfolders, or a row of --input-csv) over a PUBLIC vocabulary and write "
         "PREFIX.docword.txt (UCI docword: D, W, NNZ, then `doc word count` lines) and PREFIX.vocab.txt "
-        f"(one word per line). Tokenising: {TOKEN_RULES}. The vocabulary is --vocab (used as given) or the "
-        "--vocab-size most frequent words of --vocab-from, another corpus that must be public: never the "
-        "sensitive texts. Words outside the vocabulary are dropped and reported only as a total and a "
-        "share; the output and messages carry no text. Texts are UTF-8.",
+        f"(one word per line). Tokenising: {TOKEN_RULES}. The vocabulary is public by construction: by "
+        "default the --vocab-size most frequent English words of wordfreq's list (a public word list, in "
+        "its order), or the --vocab-size most frequent words of --vocab-from, another corpus that must be "
+        "public, or --vocab (used as given); never the sensitive texts. Words outside the vocabulary are "
+        "dropped and reported only as a total and a share; the output and messages carry no text. Texts "
+        "are UTF-8.",
     )
     source = sub.add_mutually_exclusive_group(required=True)
     source.add_argument("--input-dir", metavar="DIR", help="a folder of .txt files, one document each")
     source.add_argument("--input-csv", metavar="FILE", help="a CSV with a header, one document per row")
     sub.add_argument("--text-column", metavar="C", help="with --input-csv: the column holding the texts")
-    vocabulary = sub.add_mutually_exclusive_group(required=True)
+    vocabulary = sub.add_mutually_exclusive_group()
     vocabulary.add_argument(
         "--vocab", metavar="PUBLIC_VOCAB.txt", help="the public vocabulary, one word a line"
     )
@@ -500,7 +509,8 @@ def _add_prepare_text(verbs: argparse._SubParsersAction[_Parser]) -> None:
         "--vocab-size",
         type=_positive_int,
         metavar="N",
-        help="with --vocab-from: how many words (default 5000)",
+        help="how many words: of wordfreq's English list (the default source) or of --vocab-from "
+        "(default 5000)",
     )
     sub.add_argument(
         "-o", "--output", metavar="PREFIX", required=True, help="writes PREFIX.docword.txt, PREFIX.vocab.txt"

@@ -45,6 +45,7 @@ from privacy_wall.data.formats import (
 )
 from privacy_wall.data.schema import blocks, stored_datasets
 from privacy_wall.data.store import ROW_NORM_TOLERANCE, Batch
+from privacy_wall.data.vocabulary import DECLARED, public_construction
 from privacy_wall.ledger.delta_policy import delta_problem, largest_population, suggested_delta, within_bound
 from privacy_wall.ledger.schema import budgets, charges, datasets, reservations
 from privacy_wall.names import NAME_RULE, is_dataset_name
@@ -221,6 +222,31 @@ def encode_file(
     raise IngestError(f"unknown kind {kind!r}; expected one of {', '.join(KINDS)}")
 
 
+#: The source recorded for the vocabulary of a dataset ingested as public (--public) as a whole.
+PUBLIC_DATASET = "part of a dataset ingested as public"
+
+
+def vocabulary_source(vocabulary: list[str], *, confirmed: bool, public_dataset: bool) -> str:
+    """Where a new bag-of-words dataset's vocabulary comes from, for its schema: a construction from public
+    facts the service recognises (privacy_wall.data.vocabulary), else the custodian's confirmation, else
+    the dataset's own public status; a vocabulary with none of them is refused (its words would be shown
+    to analysts). The message names no word."""
+    recognised = public_construction(vocabulary)
+    if recognised is not None:
+        return recognised
+    if confirmed:
+        return DECLARED
+    if public_dataset:
+        return PUBLIC_DATASET
+    raise IngestError(
+        f"the vocabulary ({len(vocabulary)} words) is not one the service can tell is public, and analysts "
+        "see it: a vocabulary built from the sensitive texts (their words that occur, in their order) tells "
+        "which words they use. Build a public one with `vips data prepare-text --vocab-size N` (wordfreq's "
+        "N most frequent English words) or from a public corpus (--vocab-from), or confirm that this list "
+        "is public, not derived from the sensitive texts, with --vocab-is-public"
+    )
+
+
 def _check_name(name: str) -> None:
     if not is_dataset_name(name):
         raise IngestError(NAME_RULE)
@@ -235,6 +261,7 @@ def ingest(
     path: Path,
     label: str | None = None,
     vocab: Path | None = None,
+    vocabulary_public: bool = False,
     public: bool = False,
     owner: str | None = None,
     append: bool = False,
@@ -242,7 +269,8 @@ def ingest(
 ) -> Ingested:
     """Validate and store a dataset (or, with `append`, add a file's rows to an existing one that has no
     charge and no open reservation); on any failure nothing stays written (an appended-to dataset stays
-    as it was)."""
+    as it was). A new bag-of-words dataset's vocabulary must be public by construction or confirmed public
+    by the custodian (`vocabulary_public`; vocabulary_source)."""
     _check_name(name)
     if kind not in KINDS:
         raise IngestError(f"unknown kind {kind!r}; expected one of {', '.join(KINDS)}")
@@ -250,6 +278,10 @@ def ingest(
         _appendable(control, name, kind)  # before reading the file: a refusal costs nothing
     try:
         encoded = encode_file(kind, Path(path), label, vocab, block_bytes=block_bytes)
+        if kind == "bow" and not append:
+            encoded.schema["vocabulary_source"] = vocabulary_source(
+                encoded.schema["vocabulary"], confirmed=vocabulary_public, public_dataset=public
+            )
         if append:
             return append_encoded(control=control, sensitive=sensitive, name=name, kind=kind, encoded=encoded)
         return store_encoded(
@@ -537,7 +569,8 @@ def append_encoded(
     charges and reservations is checked again and the population is updated in the sensitive database and
     last in the control database (the commit point). A failure anywhere leaves the dataset as it was."""
     entry = _appendable(control, name, kind)
-    if entry.schema != encoded.schema or entry.dimension != encoded.dimension:
+    kept = {key: value for key, value in entry.schema.items() if key != "vocabulary_source"}
+    if kept != encoded.schema or entry.dimension != encoded.dimension:
         what = {"bow": "vocabulary", "binary": "columns"}.get(kind, "columns (and label)")
         raise IngestError(f"dataset {name!r}: the file's {what} differ from the dataset's: cannot append")
     before = int(entry.population)
@@ -597,4 +630,5 @@ def append_encoded(
         restore()
         raise
     _analyze(sensitive)
-    return Ingested(name, cast(Kind, kind), population, encoded.dimension, encoded.schema, bool(entry.public))
+    schema = dict(entry.schema)  # the dataset's, its vocabulary's source included
+    return Ingested(name, cast(Kind, kind), population, encoded.dimension, schema, bool(entry.public))

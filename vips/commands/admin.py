@@ -86,6 +86,10 @@ def run_revoke_key(args: argparse.Namespace) -> int:
 def run_ingest(args: argparse.Namespace) -> int:
     if args.append and args.public:
         raise UsageError("--public applies to a new dataset; --append keeps the dataset's own setting")
+    if args.vocab_is_public and (args.kind != "bow" or args.append):
+        raise UsageError(
+            "--vocab-is-public confirms a new bag-of-words dataset's --vocab (--kind bow, no --append)"
+        )
     wall = open_store()
     control = create_db_engine(wall.control_url())
     sensitive = create_db_engine(wall.sensitive_url())
@@ -98,6 +102,7 @@ def run_ingest(args: argparse.Namespace) -> int:
             path=Path(args.input),
             label=_label(args),
             vocab=None if args.vocab is None else Path(args.vocab),
+            vocabulary_public=args.vocab_is_public,
             public=args.public,
             append=args.append,
         )
@@ -113,6 +118,7 @@ def run_ingest(args: argparse.Namespace) -> int:
             "population": meta.population,
             "dimension": meta.dimension,
             "public": meta.public,
+            **{key: meta.schema[key] for key in ("vocabulary_source",) if key in meta.schema},
         }
     )
     return 0

@@ -57,7 +57,8 @@ def run(args: argparse.Namespace) -> int:
             path.unlink(missing_ok=True)
     note(
         f"next: vips data ingest adult --kind tabular --input {paths['adult_train']}, or "
-        f"vips data ingest wiki --kind bow --input {paths['wiki_docword']} --vocab {paths['wiki_vocab']}"
+        f"vips data ingest wiki --kind bow --input {paths['wiki_docword']} --vocab {paths['wiki_vocab']} "
+        "--vocab-is-public (the bundled Wikipedia vocabulary is public)"
     )
     print_json({key: str(path) for key, path in paths.items()})
     return 0

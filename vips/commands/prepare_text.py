@@ -1,9 +1,12 @@
 """`vips data prepare-text`: sensitive texts to the docword and vocab files of `vips data ingest --kind bow`.
 
 It runs on the custodian's machine, on the sensitive texts: what it writes and prints carries no text.
-The vocabulary must be public: a file the custodian gives (--vocab) or the --vocab-size most frequent
-words of another, public corpus (--vocab-from), never the sensitive texts themselves. Words outside it are
-dropped and reported in aggregate only (their total and share, never which words or which documents).
+The vocabulary must be public, never the sensitive texts' own words: by default the --vocab-size most
+frequent English words of wordfreq's list (privacy_wall.data.vocabulary: public by construction, so
+`data ingest` takes it as it is), or the --vocab-size most frequent words of another, public corpus
+(--vocab-from), or a file the custodian gives (--vocab); for the last two `data ingest` asks the custodian
+to confirm the list is public (--vocab-is-public). Words outside it are dropped and reported in aggregate
+only (their total and share, never which words or which documents).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import argparse
 from pathlib import Path
 
 from privacy_wall.data.formats import read_vocabulary
+from privacy_wall.data.vocabulary import public_construction, public_words
 from vips.bow import count_documents, frequent_words
 from vips.errors import UsageError
 from vips.output import check_writable, print_json
@@ -19,6 +23,9 @@ from vips.progress import note
 from vips.text_sources import csv_texts, folder_texts, texts_of
 from vips.tokens import unmatchable
 from worker.datasets.wikipedia import write_bag_of_words
+
+#: Words of the vocabulary when --vocab-size is not given.
+DEFAULT_VOCABULARY_SIZE = 5000
 
 
 def _overlaps(a: Path, b: Path) -> bool:
@@ -28,11 +35,16 @@ def _overlaps(a: Path, b: Path) -> bool:
 
 
 def _vocabulary(args: argparse.Namespace, sensitive: Path) -> tuple[str, ...]:
-    """The public vocabulary: --vocab's words, or the --vocab-size most frequent words of --vocab-from."""
+    """The public vocabulary: --vocab's words, the --vocab-size most frequent words of --vocab-from, or
+    (neither given) the --vocab-size most frequent English words of wordfreq's list."""
     if args.vocab is not None:
         if args.vocab_size is not None:
-            raise UsageError("--vocab-size goes with --vocab-from (a --vocab file is used as it is)")
+            raise UsageError(
+                "--vocab-size goes with --vocab-from or wordfreq's list (a --vocab file is used as it is)"
+            )
         return read_vocabulary(Path(args.vocab))
+    if args.vocab_from is None:
+        return public_words(args.vocab_size or DEFAULT_VOCABULARY_SIZE)
     public = Path(args.vocab_from)
     if not public.exists():
         raise UsageError(f"--vocab-from {public}: no such file or directory")
@@ -41,7 +53,7 @@ def _vocabulary(args: argparse.Namespace, sensitive: Path) -> tuple[str, ...]:
             "--vocab-from must be another, public corpus: it overlaps the input, and a vocabulary built "
             "from the sensitive texts would release their words"
         )
-    words = frequent_words(texts_of(public, None), args.vocab_size or 5000)
+    words = frequent_words(texts_of(public, None), args.vocab_size or DEFAULT_VOCABULARY_SIZE)
     if not words:
         raise UsageError(f"--vocab-from {public}: the public corpus has no words")
     return words
@@ -76,13 +88,21 @@ def run(args: argparse.Namespace) -> int:
         f"({share:.1%}) out of the vocabulary and dropped; {_documents_have(counts.empty_documents)} no "
         "word in it (kept, empty)"
     )
-    note(f"next: vips data ingest NAME --kind bow --input {docword} --vocab {vocab}")
+    source = public_construction(vocabulary)
+    if source is None:
+        note(
+            "the vocabulary is not one the service can tell is public: `data ingest` needs your "
+            "confirmation that it is (--vocab-is-public), since analysts see it"
+        )
+    confirm = "" if source is not None else " --vocab-is-public"
+    note(f"next: vips data ingest NAME --kind bow --input {docword} --vocab {vocab}{confirm}")
     print_json(
         {
             "docword": str(docword),
             "vocab": str(vocab),
             "documents": counts.documents,
             "vocabulary": len(vocabulary),
+            "vocabulary_source": source,
             "tokens": counts.tokens,
             "out_of_vocabulary": counts.out_of_vocabulary,
             "out_of_vocabulary_share": share,

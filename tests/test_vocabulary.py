@@ -1,0 +1,91 @@
+"""A vocabulary is public by construction or by its custodian's word (issue 52, item 10):
+privacy_wall.data.vocabulary recognises wordfreq's most frequent English words, and ingest refuses any
+other list of a sensitive dataset unless the custodian confirms it, writing nothing."""
+
+from __future__ import annotations
+
+import unicodedata
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine
+
+from privacy_wall.data.ingest import PUBLIC_DATASET, IngestError, ingest
+from privacy_wall.data.vocabulary import DECLARED, public_construction, public_words
+from tests.test_ingest_store import row_count
+from worker.datasets.wikipedia import write_bag_of_words
+
+
+def test_the_public_list_is_wordfreqs_one_word_entries_most_frequent_first() -> None:
+    import wordfreq
+
+    words = public_words(2_000)
+    assert len(words) == len(set(words)) == 2_000
+    assert all(w.isalpha() and w == w.lower() and unicodedata.normalize("NFKC", w) == w for w in words)
+    frequencies = [wordfreq.word_frequency(w, "en", wordlist="large") for w in words]
+    assert frequencies == sorted(frequencies, reverse=True)  # in the list's order
+    assert public_words(50) == words[:50]  # a prefix: N words are the first N, whatever N
+
+
+def test_only_the_lists_first_n_words_in_its_order_or_sorted_are_recognised() -> None:
+    words = public_words(500)
+    assert "most frequent first" in str(public_construction(words))
+    assert "alphabetical" in str(public_construction(sorted(words)))
+    # anything chosen among them, or reordered by another rule, may follow the texts: not recognised
+    assert public_construction(words[:250] + words[251:]) is None  # one word left out
+    assert public_construction(words[1:] + words[:1]) is None  # another order
+    assert public_construction([*words[:499], "zyzzyva"]) is None
+    assert public_construction([]) is None
+
+
+@pytest.mark.parametrize("confirmed", [False, True])
+def test_ingest_refuses_an_unrecognised_vocabulary_unless_its_custodian_confirms_it(
+    engines: tuple[Engine, Engine], tmp_path: Path, confirmed: bool
+) -> None:
+    import scipy.sparse as sp
+
+    control, sensitive = engines
+    corpus_words = ["quasar", "nebula", "pulsar"]  # a corpus's own words, as its usual vocab file has them
+    docword, vocab = tmp_path / "docword.txt", tmp_path / "vocab.txt"
+    write_bag_of_words(sp.csr_array([[1, 0, 2], [0, 3, 1]]), corpus_words, docword, vocab)
+    before = row_count(sensitive)
+    if not confirmed:
+        with pytest.raises(IngestError, match="--vocab-is-public") as refused:
+            ingest(control=control, sensitive=sensitive, name="sky", kind="bow", path=docword, vocab=vocab)
+        assert not any(word in str(refused.value) for word in corpus_words)
+        assert row_count(sensitive) == before  # nothing written
+        return
+    meta = ingest(
+        control=control,
+        sensitive=sensitive,
+        name="sky",
+        kind="bow",
+        path=docword,
+        vocab=vocab,
+        vocabulary_public=True,
+    )
+    assert meta.schema == {"vocabulary": corpus_words, "vocabulary_source": DECLARED}
+    # appending keeps the dataset's vocabulary and its source
+    appended = ingest(
+        control=control, sensitive=sensitive, name="sky", kind="bow", path=docword, vocab=vocab, append=True
+    )
+    assert appended.population == 4 and appended.schema["vocabulary_source"] == DECLARED
+
+
+def test_a_recognised_vocabulary_or_a_public_dataset_needs_no_confirmation(
+    engines: tuple[Engine, Engine], tmp_path: Path
+) -> None:
+    import scipy.sparse as sp
+
+    control, sensitive = engines
+    words = sorted(public_words(3))
+    docword, vocab = tmp_path / "docword.txt", tmp_path / "vocab.txt"
+    write_bag_of_words(sp.csr_array([[1, 0, 2]]), words, docword, vocab)
+    meta = ingest(control=control, sensitive=sensitive, name="plain", kind="bow", path=docword, vocab=vocab)
+    assert meta.schema["vocabulary_source"] == public_construction(words)
+    odd = tmp_path / "odd.txt"
+    write_bag_of_words(sp.csr_array([[1, 0, 2]]), ["quasar", "nebula", "pulsar"], docword, odd)
+    demo = ingest(
+        control=control, sensitive=sensitive, name="demo", kind="bow", path=docword, vocab=odd, public=True
+    )
+    assert demo.schema["vocabulary_source"] == PUBLIC_DATASET
