@@ -170,6 +170,9 @@ class ServiceSettings(BaseSettings):
     #: Jobs one `vips worker` runs at once (job processes) unless --concurrency says otherwise; above
     #: max_running_per_key, so one key's long job never holds every slot.
     worker_concurrency: int = 2
+    #: Embedded mode: a worker whose alive file (worker_alive_path) is this many seconds old has stalled
+    #: (stopped, hung) and `vips up` replaces it, as a full-mode shard's lease goes stale after 30 s.
+    worker_stall_seconds: float = Field(default=30.0, gt=0)
     #: Full passes split over this many shard workers (`vips worker --shard K`, privacy_wall.shards); 1:
     #: each job computes its own passes. Embedded `vips up` starts that many shard workers.
     shards: int = Field(default=1, ge=1, le=64)
@@ -208,8 +211,14 @@ class ServiceSettings(BaseSettings):
     @model_validator(mode="after")
     def _default_job_memory(self) -> ServiceSettings:
         if not self.max_job_memory_mb:
-            self.max_job_memory_mb = default_job_memory_mb(self.worker_concurrency, self.worker_cache_mb)
+            self.max_job_memory_mb = default_job_memory_mb(self.job_processes, self.worker_cache_mb)
         return self
+
+    @property
+    def job_processes(self) -> int:
+        """The processes that may each run a job's passes on this machine: the worker's job processes, and
+        in the embedded mode also `vips up`'s shard workers (one each; full mode's run elsewhere)."""
+        return self.worker_concurrency + (self.shards if self.embedded and self.shards > 1 else 0)
 
     @field_validator("trusted_proxies")
     @classmethod
@@ -237,9 +246,10 @@ class ServiceSettings(BaseSettings):
     def trusted_networks(self) -> tuple[Network, ...]:
         return parse_networks(self.trusted_proxies)
 
-    def worker_alive_path(self) -> Path:
-        """Embedded mode: the file the worker touches every WORKER_ALIVE_SECONDS (read by /readyz)."""
-        return (self.home / "worker.alive").resolve()
+    def worker_alive_path(self, shard: int | None = None) -> Path:
+        """Embedded mode: the file the job worker (or shard worker `shard`) touches every
+        WORKER_ALIVE_SECONDS, read by /readyz and by `vips up`'s supervisor (a stalled worker is replaced)."""
+        return (self.home / ("worker.alive" if shard is None else f"shard-{shard}.alive")).resolve()
 
     def control_url(self) -> str:
         return self.control_database_url or f"sqlite:///{(self.home / 'control.db').resolve()}"

@@ -3,12 +3,13 @@ shards, `--shard auto`, in production; numbered by `vips up` in the embedded mod
 sigma 0 gives the unsharded posterior (to 1e-9 relative), on PostgreSQL and Redis and under the embedded
 `vips up`, and minibatches of data larger than the job's cache run on the shards; the shards' partial sums
 never reach Redis (every command the server executed during the job, read with MONITOR) or the control
-database; a shard worker killed mid-job is replaced, its part asked again, and the job succeeds with
-charges = releases."""
+database; a shard worker killed or stopped (SIGSTOP) mid-job is replaced, its part asked again, and the job
+succeeds with charges = releases."""
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import re
@@ -26,6 +27,7 @@ from privacy_wall.sqlengine import create_db_engine
 from service.http.client import VipsClient
 from tests.e2e import Service, embedded_service, production_service, start_vips, synthetic_csv
 from tests.faults import assert_accounted, wait_for
+from vips.supervisor import descendants
 from worker.models.registry import model_setup
 
 #: 40,000 rows of 5 features: three blocks of 16,384 rows at most, so each of two shards holds rows.
@@ -149,10 +151,17 @@ def test_sharded_fit_on_postgresql_and_redis_matches_and_keeps_partial_sums_insi
             assert needle not in dump
 
 
-def test_embedded_up_runs_shard_workers_and_survives_a_killed_one(tmp_path: Path) -> None:
+def test_embedded_up_runs_shard_workers_and_survives_a_killed_or_stopped_one(tmp_path: Path) -> None:
+    """... and a SIGSTOPped shard worker is replaced once its alive file is VIPS_WORKER_STALL_SECONDS old
+    (issue 52 item 7: it had never been, and its job failed after 303 s)."""
     home = tmp_path / "home"
     # A dataset cache too small for the data: minibatches go to the shards too.
-    env = {"VIPS_SHARDS": "2", "VIPS_SHARD_RESEND_SECONDS": "1", "VIPS_WORKER_CACHE_MB": "1"}
+    env = {
+        "VIPS_SHARDS": "2",
+        "VIPS_SHARD_RESEND_SECONDS": "1",
+        "VIPS_WORKER_CACHE_MB": "1",
+        "VIPS_WORKER_STALL_SECONDS": "8",
+    }
     with embedded_service(home, env) as service:
         csv = public_dataset(service, tmp_path)
         analyst = service.key("analyst", "pub")
@@ -179,3 +188,28 @@ def test_embedded_up_runs_shard_workers_and_survives_a_killed_one(tmp_path: Path
             control.dispose()
         # the supervisor started a new one
         wait_for(lambda: int((home / "shard-1.pid").read_text()) != victim, 30, "a new shard worker")
+
+        # Shard 0's worker stops without dying (its process and its job process, which lingers for the
+        # job's next releases): the supervisor kills both (the alive file goes stale) and starts another,
+        # which answers the re-sent tasks.
+        with VipsClient(service.url, analyst, timeout=60) as api:
+            job = api.submit_job(dataset="pub", model="blr", iterations=20, batch_size=ROWS, sigma=0.0)
+            wait_for(lambda: api.job(job["id"])["iteration"] >= 2, 120, "two iterations")
+            stopped = int((home / "shard-0.pid").read_text())
+            tree = [stopped, *descendants(stopped)]
+            for pid in tree:
+                os.kill(pid, signal.SIGSTOP)
+            try:
+                done = api.wait(job["id"], interval=0.2, timeout=300)
+            finally:
+                for pid in tree:  # only those the supervisor has not killed after all
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGCONT)
+            assert done["status"] == "succeeded", done
+        assert int((home / "shard-0.pid").read_text()) != stopped
+        assert "shard worker 0 stopped answering" in (home / "test-up.log").read_text()
+        control = create_db_engine(f"sqlite:///{home / 'control.db'}")
+        try:
+            assert assert_accounted(control, [job["id"]]) == {job["id"]: 20}
+        finally:
+            control.dispose()

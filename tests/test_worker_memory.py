@@ -127,3 +127,43 @@ def test_default_limits_of_all_job_processes_fit_the_machine(concurrency: int) -
     if settings.max_job_memory_mb > 512:  # not the floor a small machine gets
         assert concurrency * limit <= 0.8 * machine_memory_mb() * (1 << 20) + concurrency
     assert JOB_PROCESS_BASE_MB + 256 + settings.max_job_memory_mb <= limit / (1 << 20) + 1e-6
+
+
+@pytest.mark.parametrize(("shards", "broker"), [(1, None), (2, None), (4, None), (4, "redis://x")])
+def test_embedded_shard_workers_count_among_the_job_processes(shards: int, broker: str | None) -> None:
+    """Issue 52 item 7: `vips up` with VIPS_SHARDS=2 ran 2 job processes and 2 shard workers, each capped at
+    a quarter... of nothing: 4 x 10.11 GB on a 25.3 GB machine. The embedded mode's shard workers now count
+    among the processes the default limits share 80% of the machine between; full mode's run elsewhere."""
+    from service.settings import ServiceSettings, machine_memory_mb
+
+    settings = ServiceSettings(worker_concurrency=2, worker_cache_mb=256, shards=shards, broker_url=broker)
+    processes = 2 + (shards if broker is None and shards > 1 else 0)
+    assert settings.job_processes == processes
+    limit = settings.worker_memory_bytes()
+    assert limit is not None
+    if settings.max_job_memory_mb > 512:
+        assert processes * limit <= 0.8 * machine_memory_mb() * (1 << 20) + processes
+
+
+def test_vips_up_caps_given_limits_that_would_sum_past_the_machine(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Limits the operator raised past the machine are capped at an equal share, with a warning, and the
+    largest admitted job follows; limits that fit, or none (0), are left alone."""
+    from service.settings import JOB_PROCESS_BASE_MB, ServiceSettings
+    from vips.commands import server
+
+    monkeypatch.setattr(server, "machine_memory_mb", lambda: 24_000.0)
+    given = ServiceSettings(shards=2, worker_concurrency=2, worker_cache_mb=512, max_job_memory_mb=9_000)
+    caps = server.embedded_memory_caps(given)
+    assert caps == {
+        "VIPS_WORKER_MEMORY_MB": "6000",
+        "VIPS_MAX_JOB_MEMORY_MB": str(6000 - JOB_PROCESS_BASE_MB - 512),
+    }
+    assert given.max_job_memory_mb == 6000 - JOB_PROCESS_BASE_MB - 512  # what the API admits by
+    warning = capsys.readouterr().err
+    assert "4 job processes (2 of the worker, 2 shard workers)" in warning and "capped at 6000 MiB" in warning
+    fits = ServiceSettings(shards=2, worker_concurrency=2, worker_cache_mb=512, max_job_memory_mb=3_000)
+    assert server.embedded_memory_caps(fits) == {} and capsys.readouterr().err == ""
+    unlimited = ServiceSettings(shards=2, worker_memory_mb=0)
+    assert server.embedded_memory_caps(unlimited) == {}

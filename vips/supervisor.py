@@ -5,13 +5,17 @@ When the job worker dies, every job it was running is failed at once with a mess
 its unspent reservation refunded (there is one job worker in the embedded mode, so every running job was
 its); then a new worker starts, after a short back-off if the last one died young. A shard worker's death
 fails no job: its replacement answers the shard's tasks that the coordinator sends again
-(privacy_wall.shards). When the supervisor
-itself dies (even by SIGKILL), its worker notices within ORPHAN_POLL_SECONDS and ends too (its job
-processes with it), so no orphaned worker serves a store that a later `vips up` may take.
+(privacy_wall.shards). A worker that stops without dying (SIGSTOP, a hung process) is found by its alive
+file, which it touches every WORKER_ALIVE_SECONDS: once the file is `stall_seconds` old
+(VIPS_WORKER_STALL_SECONDS, 30 s, as a full-mode shard lease goes stale) the worker is killed and replaced
+like a dead one. When the supervisor itself dies (even by SIGKILL), its worker notices within
+ORPHAN_POLL_SECONDS and ends too (its job processes with it), so no orphaned worker serves a store that a
+later `vips up` may take.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -33,6 +37,9 @@ MAX_BACKOFF_SECONDS = 30.0
 #: The environment variable naming the supervising process, and how often its worker checks on it.
 SUPERVISOR_PID_ENV = "VIPS_SUPERVISOR_PID"
 ORPHAN_POLL_SECONDS = 1.0
+#: A worker that has not touched its alive file this long after its start never came up: it is killed and
+#: replaced, as one whose file is older than the settings' worker_stall_seconds.
+STARTUP_SECONDS = 300.0
 
 
 def end_when_orphaned() -> None:
@@ -51,6 +58,20 @@ def end_when_orphaned() -> None:
     threading.Thread(target=watch, name="orphan-watch", daemon=True).start()
 
 
+def descendants(pid: int) -> list[int]:
+    """The processes below `pid` (children first, then theirs), from Linux's /proc/PID/task/*/children;
+    none where /proc does not say."""
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            children = [int(c) for c in (task / "children").read_text().split()]
+        except (OSError, ValueError):
+            continue
+        for child in children:
+            found += [child, *descendants(child)]
+    return found
+
+
 class WorkerSupervisor:
     """Starts `vips worker` (`--shard K` with `shard`) with `env`, logging to `log_path`, and keeps it
     running until `stop()`."""
@@ -62,9 +83,12 @@ class WorkerSupervisor:
         control: Engine,
         alive_path: Path | None,
         shard: int | None = None,
+        stall_seconds: float = 30.0,  # the settings' worker_stall_seconds default
     ) -> None:
-        """`alive_path`: the file the job worker touches (/readyz reads it); removed when it dies."""
+        """`alive_path`: the file the worker touches while it lives (the job worker's is read by /readyz
+        too); removed when it dies. None: the worker is watched for its exit only."""
         self._env = env
+        self._stall_seconds = stall_seconds
         self._shard = shard
         self._alive_path = alive_path
         self._log_path = log_path
@@ -81,6 +105,7 @@ class WorkerSupervisor:
 
     def _start(self) -> subprocess.Popen[bytes]:
         shard = self._shard
+        self._started = time.time()
         with self._log_path.open("ab") as out:
             process = subprocess.Popen(
                 [
@@ -105,7 +130,16 @@ class WorkerSupervisor:
         while not self._stop.wait(POLL_SECONDS):
             code = self._process.poll()
             if code is None:
-                continue
+                stalled = self._stalled()
+                if stalled is None:
+                    continue
+                print(f"vips: {self._name()} {stalled}; killing it", file=sys.stderr)
+                for pid in [*descendants(self._process.pid), self._process.pid]:
+                    with contextlib.suppress(ProcessLookupError):  # SIGKILL ends a stopped process too
+                        os.kill(pid, signal.SIGKILL)
+                code = self._process.wait()
+            if self._alive_path is not None:
+                self._alive_path.unlink(missing_ok=True)  # the next process's own touches count
             if self._shard is not None:
                 print(
                     f"vips: shard worker {self._shard} died (exit status {code}); restarting it",
@@ -120,10 +154,32 @@ class WorkerSupervisor:
             self.restarts += 1
             started = time.monotonic()
 
+    def _name(self) -> str:
+        return "the worker" if self._shard is None else f"shard worker {self._shard}"
+
+    def _stalled(self) -> str | None:
+        """Why the running worker counts as stalled (its alive file too old, or never touched since its
+        start), or None."""
+        if self._alive_path is None:
+            return None
+        try:
+            touched: float | None = self._alive_path.stat().st_mtime
+        except FileNotFoundError:
+            touched = None
+        now = time.time()
+        if touched is None or touched < self._started:
+            waited = now - self._started
+            return f"has not come up in {waited:.0f} s" if waited > STARTUP_SECONDS else None
+        quiet = now - touched
+        return (
+            f"stopped answering ({quiet:.0f} s without a sign of life)"
+            if quiet > self._stall_seconds
+            else None
+        )
+
     def _job_worker_died(self, code: int) -> None:
-        """Fail and refund the dead job worker's running jobs."""
-        if self._alive_path is not None:
-            self._alive_path.unlink(missing_ok=True)  # /readyz: no live worker until the next one starts
+        """Fail and refund the dead job worker's running jobs (/readyz: no live worker until the next one
+        starts, its alive file being gone)."""
         message = (
             f"the embedded worker running this job died (exit status {code}); the job was failed "
             "and its unspent budget refunded"

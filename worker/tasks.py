@@ -248,22 +248,23 @@ def _start_shard_sweeper(**_: object) -> None:
 @worker_ready.connect
 def _start_reaper(**_: object) -> None:
     """Reap once at start-up (jobs of a worker that died before this one started), then periodically.
-    Shard workers leave this to the job worker."""
-    if os.environ.get(SHARD_WORKER_ENV):
-        return
+    Shard workers leave this to the job worker. In the embedded mode each worker also touches its alive
+    file (service.settings.worker_alive_path) for as long as it lives."""
     settings = get_settings()
+    shard = os.environ.get(SHARD_WORKER_ENV)
+    if settings.embedded:
+        path = settings.worker_alive_path(None if not shard else int(shard))
+        threading.Thread(target=_report_alive, args=(path,), name="alive", daemon=True).start()
+    if shard:
+        return
     holds = broker_queue().holds
     timeouts = (settings.heartbeat_timeout_seconds, settings.queued_timeout_seconds)
     reap(control_engine(), *timeouts, holds, resend_job)
     start_reaper_thread(control_engine(), settings.reaper_interval_seconds, *timeouts, holds, resend_job)
-    if settings.embedded:
-        threading.Thread(
-            target=_report_alive, args=(settings.worker_alive_path(),), name="alive", daemon=True
-        ).start()
 
 
 def _report_alive(path: Path) -> None:
-    """Embedded mode: touch the alive file /readyz reads, for as long as this worker lives."""
+    """Embedded mode: touch the alive file (/readyz, the supervisor) for as long as this worker lives."""
     while True:
         path.touch()
         time.sleep(WORKER_ALIVE_SECONDS)

@@ -25,7 +25,14 @@ from types import FrameType
 from sqlalchemy import Engine
 
 from privacy_wall.data.settings import WallSettings
-from service.settings import SHARD_WORKER_ENV, ServiceSettings, machine_memory_mb, shard_queue
+from service.settings import (
+    JOB_PROCESS_BASE_MB,
+    MIN_JOB_MEMORY_MB,
+    SHARD_WORKER_ENV,
+    ServiceSettings,
+    machine_memory_mb,
+    shard_queue,
+)
 from service.store.db import create_control_engine
 from service.store.keys import create_key, list_keys
 from vips.errors import RuntimeFailure, UsageError
@@ -315,6 +322,29 @@ def run_up(args: argparse.Namespace) -> int:
         lock.release()
 
 
+def embedded_memory_caps(settings: ServiceSettings) -> dict[str, str]:
+    """The environment that keeps `vips up`'s job processes (the worker's and one per shard worker) within
+    this machine's memory together: if their address-space caps would sum past it, a warning and each
+    capped at an equal share (VIPS_WORKER_MEMORY_MB), the largest admitted job lowered to fit it (in
+    `settings` too, which the API admits by); nothing when they fit or when caps are off (0)."""
+    limit = settings.worker_memory_bytes()
+    processes = settings.job_processes
+    machine = machine_memory_mb()
+    if limit is None or processes * limit <= machine * (1 << 20):
+        return {}
+    share = int(machine // processes)
+    print(
+        f"vips: warning: {processes} job processes ({settings.worker_concurrency} of the worker"
+        + (f", {settings.shards} shard workers" if processes > settings.worker_concurrency else "")
+        + f") of up to {limit >> 20} MiB each would pass this machine's {machine:.0f} MiB: each is capped "
+        f"at {share} MiB (set VIPS_WORKER_MEMORY_MB, VIPS_MAX_JOB_MEMORY_MB or fewer processes to choose)",
+        file=sys.stderr,
+    )
+    largest_job = max(share - JOB_PROCESS_BASE_MB - settings.worker_cache_mb, MIN_JOB_MEMORY_MB)
+    settings.max_job_memory_mb = min(settings.max_job_memory_mb, largest_job)
+    return {"VIPS_WORKER_MEMORY_MB": str(share), "VIPS_MAX_JOB_MEMORY_MB": f"{settings.max_job_memory_mb:g}"}
+
+
 def _run_embedded(args: argparse.Namespace, home: Path, url: str, listener: socket.socket) -> int:
     """`vips up` once it holds its store's lock and its port: migrate, start the worker, serve."""
     env = {**os.environ, "VIPS_HOME": str(home)}
@@ -332,9 +362,13 @@ def _run_embedded(args: argparse.Namespace, home: Path, url: str, listener: sock
         resumed = requeue_interrupted_jobs(control, queue)  # before the worker: none of them is held
     finally:
         queue.close()
-    worker = WorkerSupervisor(env, home / "worker.log", control, embedded.worker_alive_path())
+    env.update(embedded_memory_caps(embedded))
+    stall = embedded.worker_stall_seconds
+    worker = WorkerSupervisor(env, home / "worker.log", control, embedded.worker_alive_path(), None, stall)
     shard_workers = [
-        WorkerSupervisor(env, home / f"shard-{shard}.log", control, None, shard=shard)
+        WorkerSupervisor(
+            env, home / f"shard-{shard}.log", control, embedded.worker_alive_path(shard), shard, stall
+        )
         for shard in range(embedded.shards if embedded.shards > 1 else 0)
     ]
 
