@@ -14,7 +14,11 @@ them hold every slot. `LimitedH11Protocol` adds:
   and on its open connections (`max_connections_per_address`; not for the trusted proxies of
   VIPS_TRUSTED_PROXIES, which carry many clients each): a new connection over either cap is closed at
   once, and only that client's new connections are;
-- a cap of `max_connections` open connections per server process, beyond which a new one is closed.
+- a cap of `max_connections` open connections per server process, shared fairly between addresses: a new
+  connection beyond it takes the place of an idle one (no request in progress: half-open, or kept alive
+  between requests) of the address holding the most, if that address holds at least two more than the
+  newcomer's (max-min fairness, so many addresses each under its own caps cannot fill the process and
+  starve the rest; trusted proxies' connections are never taken); otherwise the new one is closed.
 
 A connection past a deadline is closed (no response: the client never finished asking). Closed
 connections are logged as one summary line per `REFUSAL_LOG_SECONDS` (how many, why, the busiest
@@ -105,11 +109,26 @@ class _Peers:
 
     open: Counter[str] = field(default_factory=Counter)
     half_open: Counter[str] = field(default_factory=Counter)
+    #: The open connections of each address that the fair share may take (not trusted proxies').
+    members: dict[str, set[LimitedH11Protocol]] = field(default_factory=dict)
 
     def drop(self, counter: Counter[str], address: str) -> None:
         counter[address] -= 1
         if counter[address] <= 0:
             del counter[address]
+
+    def idle_connection_of_the_most(self, address: str | None) -> LimitedH11Protocol | None:
+        """An idle connection of the address holding the most connections (trusted proxies aside) if it
+        holds at least two more than `address`, else None."""
+        mine = self.open[address] if address is not None else 0
+        ranked = sorted(self.members, key=lambda a: len(self.members[a]), reverse=True)
+        for hog in ranked:
+            if len(self.members[hog]) <= mine + 1:
+                return None
+            idle = next((c for c in self.members[hog] if c.idle()), None)
+            if idle is not None:
+                return idle
+        return None
 
 
 _peers: weakref.WeakKeyDictionary[ServerState, _Peers] = weakref.WeakKeyDictionary()
@@ -178,6 +197,14 @@ class LimitedH11Protocol(H11Protocol):
         address = client_address(self.client[0] if self.client else None)
         peers = _peers.setdefault(self.server_state, _Peers())
         reason = self._refusal(peers, address)
+        if reason is not None and reason.endswith("(VIPS_MAX_CONNECTIONS)"):
+            taken = peers.idle_connection_of_the_most(address)
+            if taken is not None:  # a fair share: the newcomer gets the hog's idle slot
+                _refusals.note(
+                    self.loop, "the process was full and this address held the most", taken._address
+                )
+                taken.transport.close()
+                reason = self._refusal(peers, address, at_capacity=False)
         if reason is not None:
             self.connections.discard(self)  # never counted: the cap is of the connections served
             transport.close()
@@ -187,12 +214,24 @@ class LimitedH11Protocol(H11Protocol):
             self._address, self._half_open = address, True
             peers.open[address] += 1
             peers.half_open[address] += 1
+            if not trusted(self.client[0] if self.client else None, self._limits.exempt):
+                peers.members.setdefault(address, set()).add(self)
         self._start("head", self._limits.header_timeout_seconds)
 
-    def _refusal(self, peers: _Peers, address: str | None) -> str | None:
-        """Why a new connection from `address` is closed at once, or None to serve it."""
+    def idle(self) -> bool:
+        """No request in progress: the client has not sent a whole request head (half-open, or kept alive
+        between requests) and no response is being sent."""
+        return (
+            self.conn.their_state is h11.IDLE
+            and self.conn.our_state is h11.IDLE
+            and not self.transport.is_closing()
+        )
+
+    def _refusal(self, peers: _Peers, address: str | None, *, at_capacity: bool = True) -> str | None:
+        """Why a new connection from `address` is closed at once, or None to serve it (`at_capacity`
+        False: the process's cap was just made room under)."""
         limits = self._limits
-        if len(self.connections) > limits.max_connections:
+        if at_capacity and len(self.connections) > limits.max_connections:
             return f"{len(self.connections) - 1} connections are open (VIPS_MAX_CONNECTIONS)"
         if address is None:
             return None
@@ -227,6 +266,11 @@ class LimitedH11Protocol(H11Protocol):
             peers = _peers.get(self.server_state)
             if peers is not None:
                 peers.drop(peers.open, self._address)
+                members = peers.members.get(self._address)
+                if members is not None:
+                    members.discard(self)
+                    if not members:
+                        del peers.members[self._address]
             self._address = None
         super().connection_lost(exc)
 
