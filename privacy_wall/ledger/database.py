@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -121,14 +122,56 @@ def _same_orders(stored: Any) -> bool:
     )
 
 
+#: Parsed per-iteration costs of reservations, by (job id, creation time, accountant version): a stored
+#: curve changes only when a re-pricing rewrites it for another accountant version, so an entry never goes
+#: stale, and admission parses only the reservations it has not seen (it had parsed every open one's JSON
+#: on each submission: quadratic in the queue under contention, issue 52 item 5).
+_RESERVATION_COSTS: dict[tuple[str, datetime, str], PrivacyCost] = {}
+RESERVATION_COSTS_KEPT = 65_536
+_RESERVATION_COSTS_LOCK = threading.Lock()
+#: Reservations whose curves are read in one query.
+_CURVES_PER_QUERY = 500
+
+
+def _reservation_costs(
+    conn: Connection, keys: list[tuple[str, datetime]], accountant: Accountant
+) -> dict[str, PrivacyCost]:
+    """Each reservation's stored per-iteration cost (the configured accountant's), by job id."""
+    found: dict[str, PrivacyCost] = {}
+    missing: list[str] = []
+    with _RESERVATION_COSTS_LOCK:
+        for job_id, created in keys:
+            cost = _RESERVATION_COSTS.get((job_id, created, accountant.version))
+            if cost is None:
+                missing.append(job_id)
+            else:
+                found[job_id] = cost
+    for start in range(0, len(missing), _CURVES_PER_QUERY):
+        wanted = missing[start : start + _CURVES_PER_QUERY]
+        query = select(
+            reservations.c.job_id, reservations.c.created_at, reservations.c.per_iteration_curve
+        ).where(reservations.c.job_id.in_(wanted))
+        parsed = {
+            job_id: (created, _curve(curve, accountant)) for job_id, created, curve in conn.execute(query)
+        }
+        with _RESERVATION_COSTS_LOCK:
+            if len(_RESERVATION_COSTS) + len(parsed) > RESERVATION_COSTS_KEPT:
+                _RESERVATION_COSTS.clear()
+            for job_id, (created, cost) in parsed.items():
+                _RESERVATION_COSTS[(job_id, created, accountant.version)] = cost
+                found[job_id] = cost
+    return found
+
+
 def _reserved_curve(conn: Connection, row: Any) -> PrivacyCost:
     """The open reservations' uncommitted cost, by the configured accountant."""
     accountant = configured_accountant()
     total = accountant.zero()
+    current = _current(row)
     rows = conn.execute(
         select(
-            reservations.c.event,
-            reservations.c.per_iteration_curve,
+            reservations.c.job_id,
+            reservations.c.created_at,
             reservations.c.iterations,
             reservations.c.committed,
         )
@@ -138,11 +181,20 @@ def _reserved_curve(conn: Connection, row: Any) -> PrivacyCost:
             reservations.c.committed < reservations.c.iterations,  # fully committed: nothing left to add
         )
         .order_by(reservations.c.created_at, reservations.c.job_id)  # one order: composed prefixes are cached
-    )
-    current = _current(row)
-    for event, curve, iterations, committed in rows:
-        per_iteration = _curve(curve) if current else _event_cost(event, accountant)
-        total = total + per_iteration.scaled(iterations - committed)
+    ).all()
+    if current:
+        costs = _reservation_costs(conn, [(job_id, created) for job_id, created, _, _ in rows], accountant)
+    else:  # priced by another accountant: from the events (the next write re-prices the row)
+        events = dict(
+            conn.execute(
+                select(reservations.c.job_id, reservations.c.event).where(
+                    reservations.c.job_id.in_([job_id for job_id, _, _, _ in rows])
+                )
+            ).all()
+        )
+        costs = {job_id: _event_cost(event, accountant) for job_id, event in events.items()}
+    for job_id, _, iterations, committed in rows:
+        total = total + costs[job_id].scaled(iterations - committed)
     return total
 
 
@@ -302,6 +354,14 @@ def set_budget(engine: Engine, dataset: str, epsilon: float | None, delta: float
         return _status(conn, _lock_budget(conn, dataset))
 
 
+def budget_delta(engine: Engine, dataset: str) -> float | None:
+    """The dataset's delta, None without a budget: what admission needs before pricing, read without
+    pricing the spend."""
+    with reading(engine) as conn:
+        delta = conn.execute(select(budgets.c.delta).where(budgets.c.dataset == dataset)).scalar_one_or_none()
+    return None if delta is None else float(delta)
+
+
 def budget_status(engine: Engine, dataset: str) -> BudgetStatus:
     with reading(engine) as conn:
         row = conn.execute(select(budgets).where(budgets.c.dataset == dataset)).one_or_none()
@@ -384,9 +444,12 @@ def _reserve(
     per_iteration: PrivacyCost,
 ) -> BudgetStatus:
     row = _lock_budget(conn, dataset)
-    status, after = _check(row, conn, per_iteration.scaled(iterations))
-    if status.epsilon_budget is not None and not after <= status.epsilon_budget:
-        raise _refuse(status, after)
+    # Priced once under the lock: the spend with everything reserved and this job (the status before it
+    # only for a refusal's message); its reservation then adds exactly this job's curve.
+    committed, reserved = _committed_curve(conn, row), _reserved_curve(conn, row)
+    after = (committed + reserved + per_iteration.scaled(iterations)).epsilon(row.delta)
+    if row.epsilon is not None and not after <= row.epsilon:
+        raise _refuse(_status_of(row, committed, reserved), after)
     conn.execute(
         insert(reservations).values(
             job_id=job_id,
@@ -399,7 +462,13 @@ def _reserve(
             created_at=_now(),
         )
     )
-    return _status(conn, row)
+    return BudgetStatus(
+        dataset=row.dataset,
+        epsilon_budget=row.epsilon,
+        delta=row.delta,
+        epsilon_spent=committed.epsilon(row.delta),
+        epsilon_reserved=after,
+    )
 
 
 def refund(engine: Engine, job_id: str) -> int:

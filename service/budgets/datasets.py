@@ -35,17 +35,18 @@ def budget_or_none(engine: Engine, name: str) -> ledger_db.BudgetStatus | None:
         return None
 
 
-def ensure_budget(engine: Engine, dataset: Row[Any]) -> ledger_db.BudgetStatus:
-    """The dataset's budget; a public dataset gets an uncapped one on first use; a private one needs one."""
-    status = budget_or_none(engine, dataset.name)
-    if status is not None:
-        return status
+def ensure_budget_delta(engine: Engine, dataset: Row[Any]) -> float:
+    """The delta of the dataset's budget (read without pricing its spend); a public dataset gets an
+    uncapped budget on first use; a private one needs one (409)."""
+    delta = ledger_db.budget_delta(engine, dataset.name)
+    if delta is not None:
+        return delta
     if not dataset.public:
         raise Conflict(f"the custodian has not set a budget for dataset {dataset.name}")
     try:
-        return ledger_db.set_budget(engine, dataset.name, None, PUBLIC_DEFAULT_DELTA)
+        return ledger_db.set_budget(engine, dataset.name, None, PUBLIC_DEFAULT_DELTA).delta
     except IntegrityError:  # a concurrent first use created it
-        return ledger_db.budget_status(engine, dataset.name)
+        return ledger_db.budget_status(engine, dataset.name).delta
 
 
 def exhausted(epsilon: float | None, epsilon_spent: float) -> bool:

@@ -20,7 +20,7 @@ from privacy_wall.ledger.base import BudgetExceeded
 from privacy_wall.ledger.delta_policy import delta_problem, suggested_delta
 from privacy_wall.ledger.refusals import refusal_detail
 from privacy_wall.sqlengine import reading
-from service.budgets.datasets import ensure_budget, finite
+from service.budgets.datasets import ensure_budget_delta, finite
 from service.budgets.quotas import QuotaExceeded, quota_quote, tighter
 from service.errors import Conflict, Loc, SpecError
 from service.jobs.storage import MIB, key_stored_bytes, storage_problem
@@ -142,13 +142,13 @@ def plan_job(engine: Engine, spec: JobCreate, dataset: Row[Any], settings: Servi
     """Check the spec, find the budget (409 without one) and choose sigma."""
     schedule, resources = check_spec(spec, dataset, settings)
     batch_size, iterations = schedule.batch_size, schedule.iterations
-    budget = ensure_budget(engine, dataset)
+    delta = ensure_budget_delta(engine, dataset)
     population = int(dataset.population)
-    check_delta(dataset, budget.delta)
+    check_delta(dataset, delta)
     with pricing_slot(settings):  # the accountant's cost is cached for the reservation that follows
         if spec.epsilon is not None:
             try:
-                sigma = calibrate_sigma(spec.epsilon, batch_size, population, iterations, budget.delta)
+                sigma = calibrate_sigma(spec.epsilon, batch_size, population, iterations, delta)
             except CalibrationError as exc:
                 raise SpecError([(("epsilon",), str(exc))]) from None
         else:
@@ -157,7 +157,7 @@ def plan_job(engine: Engine, spec: JobCreate, dataset: Row[Any], settings: Servi
         conflict = schedule_problem(spec.model, job_options(spec, schedule), sigma)
         if conflict is not None:
             raise SpecError([(("options", conflict[0]), conflict[1])])
-        eps = job_epsilon(sigma, batch_size, population, iterations, budget.delta) if sigma > 0 else None
+        eps = job_epsilon(sigma, batch_size, population, iterations, delta) if sigma > 0 else None
     return Plan(
         dataset.name,
         batch_size,
@@ -165,7 +165,7 @@ def plan_job(engine: Engine, spec: JobCreate, dataset: Row[Any], settings: Servi
         schedule,
         population,
         sigma,
-        budget.delta,
+        delta,
         finite(eps),
         resources,
     )
