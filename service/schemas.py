@@ -608,6 +608,13 @@ class LdaPosterior(_Posterior):
     lambda_: list[list[float]] = Field(alias="lambda", description="K x V Dirichlet parameters")
     topics: list[LdaTopic]
     vocabulary: list[str] | None = Field(default=None, description="word v of lambda's column v")
+    word_prior: str | None = Field(
+        default=None, description="the public word frequencies the unigram fallback shrank towards"
+    )
+    private_unigram: list[float] | None = Field(
+        default=None,
+        description="the unigram fallback's private word frequencies (V, summing to 1), when it was used",
+    )
 
 
 class SbnPosterior(_Posterior):

@@ -319,7 +319,7 @@ def _add_server(commands: argparse._SubParsersAction[_Parser]) -> None:
     )
     helptext = (
         "a Celery worker that runs jobs through the privacy wall (configured by environment: the database "
-        "URLs and VIPS_REDIS_URL; without them, the embedded files under $VIPS_HOME)"
+        "URLs and VIPS_BROKER_URL; without them, the embedded files under $VIPS_HOME)"
     )
     parser = commands.add_parser("worker", help=helptext, description=helptext)
     parser.add_argument(

@@ -47,7 +47,6 @@ from sklearn.base import BaseEstimator, ClassifierMixin, DensityMixin, Regressor
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, check_non_negative, validate_data
 
-from privacy_wall.accounting.accountants import epsilon
 from privacy_wall.accounting.names import DEFAULT_ACCOUNTANT
 from privacy_wall.data.store import (
     BoundViolation,
@@ -652,15 +651,3 @@ ESTIMATORS: dict[tuple[str, str], type[VipsEstimator]] = {
     ("lda", "vips"): VIPSLatentDirichletAllocation,
     ("sbn", "vips"): VIPSSigmoidBeliefNetwork,
 }
-
-
-def quoted_epsilon(
-    sigma: float,
-    batch_size: int,
-    population: int,
-    iterations: int,
-    delta: float,
-    accountant: str = DEFAULT_ACCOUNTANT,
-) -> float:
-    """The accountant's quote for a schedule (re-exported for researchers)."""
-    return epsilon(sigma, batch_size, population, iterations, delta, accountant)

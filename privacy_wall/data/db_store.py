@@ -51,11 +51,6 @@ def _stored(bind: Bind, name: str) -> Any:
     return row
 
 
-def load_info(bind: Bind, name: str) -> DatasetInfo:
-    row = _stored(bind, name)
-    return DatasetInfo(row.name, row.kind, row.population, row.dimension, row.public)
-
-
 @dataclass(frozen=True)
 class BlockIndex:
     """Where a dataset's rows are: the blocks' first rows (ascending), row counts and stored bytes."""

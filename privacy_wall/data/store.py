@@ -14,8 +14,6 @@ import numpy as np
 import scipy.sparse as sp
 from numpy.typing import NDArray
 
-from privacy_wall.data.formats import BagOfWords
-
 
 class BoundViolation(ValueError):
     """Rows break a bound that a declared sensitivity assumes. Never carries data values."""
@@ -172,12 +170,6 @@ class InMemoryBowStore:
         counts.eliminate_zeros()
         self.counts = counts.astype(np.int32, copy=False)  # int32 already (ingestion's, generators'): shared
         self._info = DatasetInfo(self.name, "bow", int(counts.shape[0]), int(counts.shape[1]), self.public)
-
-    @classmethod
-    def from_bag_of_words(cls, name: str, corpus: BagOfWords, *, public: bool = False) -> InMemoryBowStore:
-        """A store over a corpus read by `privacy_wall.data.formats.read_docword`."""
-        shape = (corpus.documents, len(corpus.vocabulary))
-        return cls(name, sp.csr_array((corpus.counts, corpus.word_ids, corpus.indptr), shape=shape), public)
 
     @property
     def info(self) -> DatasetInfo:

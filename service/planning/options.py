@@ -36,9 +36,8 @@ _UNIT_INTERVAL = OptionSpec(lambda v: 0 <= v <= 1, "must be in [0, 1]")
 _CLIP_FRACTION = OptionSpec(lambda v: 0 < v <= 1, "must be in (0, 1]")
 _SHARE = OptionSpec(lambda v: 0 <= v < 1, "must be in [0, 1)")
 
-#: LDA's defaults for the options the service reads (a mirror of worker.models.registry.LDA_DEFAULTS: service
-#: does not import the worker; tests check they agree).
-LDA_DEFAULTS = {"topics": 10, "doc_length": 500}
+#: LDA's defaults for its options that planning reads too (the worker's model setup reads them from here).
+LDA_DEFAULTS = {"topics": 10, "doc_length": 500, "clip": 0.1}
 #: The dataset kind each model fits.
 MODEL_KINDS = {"blr": "tabular", "linreg": "regression", "lda": "bow", "sbn": "binary"}
 #: Options every model takes (the step-size schedule rho_t = (tau0 + t)^-kappa).

@@ -75,11 +75,6 @@ class RegressionSplit:
     target_centre: float
     target_scale: float
 
-    def to_original_units(self, scaled: Array) -> Array:
-        """Targets or predictions in the source's units."""
-        out: Array = np.asarray(scaled, dtype=np.float64) * self.target_scale + self.target_centre
-        return out
-
 
 def california_is_cached() -> bool:
     """Whether scikit-learn's California housing data is already in its data home (no download)."""

@@ -66,11 +66,6 @@ class LinregState:
     eta_noise_variance: float = 0.0
 
     @property
-    def expected_noise_precision(self) -> float:
-        """E[tau] = a / b."""
-        return self.noise_shape / self.noise_rate
-
-    @property
     def noise_variance(self) -> float:
         """E[1/tau] = b / (a - 1) (a > 1); for a <= 1 it is infinite and b / a (the scale) is returned."""
         a, b = self.noise_shape, self.noise_rate

@@ -15,13 +15,18 @@ from typing import Any
 
 from privacy_wall.data.store import MAX_COUNT
 from privacy_wall.queries.base import Query
-from service.planning.options import MODEL_KINDS, algorithm_problem, option_problem, schedule_problem
+from service.planning.options import (
+    LDA_DEFAULTS,
+    MODEL_KINDS,
+    algorithm_problem,
+    option_problem,
+    schedule_problem,
+)
 from worker.models.base import VipsModel
 
 # Each model's modules (and the wall's query for it) are imported by model_setup when a job of that model
 # is set up: a process that fits LDA (`vips fit --local`) does not load the SBN, DPVI or DP-SEP code.
 
-LDA_DEFAULTS = {"topics": 10, "doc_length": 500, "clip": 0.1}
 #: doc_length 0 (sigma 0 only, so no noise is calibrated to it): documents are kept as they are. The
 #: query still declares a bound to clip to; this one is far above any real document's length.
 UNCLIPPED_DOCUMENT_LENGTH = MAX_COUNT * 10_000
