@@ -38,6 +38,9 @@ _SHARE = OptionSpec(lambda v: 0 <= v < 1, "must be in [0, 1)")
 
 #: LDA's defaults for its options that planning reads too (the worker's model setup reads them from here).
 LDA_DEFAULTS = {"topics": 10, "doc_length": 500, "clip": 0.1}
+#: DPVI-BLR's defaults that the dashboard's convergence replay reads too (worker.models.dpvi's fields take
+#: them from here; the learning rate's reason is there).
+DPVI_DEFAULTS = {"prior_variance": 1.0, "learning_rate": 0.5}
 #: The dataset kind each model fits.
 MODEL_KINDS = {"blr": "tabular", "linreg": "regression", "lda": "bow", "sbn": "binary"}
 #: Options every model takes (the step-size schedule rho_t = (tau0 + t)^-kappa).

@@ -29,11 +29,9 @@ import numpy as np
 from sqlalchemy import Engine, Row, func, select
 
 from privacy_wall.sqlengine import reading
+from service.planning.options import DPVI_DEFAULTS
 from service.store.models import releases
 from service.store.release_arrays import decode_arrays
-
-#: DPVI's defaults (worker.models.dpvi.DpviLogisticRegression), when a job does not set them.
-DPVI_PRIOR_VARIANCE, DPVI_LEARNING_RATE = 1.0, 0.5
 
 #: Jobs whose replays (a few arrays each, LDA's the size of one release) are kept.
 CACHED_JOBS = 32
@@ -118,8 +116,8 @@ def _average(trace: Trace, job: Row[Any], population: int, t: int, arrays: dict[
 def _adagrad(trace: Trace, job: Row[Any], population: int, t: int, arrays: dict[str, np.ndarray]) -> None:
     """DPVI: one AdaGrad step from the released gradient g = (g_m, g_s); the mean's move in sds."""
     options = dict(job.options)
-    prior = float(options.get("prior_variance", DPVI_PRIOR_VARIANCE))
-    rate = float(options.get("learning_rate", DPVI_LEARNING_RATE))
+    prior = float(options.get("prior_variance", DPVI_DEFAULTS["prior_variance"]))
+    rate = float(options.get("learning_rate", DPVI_DEFAULTS["learning_rate"]))
     (released,) = (np.asarray(v, dtype=np.float64).ravel() for v in arrays.values())
     d = released.shape[0] // 2
     state = trace.state

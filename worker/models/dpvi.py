@@ -59,6 +59,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from privacy_wall.queries.dpvi import BLOCK, DpviLogisticRegressionQuery
+from service.planning.options import DPVI_DEFAULTS
 from worker.models.base import Array
 
 #: Default per-record clipping bound c_t. With ||x|| <= 1 the gradient of the data term w.r.t. the mean has
@@ -147,8 +148,8 @@ class DpviLogisticRegression:
     reaches test AUC 0.8795 after 500 iterations and 0.8908 after 5000, eta = 0.5 reaches 0.8953 and 0.8981.
     """
 
-    prior_variance: float = 1.0
-    learning_rate: float = 0.5
+    prior_variance: float = DPVI_DEFAULTS["prior_variance"]
+    learning_rate: float = DPVI_DEFAULTS["learning_rate"]
     clip: float = DEFAULT_CLIP
     draws: int = 1
     seed: int = 0
