@@ -89,3 +89,44 @@ def test_a_recognised_vocabulary_or_a_public_dataset_needs_no_confirmation(
         control=control, sensitive=sensitive, name="demo", kind="bow", path=docword, vocab=odd, public=True
     )
     assert demo.schema["vocabulary_source"] == PUBLIC_DATASET
+
+
+def test_migration_0016_marks_earlier_vocabularies_as_not_recorded(tmp_path: Path) -> None:
+    """A bag-of-words dataset stored before sources were recorded names that after the upgrade, and the
+    downgrade takes it back; other datasets and recorded sources are left as they were."""
+    from datetime import UTC, datetime
+
+    from alembic import command
+    from sqlalchemy import create_engine, insert, select
+
+    from privacy_wall.ledger.schema import datasets
+    from vips.migrate import alembic_config, upgrade
+
+    url = f"sqlite:///{tmp_path / 'control.db'}"
+    command.upgrade(alembic_config("control", url), "0015")
+    engine = create_engine(url)
+    schemas = {
+        "old": ("bow", {"vocabulary": ["w"]}),
+        "recorded": ("bow", {"vocabulary": ["w"], "vocabulary_source": DECLARED}),
+        "table": ("tabular", {"columns": ["x"]}),
+    }
+    try:
+        with engine.begin() as conn:
+            for name, (kind, schema) in schemas.items():
+                conn.execute(
+                    insert(datasets).values(
+                        name=name, kind=kind, population=1, dimension=1, schema=schema, public=False,
+                        created_at=datetime.now(UTC),
+                    )
+                )  # fmt: skip
+        upgrade("control", url)
+        with engine.connect() as conn:
+            stored = dict(conn.execute(select(datasets.c.name, datasets.c.schema)).all())
+        assert stored["old"]["vocabulary_source"].startswith("not recorded")
+        assert stored["recorded"] == schemas["recorded"][1] and stored["table"] == schemas["table"][1]
+        command.downgrade(alembic_config("control", url), "0015")
+        with engine.connect() as conn:
+            back = dict(conn.execute(select(datasets.c.name, datasets.c.schema)).all())
+        assert back == {name: schema for name, (_, schema) in schemas.items()}
+    finally:
+        engine.dispose()
