@@ -64,7 +64,9 @@ def stored_kinds(control: Engine, sensitive: Engine, tmp_path: Path) -> dict[str
     )
     ingest(control=control, sensitive=sensitive, name="bits", kind="binary", path=tmp_path / "bits.csv")
     documents = corpus()
-    ingest_bag_of_words(control=control, sensitive=sensitive, name="docs", corpus=documents)
+    ingest_bag_of_words(
+        control=control, sensitive=sensitive, name="docs", corpus=documents, vocabulary_public=True
+    )
     counts = sp.csr_array((documents.counts, documents.word_ids, documents.indptr), shape=(N, V))
     return {"tab": np.column_stack([x, y]), "bits": bits.astype(float), "docs": counts.toarray()}
 

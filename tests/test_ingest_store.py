@@ -13,6 +13,7 @@ from privacy_wall.data.formats import BagOfWords, read_docword, read_vocabulary
 from privacy_wall.data.ingest import IngestError, ingest, ingest_bag_of_words
 from privacy_wall.data.schema import blocks, stored_datasets
 from privacy_wall.data.store import BoundViolation, InMemoryTabularStore
+from privacy_wall.data.vocabulary import DECLARED
 from privacy_wall.gate import Gate
 from privacy_wall.ledger import database as ledger_db
 from privacy_wall.ledger.base import InMemoryLedger
@@ -197,9 +198,13 @@ def test_an_in_memory_corpus_is_stored_as_its_docword_file_would_be(
     ingest(control=control, sensitive=sensitive, name="file", kind="bow", path=docword, vocab=vocab,
            vocabulary_public=True)  # fmt: skip
     corpus = read_docword(docword, read_vocabulary(vocab))
-    meta = ingest_bag_of_words(control=control, sensitive=sensitive, name="memory", corpus=corpus)
+    meta = ingest_bag_of_words(
+        control=control, sensitive=sensitive, name="memory", corpus=corpus, vocabulary_public=True
+    )
     assert (meta.kind, meta.population, meta.dimension) == ("bow", 3, 3)
-    assert meta.schema == {"vocabulary": ["apple", "banana", "cherry"]}
+    assert meta.schema == {"vocabulary": ["apple", "banana", "cherry"], "vocabulary_source": DECLARED}
+    with pytest.raises(IngestError, match="--vocab-is-public"):  # unconfirmed, as a file's would be
+        ingest_bag_of_words(control=control, sensitive=sensitive, name="unconfirmed", corpus=corpus)
     everything = np.arange(3)
     from_file = DatabaseStore(sensitive, "file").take(everything).counts
     from_memory = DatabaseStore(sensitive, "memory").take(everything).counts

@@ -462,7 +462,8 @@ def test_admission_parses_each_reservations_cost_once(
     """Issue 52 item 5: every submission parsed the stored cost of every open reservation of its dataset
     under the budget's lock (quadratic in a queue of jobs under contention: 50 submitting threads waited
     p50 2.1 s, p99 7.9 s on SQLite). Now a reservation's cost is parsed once per process, and the status
-    a reservation returns is what it admitted by, the same as read back afresh."""
+    a reservation returns is what it admitted by, the same as read back afresh. The cache is keyed by the
+    stored text, so it cannot go stale: a re-priced curve is another text."""
     ledger_db.set_budget(engine, "d", 1_000.0, DELTA)
     for i in range(30):
         ledger_db.reserve(engine, "d", f"job{i}", EVENT, 5)

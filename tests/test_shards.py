@@ -428,7 +428,9 @@ def test_sharded_lda_sums_equal_the_unsharded_pass(engines: tuple[Engine, Engine
 
     _, sensitive = engines
     control = engines[0]
-    ingest_bag_of_words(control=control, sensitive=sensitive, name="docs", corpus=corpus())
+    ingest_bag_of_words(
+        control=control, sensitive=sensitive, name="docs", corpus=corpus(), vocabulary_public=True
+    )
     store = DatabaseStore(sensitive, "docs")
     query = LdaQuery(3, doc_length=0, max_document_length=50, float32_iterations=False)
     params = {"expected_log_beta": np.log(np.random.default_rng(1).dirichlet(np.ones(9), size=3))}

@@ -6,11 +6,12 @@ its unspent reservation refunded (there is one job worker in the embedded mode, 
 its); then a new worker starts, after a short back-off if the last one died young. A shard worker's death
 fails no job: its replacement answers the shard's tasks that the coordinator sends again
 (privacy_wall.shards). A worker that stops without dying (SIGSTOP, a hung process) is found by its alive
-file, which it touches every WORKER_ALIVE_SECONDS: once the file is `stall_seconds` old
-(VIPS_WORKER_STALL_SECONDS, 30 s, as a full-mode shard lease goes stale) the worker is killed and replaced
-like a dead one. When the supervisor itself dies (even by SIGKILL), its worker notices within
-ORPHAN_POLL_SECONDS and ends too (its job processes with it), so no orphaned worker serves a store that a
-later `vips up` may take.
+file, which it touches every WORKER_ALIVE_SECONDS: once its time stamp has not moved for `stall_seconds`
+of this process's monotonic clock (VIPS_WORKER_STALL_SECONDS, 30 s, as a full-mode shard lease goes stale)
+the worker is killed, with its job processes (found through Linux's /proc), and replaced like a dead one.
+A hang inside one job process, its worker still alive, is the job's heartbeat's to find. When the
+supervisor itself dies (even by SIGKILL), its worker notices within ORPHAN_POLL_SECONDS and ends too (its
+job processes with it), so no orphaned worker serves a store that a later `vips up` may take.
 """
 
 from __future__ import annotations
@@ -105,7 +106,11 @@ class WorkerSupervisor:
 
     def _start(self) -> subprocess.Popen[bytes]:
         shard = self._shard
-        self._started = time.time()
+        # Signs of life are changes of the alive file's time stamp, timed on this process's monotonic clock
+        # (no false alarm after a suspend, a clock step or a file system whose clock differs).
+        self._last_sign = time.monotonic()
+        self._seen: float | None = self._stamp()
+        self._touched = False
         with self._log_path.open("ab") as out:
             process = subprocess.Popen(
                 [
@@ -134,7 +139,8 @@ class WorkerSupervisor:
                 if stalled is None:
                     continue
                 print(f"vips: {self._name()} {stalled}; killing it", file=sys.stderr)
-                for pid in [*descendants(self._process.pid), self._process.pid]:
+                below = descendants(self._process.pid)  # before the worker dies and they are re-parented
+                for pid in [self._process.pid, *below]:  # the worker first: it starts no replacement
                     with contextlib.suppress(ProcessLookupError):  # SIGKILL ends a stopped process too
                         os.kill(pid, signal.SIGKILL)
                 code = self._process.wait()
@@ -157,25 +163,29 @@ class WorkerSupervisor:
     def _name(self) -> str:
         return "the worker" if self._shard is None else f"shard worker {self._shard}"
 
-    def _stalled(self) -> str | None:
-        """Why the running worker counts as stalled (its alive file too old, or never touched since its
-        start), or None."""
+    def _stamp(self) -> float | None:
+        """The alive file's time stamp, None without one."""
         if self._alive_path is None:
             return None
         try:
-            touched: float | None = self._alive_path.stat().st_mtime
+            return self._alive_path.stat().st_mtime
         except FileNotFoundError:
-            touched = None
-        now = time.time()
-        if touched is None or touched < self._started:
-            waited = now - self._started
-            return f"has not come up in {waited:.0f} s" if waited > STARTUP_SECONDS else None
-        quiet = now - touched
-        return (
-            f"stopped answering ({quiet:.0f} s without a sign of life)"
-            if quiet > self._stall_seconds
-            else None
-        )
+            return None
+
+    def _stalled(self) -> str | None:
+        """Why the running worker counts as stalled (no new time stamp on its alive file for stall_seconds,
+        or none at all for STARTUP_SECONDS since its start), or None."""
+        if self._alive_path is None:
+            return None
+        now, stamp = time.monotonic(), self._stamp()
+        if stamp is not None and stamp != self._seen:
+            self._seen, self._last_sign, self._touched = stamp, now, True
+        quiet = now - self._last_sign
+        if not self._touched:
+            return f"has not come up in {quiet:.0f} s" if quiet > STARTUP_SECONDS else None
+        if quiet > self._stall_seconds:
+            return f"stopped answering ({quiet:.0f} s without a sign of life)"
+        return None
 
     def _job_worker_died(self, code: int) -> None:
         """Fail and refund the dead job worker's running jobs (/readyz: no live worker until the next one

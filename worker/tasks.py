@@ -266,5 +266,8 @@ def _start_reaper(**_: object) -> None:
 def _report_alive(path: Path) -> None:
     """Embedded mode: touch the alive file (/readyz, the supervisor) for as long as this worker lives."""
     while True:
-        path.touch()
+        try:
+            path.touch()
+        except OSError as exc:  # a full disk: not a reason to kill this thread (and so, the worker)
+            log.warning("could not touch %s (%s)", path.name, type(exc).__name__)
         time.sleep(WORKER_ALIVE_SECONDS)

@@ -333,19 +333,25 @@ def ingest_bag_of_words(
     sensitive: Engine,
     name: str,
     corpus: BagOfWords,
+    vocabulary_public: bool = False,
     public: bool = False,
     owner: str | None = None,
 ) -> Ingested:
     """A corpus the custodian already holds in memory (e.g. generated), stored as `vips data ingest
-    --kind bow` would store its docword file; the same checks, the same all-or-nothing writes."""
+    --kind bow` would store its docword file; the same checks (its vocabulary's source included), the same
+    all-or-nothing writes."""
     _check_name(name)
     _check_corpus(corpus)
+    encoded = encode_bag_of_words(corpus)
+    encoded.schema["vocabulary_source"] = vocabulary_source(
+        encoded.schema["vocabulary"], confirmed=vocabulary_public, public_dataset=public
+    )
     return store_encoded(
         control=control,
         sensitive=sensitive,
         name=name,
         kind="bow",
-        encoded=encode_bag_of_words(corpus),
+        encoded=encoded,
         public=public,
         owner=owner,
     )

@@ -15,6 +15,7 @@ reads in between price the events on the fly. Each charge row keeps the cost its
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import threading
@@ -24,7 +25,20 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Connection, Engine, Executable, and_, bindparam, delete, func, insert, select, update
+from sqlalchemy import (
+    Connection,
+    Engine,
+    Executable,
+    Text,
+    and_,
+    bindparam,
+    delete,
+    func,
+    insert,
+    select,
+    update,
+)
+from sqlalchemy import cast as sa_cast
 from sqlalchemy.exc import IntegrityError
 
 from privacy_wall.accounting.accountants import (
@@ -122,45 +136,28 @@ def _same_orders(stored: Any) -> bool:
     )
 
 
-#: Parsed per-iteration costs of reservations, by (job id, creation time, accountant version): a stored
-#: curve changes only when a re-pricing rewrites it for another accountant version, so an entry never goes
-#: stale, and admission parses only the reservations it has not seen (it had parsed every open one's JSON
-#: on each submission: quadratic in the queue under contention, issue 52 item 5).
-_RESERVATION_COSTS: dict[tuple[str, datetime, str], PrivacyCost] = {}
-RESERVATION_COSTS_KEPT = 65_536
+#: Parsed per-iteration costs of reservations, by the digest of the stored JSON text and the accountant
+#: that parses it: a stored curve is read as text (no JSON parsing) and parsed only when its text is new to
+#: this process, so an entry can never be stale (a re-priced curve has another text) and the jobs of one
+#: schedule share one entry. Admission had parsed every open reservation's JSON on each submission, under
+#: the budget's lock: quadratic in the queue under contention (issue 52 item 5).
+_RESERVATION_COSTS: dict[tuple[bytes, str], PrivacyCost] = {}
+RESERVATION_COSTS_KEPT = 4_096
 _RESERVATION_COSTS_LOCK = threading.Lock()
-#: Reservations whose curves are read in one query.
-_CURVES_PER_QUERY = 500
 
 
-def _reservation_costs(
-    conn: Connection, keys: list[tuple[str, datetime]], accountant: Accountant
-) -> dict[str, PrivacyCost]:
-    """Each reservation's stored per-iteration cost (the configured accountant's), by job id."""
-    found: dict[str, PrivacyCost] = {}
-    missing: list[str] = []
+def _cost_of_stored(text: str, accountant: Accountant) -> PrivacyCost:
+    """The PrivacyCost a reservation's stored curve (its JSON text) holds, parsed once per distinct text."""
+    key = (hashlib.blake2b(text.encode(), digest_size=16).digest(), accountant.name)
     with _RESERVATION_COSTS_LOCK:
-        for job_id, created in keys:
-            cost = _RESERVATION_COSTS.get((job_id, created, accountant.version))
-            if cost is None:
-                missing.append(job_id)
-            else:
-                found[job_id] = cost
-    for start in range(0, len(missing), _CURVES_PER_QUERY):
-        wanted = missing[start : start + _CURVES_PER_QUERY]
-        query = select(
-            reservations.c.job_id, reservations.c.created_at, reservations.c.per_iteration_curve
-        ).where(reservations.c.job_id.in_(wanted))
-        parsed = {
-            job_id: (created, _curve(curve, accountant)) for job_id, created, curve in conn.execute(query)
-        }
+        cost = _RESERVATION_COSTS.get(key)
+    if cost is None:
+        cost = _curve(json.loads(text), accountant)
         with _RESERVATION_COSTS_LOCK:
-            if len(_RESERVATION_COSTS) + len(parsed) > RESERVATION_COSTS_KEPT:
+            if len(_RESERVATION_COSTS) >= RESERVATION_COSTS_KEPT:
                 _RESERVATION_COSTS.clear()
-            for job_id, (created, cost) in parsed.items():
-                _RESERVATION_COSTS[(job_id, created, accountant.version)] = cost
-                found[job_id] = cost
-    return found
+            _RESERVATION_COSTS[key] = cost
+    return cost
 
 
 def _reserved_curve(conn: Connection, row: Any) -> PrivacyCost:
@@ -168,33 +165,20 @@ def _reserved_curve(conn: Connection, row: Any) -> PrivacyCost:
     accountant = configured_accountant()
     total = accountant.zero()
     current = _current(row)
+    stored = sa_cast(reservations.c.per_iteration_curve, Text) if current else reservations.c.event
     rows = conn.execute(
-        select(
-            reservations.c.job_id,
-            reservations.c.created_at,
-            reservations.c.iterations,
-            reservations.c.committed,
-        )
+        select(stored, reservations.c.iterations, reservations.c.committed)
         .where(
             reservations.c.dataset == row.dataset,
             reservations.c.open.is_(True),
             reservations.c.committed < reservations.c.iterations,  # fully committed: nothing left to add
         )
         .order_by(reservations.c.created_at, reservations.c.job_id)  # one order: composed prefixes are cached
-    ).all()
-    if current:
-        costs = _reservation_costs(conn, [(job_id, created) for job_id, created, _, _ in rows], accountant)
-    else:  # priced by another accountant: from the events (the next write re-prices the row)
-        events = dict(
-            conn.execute(
-                select(reservations.c.job_id, reservations.c.event).where(
-                    reservations.c.job_id.in_([job_id for job_id, _, _, _ in rows])
-                )
-            ).all()
-        )
-        costs = {job_id: _event_cost(event, accountant) for job_id, event in events.items()}
-    for job_id, _, iterations, committed in rows:
-        total = total + costs[job_id].scaled(iterations - committed)
+    )
+    for value, iterations, committed in rows:
+        # priced by another accountant (the next write re-prices the row): from the event
+        per_iteration = _cost_of_stored(value, accountant) if current else _event_cost(value, accountant)
+        total = total + per_iteration.scaled(iterations - committed)
     return total
 
 

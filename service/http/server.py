@@ -197,9 +197,14 @@ class LimitedH11Protocol(H11Protocol):
         address = client_address(self.client[0] if self.client else None)
         peers = _peers.setdefault(self.server_state, _Peers())
         reason = self._refusal(peers, address)
-        if reason is not None and reason.endswith("(VIPS_MAX_CONNECTIONS)"):
+        # A fair share of a full process, for a newcomer its own address's caps would serve.
+        if (
+            reason is not None
+            and reason.endswith("(VIPS_MAX_CONNECTIONS)")
+            and (self._refusal(peers, address, at_capacity=False) is None)
+        ):
             taken = peers.idle_connection_of_the_most(address)
-            if taken is not None:  # a fair share: the newcomer gets the hog's idle slot
+            if taken is not None:  # the newcomer gets the hog's idle slot
                 _refusals.note(
                     self.loop, "the process was full and this address held the most", taken._address
                 )
