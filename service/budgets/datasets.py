@@ -46,7 +46,9 @@ def ensure_budget_delta(engine: Engine, dataset: Row[Any]) -> float:
     try:
         return ledger_db.set_budget(engine, dataset.name, None, PUBLIC_DEFAULT_DELTA).delta
     except IntegrityError:  # a concurrent first use created it
-        return ledger_db.budget_status(engine, dataset.name).delta
+        created = ledger_db.budget_delta(engine, dataset.name)
+        assert created is not None
+        return created
 
 
 def exhausted(epsilon: float | None, epsilon_spent: float) -> bool:

@@ -209,7 +209,7 @@ class LimitedH11Protocol(H11Protocol):
                     self.loop, "the process was full and this address held the most", taken._address
                 )
                 taken.transport.close()
-                reason = self._refusal(peers, address, at_capacity=False)
+                reason = None  # its own caps serve it (checked above), and it has the slot
         if reason is not None:
             self.connections.discard(self)  # never counted: the cap is of the connections served
             transport.close()
