@@ -77,7 +77,7 @@ def main() -> None:
     n, d = x.shape
     xi = np.full(n, 0.2)
     store = InMemoryTabularStore("adult", x, y)
-    gate = Gate(store, InMemoryLedger(delta=1e-5))
+    gate = Gate(store, InMemoryLedger(delta=1e-5), padded=False)
     counter = iter(range(1, 10**9))
 
     def setup(model: Any, query: Any) -> tuple[Callable[[], object], Callable[[], object], Any]:

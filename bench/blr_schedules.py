@@ -85,7 +85,7 @@ def vips_auc(
     batch_size = max(1, round(fraction * population))
     sigma = sigma_for(epsilon, batch_size, population, iterations)
     store = InMemoryTabularStore("train", train.features, train.labels, public=False)
-    gate = Gate(store, InMemoryLedger(delta=DELTA))
+    gate = Gate(store, InMemoryLedger(delta=DELTA), padded=False)
     settings = LoopSettings(iterations, batch_size, sigma)
     query = LogisticRegressionQuery()
     result = run_vips(gate, query, model, settings, job_id="fit", dimension=dimension, population=population)

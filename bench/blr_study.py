@@ -211,7 +211,7 @@ def fit(train: TabularData, epsilon: float, variant: Variant) -> BlrState:
     state = model.initial_state(dimension)
     if variant.ratio == 1.0:
         store = InMemoryTabularStore("adult", train.features, train.labels, public=False)
-        gate = Gate(store, InMemoryLedger(delta=DELTA))
+        gate = Gate(store, InMemoryLedger(delta=DELTA), padded=False)
     else:
         simulated = SimulatedRelease(train, sigma, variant.ratio)
     for t in range(1, variant.iterations + 1):

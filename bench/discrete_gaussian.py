@@ -120,7 +120,7 @@ def iterations() -> dict[str, tuple[float, float]]:
         x, y = adult.features, adult.labels
         n, d = x.shape
         for name, size, sigma, count in [("blr_batch", n, 10.0, 16), ("blr_minibatch", 1_000, 1.0, 61)]:
-            gate = Gate(InMemoryTabularStore("adult", x, y), InMemoryLedger(delta=1e-5))
+            gate = Gate(InMemoryTabularStore("adult", x, y), InMemoryLedger(delta=1e-5), padded=False)
             settings = LoopSettings(count, size, sigma, 1.0, 0.7)
             model = BayesianLogisticRegression(laplace_from=0)
             fit = partial(
@@ -129,7 +129,7 @@ def iterations() -> dict[str, tuple[float, float]]:
             out[name] = iteration_times(lambda hook, fit=fit: fit(population=n, on_iteration=hook))
         w, b, c = synthetic_sbn()
         train = sample_sbn(w, b, c, 60_000, np.random.default_rng(0))
-        gate = Gate(InMemoryBinaryStore("synthetic", train), InMemoryLedger(delta=1e-4))
+        gate = Gate(InMemoryBinaryStore("synthetic", train), InMemoryLedger(delta=1e-4), padded=False)
         sbn = SigmoidBeliefNetwork(hidden=8, seed=0)
         sbn_settings = LoopSettings(21, 1_600, 1.0, 1.0, 0.7)
 

@@ -232,7 +232,7 @@ def vips_fit(
 
     start = time.perf_counter()
     result = run_vips(
-        Gate(store, ledger, seed=seed if public else None, passes=passes),
+        Gate(store, ledger, seed=seed if public else None, passes=passes, padded=False),
         query,
         LatentDirichletAllocation(
             topics, seed=seed, word_prior=word_prior, smoothing=default_smoothing(doc_length)

@@ -151,7 +151,7 @@ def fit_once(data: Dataset, batch_size: int, iterations: int, sigma: float, seed
     private = sigma > 0
     store = InMemoryBinaryStore(data.name, data.train, public=not private)
     ledger = InMemoryLedger(delta=data.delta)
-    gate = Gate(store, ledger, seed=None if private else seed)
+    gate = Gate(store, ledger, seed=None if private else seed, padded=False)
     model = SigmoidBeliefNetwork(hidden=data.hidden, seed=seed)
     result = run_vips(
         gate,
@@ -256,7 +256,10 @@ def fit_images(
     private = sigma > 0
     ledger = InMemoryLedger(delta=1e-5)
     gate = Gate(
-        InMemoryBinaryStore("digits28", train, public=not private), ledger, seed=None if private else seed
+        InMemoryBinaryStore("digits28", train, public=not private),
+        ledger,
+        seed=None if private else seed,
+        padded=False,
     )
     model = SigmoidBeliefNetwork(hidden=50, seed=seed, frequency_copies=frequency_copies)
     if init_scale is not None:

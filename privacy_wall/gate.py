@@ -10,7 +10,9 @@ withdrawn from the ledger: nothing of it left the wall, so charges = releases (s
 fixed-point grid cannot be made for its sigma and size, a GridError: public facts); any other failure, or a
 withdrawal that fails, keeps the charge (the ledger only ever over-counts). Sampling and noise draw from a
 CSPRNG-seeded generator (the noise on a background thread while the sums are computed:
-privacy_wall.noise.draw_ahead); a seed or sigma = 0 is accepted only for datasets marked public.
+privacy_wall.noise.draw_ahead); a seed or sigma = 0 is accepted only for datasets marked public. A private
+dataset's release is handed back a whole number of slots after its charge (privacy_wall.timing), so what
+the analyst sees of its time carries no data.
 
 With shards (privacy_wall.shards), a full pass's clipped sums are added from the shard workers instead of
 computed here: the same sum over the population of the same per-record clipped contributions (equal up
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -37,6 +40,7 @@ from privacy_wall.noise.draw_ahead import NoiseAhead
 from privacy_wall.noise.mechanisms import Array, GridError, fixed_point_grid, release_blocks
 from privacy_wall.queries.base import Query, joint_sensitivity
 from privacy_wall.sampling import ShuffledPasses
+from privacy_wall.timing import StandInRelease, hold, release_slot
 
 if TYPE_CHECKING:  # SQLAlchemy behind it: a gate without shards (`vips fit --local`) never loads it
     from privacy_wall.shards import ShardedSums
@@ -81,6 +85,18 @@ def noised_means(
     return query.postprocess(noised.values, dimension), noised.noise_std
 
 
+def _stand_in_release(query: Query, params: dict[str, Array], sigma: float) -> StandInRelease:
+    """The gate's release code (sample, clipped sums, noise, post-processing) run on a public stand-in
+    store for timing: a public generator, nothing charged, the output discarded."""
+
+    def release(store: RowStore, records: int) -> object:
+        generator = np.random.default_rng(0)
+        sums = query.clipped_sums(store.sample(records, generator), params, generator)
+        return noised_means(query, sums, records, sigma, store.info.dimension, generator)
+
+    return release
+
+
 class Gate:
     """Releases of one dataset, charged to one ledger."""
 
@@ -93,11 +109,15 @@ class Gate:
         passes: bool = False,
         shards: ShardedSums | None = None,
         shard_minibatches: bool = False,
+        padded: bool = True,
     ) -> None:
         """`passes`: minibatches in shuffled passes over the rows (privacy_wall.sampling), for non-private
         fits (sigma = 0) of public data only; otherwise every minibatch is drawn uniformly. `shards`: full
         passes summed by shard workers (unseeded gates only: each shard draws its own randomness), and
-        uniform minibatches too with `shard_minibatches` (for data the store cannot hold in memory)."""
+        uniform minibatches too with `shard_minibatches` (for data the store cannot hold in memory).
+        `padded` (the default): each release of a private dataset is held to its slot (privacy_wall.timing),
+        so its visible time carries no data; False only where nobody but the data's holder sees the times
+        (an in-process fit)."""
         info = store.info
         if seed is not None and not info.public:
             raise PrivacyError(f"dataset {info.name} is private: its releases cannot be seeded")
@@ -113,6 +133,8 @@ class Gate:
         self._shard_minibatches = shard_minibatches and shards is not None
         # Unseeded releases' noise is drawn while their sums are computed (privacy_wall.noise.draw_ahead).
         self._noise = NoiseAhead() if seed is None else None
+        self._padded = padded and not info.public  # a public dataset's times have nothing to hide
+        self._slot: tuple[Query, int, float, float] | None = None  # (query, S, sigma, its slot)
 
     @property
     def population(self) -> int:
@@ -145,16 +167,33 @@ class Gate:
         query.validate_params(params, info.dimension)
         if sigma > 0:
             fixed_point_grid(sigma, 1)  # sigma within the fixed-point range: refused before any charge
+        slot = self._release_slot(query, params, batch_size, sigma) if self._padded else None
         charge = Charge(
             info.name, job_id, iteration, SubsampledGaussianEvent(sigma, batch_size, info.population), attempt
         )
         self._ledger.commit(charge)
+        started = time.perf_counter()
         try:
             return self._compute(query, params, charge)
         except Exception as exc:
             if self._tells_nothing_of_the_values(exc):
                 self._withdraw(charge)
             raise
+        finally:
+            if slot is not None:  # a failure's time is held too: the job's end is as visible as a release
+                slots = hold(started, slot)
+                if slots > 1:
+                    log.info("job %s: release %d overran its %.3f s slot", job_id, iteration, slot)
+
+    def _release_slot(self, query: Query, params: dict[str, Array], batch_size: int, sigma: float) -> float:
+        """The slot of this query's releases of `batch_size` records at `sigma` (privacy_wall.timing),
+        calibrated on a public stand-in at the first such release, before its charge."""
+        cached = self._slot
+        if cached is not None and cached[0] is query and cached[1:3] == (batch_size, sigma):
+            return cached[3]
+        slot = release_slot(self._store.info, batch_size, _stand_in_release(query, params, sigma))
+        self._slot = (query, batch_size, sigma, slot)
+        return slot
 
     def _tells_nothing_of_the_values(self, failure: Exception) -> bool:
         """Whether a failure of the computation is independent of the rows' values, so that dropping the
