@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test run lint typecheck contracts bench clean prerequisites
+.PHONY: test test-fast run lint typecheck contracts bench clean prerequisites
 
 # The install compiles privacy_wall/noise/_discrete_gaussian.pyx (setup.py; needs a C compiler, e.g. Debian's
 # build-essential): editing either rebuilds it.
@@ -34,6 +34,12 @@ contracts: $(STAMP)
 # a test file each at a time: its module fixtures (a running service) serve all its tests.
 test: prerequisites lint typecheck contracts
 	$(BIN)/pytest -q -n 2 --dist loadfile --durations=30; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
+
+# The tests that need no server (PostgreSQL, Redis, Chromium) and no more than a few seconds each: a quick
+# check while working (pyproject.toml's markers; tests/servers.py fails a test that uses an unmarked server).
+test-fast: $(STAMP)
+	VIPS_TEST_NO_SERVERS=1 VIPS_TEST_REDIS=redis://127.0.0.1:1/0 $(BIN)/pytest -q -n 2 -p no:cacheprovider \
+		-m "not slow and not postgres and not redis and not browser"
 
 run: $(STAMP)
 	$(BIN)/python -m vips.demo $(if $(KEEP),--keep)

@@ -74,6 +74,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:  # a test parametrised over the databases needs PostgreSQL in its postgresql case
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None and "postgresql" in callspec.id.split("-"):
+            item.add_marker(pytest.mark.postgres)
     rank = {name: place for place, name in enumerate(LONGEST_FIRST)}
     items.sort(
         key=lambda item: rank.get(item.path.name, len(rank))

@@ -323,6 +323,7 @@ class QueryContract:
     # ----------------------------------------------------------------------------------------------------
     # Sensitivity audit.
 
+    @pytest.mark.slow
     def test_sensitivity_random_replacements(self) -> None:
         query = self.make_query()
         rng = np.random.default_rng(102)
@@ -339,6 +340,7 @@ class QueryContract:
                 label = f"params #{p}, random trial {trial}"
                 self._check_move(before, after, deltas, reach, label, joint)
 
+    @pytest.mark.slow
     def test_sensitivity_adversarial_replacements(self) -> None:
         """Every ordered pair (a, b) of adversarial records: a in the batch (a few places), replaced by b."""
         query = self.make_query()
@@ -371,6 +373,7 @@ class QueryContract:
                 "either the declaration is loose or the adversarial records are too weak"
             )
 
+    @pytest.mark.slow
     def test_clipping_is_a_safety_net(self) -> None:
         """Records that break the ingestion bounds (a Batch built directly) still move each block <= Delta."""
         query = self.make_query()
@@ -442,6 +445,7 @@ class QueryContract:
                 for name, value in expected.items():
                     np.testing.assert_allclose(released[name], value, rtol=1e-9, atol=1e-15, err_msg=name)
 
+    @pytest.mark.slow
     def test_gate_noise_is_calibrated_end_to_end(self) -> None:
         """The real gate on a private store with S = N (no sampling variance): release - exact = noise."""
         query = self.make_query()

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, MetaData
 
+from tests.servers import may_use
 from vips.migrate import History, upgrade
 
 POSTGRES_ADMIN_URL = os.environ.get("VIPS_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/postgres")
@@ -38,6 +39,7 @@ def postgres_available() -> bool:
 
 
 def require_postgres() -> None:
+    may_use("PostgreSQL", "postgres")
     if postgres_available():
         return
     if os.environ.get("CI") == "true":

@@ -28,6 +28,7 @@ from privacy_wall.sqlengine import create_db_engine
 from service.http.client import VipsClient
 from service.store.keys import create_key
 from tests.dbservers import fresh_database
+from tests.servers import may_use
 from vips.choices import DEFAULT_LABEL
 from vips.migrate import upgrade
 
@@ -48,6 +49,7 @@ def free_port() -> int:
 def require_redis() -> None:
     import redis
 
+    may_use("Redis", "redis")
     try:
         redis.Redis.from_url(REDIS_URL, socket_connect_timeout=2).ping()
     except redis.RedisError:

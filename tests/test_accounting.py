@@ -118,6 +118,7 @@ def test_full_batch_pld_is_the_exact_gaussian() -> None:
         assert eps < epsilon(sigma, 500, 500, t, delta, "rdp")
 
 
+@pytest.mark.slow
 @ALL
 def test_subsampling_never_costs_more_than_the_full_batch(name: str) -> None:
     """From order 2 on, where autodp evaluates the WBK19 bound itself (below 2 it reports RDP(2), a valid
@@ -159,6 +160,7 @@ def test_costs_of_different_accountants_do_not_mix() -> None:
         PrivacyCost((0.0, 1.0), "pld")
 
 
+@pytest.mark.slow
 @ALL
 def test_epsilon_is_monotone(name: str) -> None:
     n, delta = 10_000, 1e-5
@@ -359,6 +361,7 @@ def test_reference_values_of_the_pld_accountant() -> None:
     assert exact == pytest.approx(14.46, rel=2e-3) and exact <= 15
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sigma", [0.5, 0.8, 1.0, 1.24, 2.0, 5.0])
 @pytest.mark.parametrize("q", [0.001, 0.004, 0.05, 0.126, 0.5])
 def test_rdp_curve_is_dp_accountings(sigma: float, q: float) -> None:

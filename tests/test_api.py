@@ -1154,6 +1154,7 @@ def test_the_client_reads_its_environment() -> None:
 # ---- PostgreSQL ------------------------------------------------------------------------------------------
 
 
+@pytest.mark.postgres
 def test_submit_path_on_postgresql(tmp_path: Path) -> None:
     with fresh_database("postgresql", tmp_path, "control") as url:
         for api in make_api(url, tmp_path):

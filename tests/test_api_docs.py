@@ -93,6 +93,7 @@ def test_every_request_example_is_accepted(api: Api) -> None:
     assert tried >= 8  # keys 3, budget 1, jobs 4
 
 
+@pytest.mark.slow
 def test_an_unbounded_spend_is_null_and_the_answers_validate_against_the_openapi_schema(api: Api) -> None:
     """A sigma-0 job on a public dataset spends an unbounded epsilon. JSON has no infinity, so the answers
     say null, and the schema says so (number or null; issue 34.11): every answer that carries the spend

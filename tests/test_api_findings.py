@@ -90,6 +90,7 @@ def test_a_cursor_that_is_not_ascii_digits_is_a_422_naming_it(api: Api, cursor: 
     check_cursors(api, [cursor])
 
 
+@pytest.mark.postgres
 def test_cursors_on_postgresql(tmp_path: Path) -> None:
     """PostgreSQL refuses a parameter its integer column cannot hold: such a cursor never reaches it."""
     with fresh_database("postgresql", tmp_path, "control") as url:

@@ -27,6 +27,8 @@ from service.settings import ServiceSettings
 from tests.dbservers import fresh_database
 from tests.test_api import MAX_ITERATIONS, populate
 
+pytestmark = pytest.mark.slow
+
 #: Examples per operation, key and generation mode (16 operations x 3 keys x 2 modes): 15 keeps the suite
 #: within its time budget; VIPS_FUZZ_EXAMPLES=200 gives a longer run.
 EXAMPLES = int(os.environ.get("VIPS_FUZZ_EXAMPLES", "15"))

@@ -212,6 +212,7 @@ def test_migration_s0002_moves_rows_into_blocks_and_back(tmp_path: Path, backend
             engine.dispose()
 
 
+@pytest.mark.postgres
 def test_a_lost_postgresql_connection_is_reported_as_sqlalchemy_reports_it(tmp_path: Path) -> None:
     """Block reads on PostgreSQL go through the driver's binary cursor; a dropped connection still comes out
     as SQLAlchemy's OperationalError, the failure the gate knows tells nothing of the values."""

@@ -162,6 +162,7 @@ def test_minibatch_at_sigma_zero_recovers_the_weights(
     assert relative_error(state.mean, reference[0]) < 0.1
 
 
+@pytest.mark.slow
 def test_private_fits_degrade_smoothly(
     data: tuple[np.ndarray, np.ndarray, np.ndarray], reference: tuple
 ) -> None:

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
+import pytest
 from scipy.special import expit
 from sqlalchemy import create_engine, insert, select
 
@@ -50,6 +51,7 @@ def test_laplace_steps_without_noise_reach_the_map_and_its_laplace_covariance() 
     assert np.all(np.diag(mean_field.covariance) < np.diag(laplace))
 
 
+@pytest.mark.slow
 def test_the_services_schedule_at_epsilon_one_covers_the_true_weights() -> None:
     """Only epsilon 1 (the service's schedule: five whole-batch releases, Laplace from the second) on 150
     datasets of bench.calibration's family (d 10 with an intercept, N 10,000, w ~ N(0, 9 I); seeds 500-649,

@@ -404,6 +404,7 @@ def test_help_exits_zero(capsys: pytest.CaptureFixture[str]) -> None:
 # --- the installed console script ----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_console_script_entry_point() -> None:
     script = Path(sys.executable).parent / "vips"
     executable = str(script) if script.exists() else shutil.which("vips")

@@ -15,6 +15,7 @@ from worker.datasets.adult import load_adult
 from worker.datasets.wikipedia import load_wikipedia
 
 
+@pytest.mark.slow
 def test_the_examples_read_back_as_the_bundled_datasets(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

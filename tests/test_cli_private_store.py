@@ -81,6 +81,7 @@ def ingest_argv(tmp_path: Path) -> list[str]:
     return ["data", "ingest", "d", "--kind", "tabular", "--input", str(data)]
 
 
+@pytest.mark.slow
 def test_migrate_under_umask_022_makes_a_private_store(tmp_path: Path) -> None:
     """`(umask 022; vips migrate all)` on a fresh VIPS_HOME: the folders 0700, every file 0600."""
     home = tmp_path / "new" / "home"
@@ -162,6 +163,7 @@ def test_every_server_side_verb_refuses_a_store_open_to_others(
     assert f"run `chmod 600 {store / 'control.db-wal'}`" in err
 
 
+@pytest.mark.postgres
 def test_databases_given_by_url_have_no_file_to_check(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

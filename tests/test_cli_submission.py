@@ -94,6 +94,7 @@ def test_ctrl_c_during_submission_says_how_to_recover_without_a_second_job(
     assert capsys.readouterr().out.strip() == first and flaky.job_count() == 1
 
 
+@pytest.mark.slow
 def test_wait_timeout_stops_waiting_and_the_job_goes_on(
     api: Api, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -136,6 +137,7 @@ def test_the_printed_idempotency_key_gets_the_same_job_back(
     assert capsys.readouterr().out.strip() == job_id and flaky.job_count() == 1
 
 
+@pytest.mark.slow
 def test_wait_reattaches_and_ends_as_fit_wait_does(
     api: Api, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

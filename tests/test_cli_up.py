@@ -17,6 +17,8 @@ from service.http.client import VipsClient
 from tests.e2e import Service, _clean_env, embedded_service, free_port
 from vips.store_lock import LOCK_NAME
 
+pytestmark = pytest.mark.slow
+
 DELTA = 1e-5
 #: What a `vips up` killed by SIGKILL leaves behind: its lock file, with no process holding the lock.
 STALE = "pid 999999999\nurl http://127.0.0.1:1\n"

@@ -24,6 +24,8 @@ import pytest
 
 from tests.e2e import _clean_env, _stop, free_port, migrate_store, start_vips
 
+pytestmark = pytest.mark.slow
+
 ATTACKER = "127.0.0.3"
 CLIENT = "127.0.0.2"
 FLOOD = 300

@@ -24,6 +24,7 @@ def usual_umask() -> Iterator[None]:
         os.umask(previous)
 
 
+@pytest.mark.slow
 def test_the_demo_runs_end_to_end_under_the_usual_umask(tmp_path: Path, usual_umask: None) -> None:
     """Its store is made private (vips up refuses one others can read); the job fits, the posterior predicts
     Adult's test split far above chance, and the overspending job is refused."""

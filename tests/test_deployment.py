@@ -191,6 +191,7 @@ def test_the_dockerfile_copies_what_exists_and_runs_the_console_script() -> None
     assert "vips" in project["project"]["scripts"]
 
 
+@pytest.mark.slow
 def test_the_wheel_ships_every_migration(tmp_path: Path) -> None:
     """The image installs a wheel: every file Alembic needs and the compiled sampler are in it, and building
     it warns of nothing (no deprecated license table, no package left out of the configuration)."""

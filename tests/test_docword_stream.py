@@ -113,6 +113,7 @@ def files(tmp_path: Path) -> list[tuple[Path, tuple[str, ...]]]:
     return made
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("small_chunks")
 @pytest.mark.parametrize("small", [0, 1 << 30], ids=["pyarrow", "numpy"])
 def test_the_streamed_corpus_is_the_whole_file_one(
@@ -153,6 +154,7 @@ def test_tabs_plus_signs_and_extra_spaces_are_read_as_before(tmp_path: Path) -> 
         assert_same(read_docword(path, vocabulary(2), block_bytes=block), expected)
 
 
+@pytest.mark.slow
 def test_the_bundled_corpus_reads_as_before(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, small_chunks: None
 ) -> None:

@@ -110,6 +110,7 @@ def test_minibatch_sigma_zero_recovers_synthetic_logistic_weights(
     assert relative_error(state.mean, batch.mean) < 0.15
 
 
+@pytest.mark.slow
 def test_adult_auc_at_sigma_zero_matches_vips_blr() -> None:
     """UCI Adult (N = 32,561, d = 114; official test split): DP-SEP at sigma = 0 in batch mode (S = N, damping
     1, T = 10; converged after ~8 iterations) reaches test AUC 0.8990 against non-private VIPS-BLR's 0.8997

@@ -102,6 +102,7 @@ def test_direct_solution_recovers_the_weights(
     assert np.all(np.abs(np.exp(reference[1]) - 0.094) < 0.01)
 
 
+@pytest.mark.slow
 def test_sigma_zero_recovers_the_weights_and_the_direct_solution(
     data: tuple[np.ndarray, np.ndarray, np.ndarray], reference: tuple[np.ndarray, np.ndarray]
 ) -> None:
@@ -170,6 +171,7 @@ def test_adult_auc_at_sigma_zero_is_within_001_of_vips_blr() -> None:
 # Private fits.
 
 
+@pytest.mark.slow
 def test_private_fit_is_charged_per_iteration_and_cannot_be_seeded(
     data: tuple[np.ndarray, np.ndarray, np.ndarray],
 ) -> None:
@@ -379,6 +381,7 @@ def test_noise_aware_posterior_is_the_weighted_average_of_the_trace() -> None:
     assert paper["variational_parameters"]["mean"] == document["variational_parameters"]["mean"]
 
 
+@pytest.mark.slow
 def test_the_services_schedule_at_epsilon_one_covers_the_true_weights() -> None:
     """Only epsilon 1 (the service's schedule: T 300 whole-batch releases, learning rate 1) on 15 datasets
     of bench.calibration's family (d 10 with an intercept, N 10,000, w ~ N(0, 9 I); seeds 500-514, apart from

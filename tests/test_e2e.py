@@ -23,6 +23,8 @@ from service.http.client import VipsClient
 from service.store.models import releases
 from tests.e2e import Service, embedded_service, production_service, start_vips, synthetic_csv
 
+pytestmark = pytest.mark.slow
+
 DELTA = 1e-5
 
 
@@ -164,11 +166,15 @@ def test_vips_up_creates_an_admin_key_on_the_first_start_only(tmp_path: Path) ->
         control.dispose()
 
 
+@pytest.mark.redis
+@pytest.mark.postgres
 def test_postgres_redis_celery_end_to_end(tmp_path: Path) -> None:
     with production_service(tmp_path) as service:
         full_flow(service, tmp_path)
 
 
+@pytest.mark.redis
+@pytest.mark.postgres
 def test_fifty_concurrent_submissions_admit_exactly_k(tmp_path: Path) -> None:
     k, submissions, iterations, batch = 6, 50, 4, 200
     event = SubsampledGaussianEvent(2.0, batch, 2000)
@@ -217,6 +223,8 @@ def test_fifty_concurrent_submissions_admit_exactly_k(tmp_path: Path) -> None:
         assert budget["epsilon_spent"] == pytest.approx(per_job.scaled(k).epsilon(DELTA), rel=1e-9)
 
 
+@pytest.mark.redis
+@pytest.mark.postgres
 def test_worker_killed_mid_job_leaves_no_uncharged_release(tmp_path: Path) -> None:
     with production_service(tmp_path, heartbeat_timeout=2.0) as service:
         service.synthetic_dataset(tmp_path)

@@ -17,6 +17,8 @@ from tests.e2e import production_service, synthetic_csv
 from tests.test_cli_regression import write_csv
 from worker.datasets.regression import load_regression
 
+pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.redis]
+
 DELTA = 1e-5
 N = 2000
 

@@ -25,6 +25,8 @@ from worker.datasets.wikipedia import write_bag_of_words
 from worker.models.lda import unigram_perplexity
 from worker.models.sbn import pixel_mean_metrics
 
+pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.redis]
+
 DELTA = 1e-5
 TOPICS, WORDS = 4, 60
 

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 from sqlalchemy import select
 
 from privacy_wall.sqlengine import create_db_engine
@@ -19,6 +20,8 @@ from service.http.client import VipsClient
 from service.store.models import jobs
 from tests.e2e import embedded_service
 from tests.faults import assert_accounted, assert_killed_job_failed, child_pids, wait_for
+
+pytestmark = pytest.mark.slow
 
 DELTA = 1e-5
 

@@ -24,6 +24,7 @@ DELTA = 1e-5
 SHORT_JOB_BOUND_SECONDS = 120
 
 
+@pytest.mark.slow
 def test_a_short_job_of_one_key_runs_while_another_keys_long_jobs_do(tmp_path: Path) -> None:
     """Key A submits two 100,000-iteration jobs, key B then a 10-iteration BLR job. The worker's two slots
     hold at most one job of A (VIPS_MAX_RUNNING_PER_KEY = 1), so B's job starts and succeeds while A's

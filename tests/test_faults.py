@@ -41,6 +41,8 @@ from tests.faults import (
     wait_for,
 )
 
+pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.redis]
+
 DELTA = 1e-5
 HEARTBEAT, QUEUED, REAPER = 3.0, 6.0, 0.5
 #: A worker cut off mid-transaction leaves its PostgreSQL session idle in that transaction, holding its

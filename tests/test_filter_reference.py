@@ -89,6 +89,7 @@ def reference_price(sigma: float, size: int, population: int, iterations: int, d
     return min(gaussian, hi)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("regime", REGIMES)
 def test_the_ledger_never_charges_less_than_the_reference_nor_much_more(
     regime: tuple[float, int, int, int, float],
@@ -111,6 +112,7 @@ def underpriced_where(condition: str, factor: float = 0.98) -> Iterator[None]:
         yield
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("condition", ["tiny delta", "long T"])
 def test_an_under_price_confined_to_one_regime_fails_the_reference_check(condition: str) -> None:
     """A 2% under-price only at delta < 1e-5, or only at T >= 100, fails at least one regime above."""

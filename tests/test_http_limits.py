@@ -14,6 +14,8 @@ import pytest
 from service.settings import ServiceSettings
 from tests.e2e import _clean_env, _stop, free_port, migrate_store, start_vips
 
+pytestmark = pytest.mark.slow
+
 HEADER_TIMEOUT = 1.5
 BODY_TIMEOUT = 2.0
 MAX_CONNECTIONS = 6

@@ -101,6 +101,7 @@ def test_a_file_above_the_input_limit_is_refused_before_it_is_read(
     assert json.loads(capsys.readouterr().out)["population"] == 1002
 
 
+@pytest.mark.slow
 def test_the_chunked_reader_holds_a_chunk_and_a_line_not_the_file(tmp_path: Path) -> None:
     path = tmp_path / "lines.csv"
     line = b"0.125,0.25,0.5,1\n"

@@ -162,6 +162,7 @@ def test_job_runs_stores_every_release_and_charges_each_once(engines: tuple[Engi
     assert len(charge_keys(control, job_id)) == 6
 
 
+@pytest.mark.slow
 def test_resume_after_crash_reuses_stored_releases(
     engines: tuple[Engine, Engine], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -181,6 +182,7 @@ def test_resume_after_crash_reuses_stored_releases(
     assert stored_iterations(control, job_id) == list(range(1, 7))
 
 
+@pytest.mark.slow
 def test_release_lost_after_its_charge_is_paid_again_never_reused(
     engines: tuple[Engine, Engine], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -168,6 +168,7 @@ def admitted(api: Api, key_id: str) -> int:
         return len(conn.execute(select(jobs.c.id).where(jobs.c.owner == key_id)).all())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
 def test_30_simultaneous_submissions_by_one_key_never_overspend_its_quota(tmp_path: Path, kind: str) -> None:
     with fresh_database(kind, tmp_path, "control") as url:
@@ -182,6 +183,7 @@ def test_30_simultaneous_submissions_by_one_key_never_overspend_its_quota(tmp_pa
             assert ledger_db.budget_status(api.engine, "priv").epsilon_reserved <= room_for(7)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
 def test_30_simultaneous_submissions_by_two_keys_overspend_neither_quota_nor_dataset(
     tmp_path: Path, kind: str
@@ -248,6 +250,7 @@ def test_a_quota_is_only_for_an_analyst_key_that_may_submit_to_the_dataset(api: 
 # ---- the CLI ---------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_vips_budget_quota_sets_lists_and_clears(
     api: Api, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

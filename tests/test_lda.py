@@ -125,6 +125,7 @@ def test_planted_topics_are_recovered_at_sigma_zero(train: SyntheticCorpus, trut
         assert len(set(true_top[k]) & set(learned_top[col])) >= 7, (k, true_top[k], learned_top[col])
 
 
+@pytest.mark.slow
 def test_smoothing_corrects_resampling_overconfidence() -> None:
     """Resampling each document to N_w = 500 tokens counts a ~50-token paragraph ~10 times over, so the
     paper's M-step (smoothing 0) is sure of every topic's rare words; on a sparse real corpus (1,000
@@ -198,6 +199,7 @@ def test_batch_mode_perplexity_does_not_increase(
     assert completion[-1] < 0.8 * unigram_perplexity(train.counts, held_out)
 
 
+@pytest.mark.slow
 def test_private_fits_degrade_smoothly(train: SyntheticCorpus, test_split: tuple[sp.csr_array, ...]) -> None:
     """Minibatch VIPS (S = 500 of 3,000, T = 20, N_w = 80, a = 0.1, delta = 1e-5) at sigma 1, 2 and 4
     (epsilon ~10.7, ~4.3, ~1.9): held-out perplexity rises as epsilon falls, every private fit is worse

@@ -198,6 +198,7 @@ def test_a_ledger_priced_by_another_accountant_is_repriced_from_its_events(engin
     assert changes[0].epsilon_spent_after == pytest.approx(expected.epsilon_spent, rel=1e-12)
 
 
+@pytest.mark.slow
 def test_migration_0002_reprices_existing_ledgers(tmp_path: Path) -> None:
     """A control database at revision 0001 with a charged ledger, upgraded to head: re-priced, recorded."""
     from alembic import command

@@ -22,6 +22,8 @@ from service.http.client import ApiError
 from tests.e2e import Service, embedded_service, synthetic_csv
 from vips import Client, JobFailed, VIPSLogisticRegression
 
+pytestmark = pytest.mark.slow
+
 NOTEBOOK = Path(__file__).resolve().parent.parent / "docs" / "notebook.ipynb"
 DATASET = "synth"
 

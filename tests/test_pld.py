@@ -60,6 +60,7 @@ def hockey_stick(sigma: float, q: float, eps: float) -> float:
     return max(integral(mixture, base), integral(base, mixture))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sigma", [0.5, 1.0, 2.765, 10.0])
 @pytest.mark.parametrize("q", [1e-3, 0.05, 0.5, 0.97, 1.0])
 def test_profile_is_the_closed_form_of_both_pairs(sigma: float, q: float) -> None:
@@ -125,6 +126,7 @@ def test_charged_epsilon_is_within_two_percent_of_exact(case: tuple[float, int, 
     [((3.0, 100, 32_561, 10_000, 1e-5), 0.002), ((1.5, 10, 100_000, 1_000, 1e-5), 0.002)],
     ids=["T=10^4", "q=1e-4,T=1000"],
 )
+@pytest.mark.slow
 def test_many_releases_are_priced_as_on_a_grid_sixteen_times_finer(
     case: tuple[float, int, int, int, float], tolerance: float
 ) -> None:
@@ -179,6 +181,7 @@ PROPERTY = settings(max_examples=25, deadline=None, suppress_health_check=[Healt
     iterations=st.integers(1, 300),
     delta=DELTAS,
 )
+@pytest.mark.slow
 def test_price_is_monotone_in_the_batch(
     sigma: float, population: int, fractions: tuple[float, float], iterations: int, delta: float
 ) -> None:
@@ -216,6 +219,7 @@ def test_price_is_monotone_in_iterations_and_noise(
     ),
     delta=DELTAS,
 )
+@pytest.mark.slow
 def test_a_ledger_costs_at_most_the_sum_of_its_jobs(
     jobs: list[tuple[float, float, int]], delta: float
 ) -> None:
@@ -250,6 +254,7 @@ def test_a_ledger_is_priced_alike_in_any_order() -> None:
     assert forward.epsilon(1e-6) == pytest.approx(backward.epsilon(1e-6), rel=1e-7)
 
 
+@pytest.mark.slow
 def test_a_ledgers_price_is_a_function_of_its_releases_alone() -> None:
     """The same ledger costs the same priced fresh, after each of its prefixes, or after other ledgers on
     other grids (issue 50: a cache once moved prefixes across grids, and a ledger cost 0.2621 after its
@@ -270,6 +275,7 @@ def test_a_ledgers_price_is_a_function_of_its_releases_alone() -> None:
 # Calibration at every sampling rate.
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("size", [1, 20, 500, 2_000, 2_700, 2_785, 2_786])
 @pytest.mark.parametrize("target", [0.1, 2.4])
 def test_calibration_finds_its_bracket_at_every_rate(size: int, target: float) -> None:
@@ -291,6 +297,7 @@ def test_optimistic_reference_is_below_the_known_tight_value() -> None:
     assert 0.97 <= value <= 0.984
 
 
+@pytest.mark.slow
 def test_brentq_solution_of_one_release_matches_the_closed_form() -> None:
     """T = 1: the exact epsilon solves profile(eps) = delta; the accountant is within 2% above it."""
     sigma, q, delta = 1.3, 0.1, 1e-5

@@ -350,6 +350,7 @@ def test_canary_shift_is_within_the_declaration_and_strong(name: str) -> None:
     assert found.shift >= MIN_CANARY_REACH / SIGMA, f"{name}: canary reaches only {found.shift * SIGMA:.3f}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(CASES))
 def test_gaussian_dp_audit(name: str) -> None:
     """The lower confidence bound on the empirical Gaussian-DP mu does not exceed the declared 1 / sigma."""
@@ -357,6 +358,7 @@ def test_gaussian_dp_audit(name: str) -> None:
     assert lower <= 1 / SIGMA, f"{name}: mu >= {lower:.3f} at confidence 1 - {ALPHA:g}, declared {1 / SIGMA}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(CASES))
 def test_gaussian_dp_audit_detects_halved_noise(name: str) -> None:
     """With half the reported noise the canary's true mu is 2 x its shift >= 1.2 / sigma: the same audit
@@ -369,6 +371,7 @@ def test_gaussian_dp_audit_detects_halved_noise(name: str) -> None:
     assert gdp_mu_lower_bound(under_d, under_d_prime, ALPHA) > 1 / SIGMA
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["blr", "lda"])
 def test_clopper_pearson_epsilon_audit(name: str) -> None:
     """The epsilon lower bound does not exceed what the ledger charges for one release at CP_DELTA, and
@@ -385,6 +388,7 @@ def test_clopper_pearson_epsilon_audit(name: str) -> None:
     assert lower >= CP_MIN_FRACTION * exact, f"{name}: the audit has no power ({lower:.3f} vs {exact:.3f})"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["blr", "lda"])
 def test_clopper_pearson_audit_detects_halved_noise(name: str) -> None:
     """Half the noise: the canary's true mu is 2 x its shift (>= 1.77 for shifts >= 0.88), and the
@@ -495,6 +499,7 @@ def test_subsampled_canary_is_within_the_declaration() -> None:
     assert MIN_CANARY_REACH / SIGMA <= found.shift <= (1 + SHIFT_SLACK) / SIGMA
 
 
+@pytest.mark.slow
 def test_clopper_pearson_epsilon_audit_of_subsampled_releases() -> None:
     """S = 100 of N = 200 on a private store: the epsilon lower bound stays below what the `pld` ledger
     charges for one subsampled release at CP_DELTA (1.45), and reaches a fair fraction of it."""
@@ -504,6 +509,7 @@ def test_clopper_pearson_epsilon_audit_of_subsampled_releases() -> None:
     assert lower >= SUBSAMPLED_MIN_FRACTION * charged, f"no power ({lower:.3f} vs {charged:.3f})"
 
 
+@pytest.mark.slow
 def test_subsampled_audit_detects_halved_noise() -> None:
     """Half the noise: the pair becomes C_q(G_{2 shift}) (exact epsilon 4.7 at shift 1); the bound
     (measured 2.1-2.65) exceeds the 1.45 the declared mechanism is charged."""

@@ -29,6 +29,7 @@ def test_import_vips_loads_nothing_heavy() -> None:
     assert not loaded & {"sklearn", "numpy", "scipy", "worker", "privacy_wall"}, sorted(loaded)
 
 
+@pytest.mark.slow
 def test_the_public_names_load_on_first_use() -> None:
     loaded = loaded_after("from vips import PrivacyBudget\nPrivacyBudget(1.0)")
     assert "sklearn" not in loaded  # the budget alone needs no estimator
@@ -118,6 +119,7 @@ def test_a_public_lda_fit_loads_only_what_it_runs(tmp_path: Path) -> None:
     assert not loaded & NOT_FOR_A_PUBLIC_LDA_FIT, sorted(loaded & NOT_FOR_A_PUBLIC_LDA_FIT)
 
 
+@pytest.mark.slow
 def test_fit_local_imports_no_scikit_learn(tmp_path: Path) -> None:
     rng = np.random.default_rng(0)
     counts = sp.csr_array(rng.poisson(1.0, size=(40, 12)))

@@ -328,6 +328,7 @@ def blr_replacement(theta: np.ndarray) -> float:
     return joint_move(x, float(y), x2, float(y2), moment)
 
 
+@pytest.mark.slow
 def test_adversarial_search_reaches_but_never_exceeds_the_joint_sensitivity() -> None:
     """Random search plus Nelder-Mead over norms, labels, angles, Polya-Gamma means and rotations finds
     replacements within 1% of J = 5/4, and none of the evaluations exceeds it."""
@@ -361,6 +362,7 @@ def laplace_replacement(theta: np.ndarray) -> float:
     return moved
 
 
+@pytest.mark.slow
 def test_laplace_mode_never_exceeds_the_joint_sensitivity() -> None:
     """The proof's premise holds in Laplace mode (|a| <= 1/2, 0 <= b <= 1/4): a search over norms, labels,
     angles, activations and rotations never exceeds J = 5/4, and gets within 10% of it (the PG equality

@@ -215,6 +215,7 @@ def linreg_replacement(theta: np.ndarray) -> float:
     return joint_move(x, float(y), x2, float(y2))
 
 
+@pytest.mark.slow
 def test_adversarial_search_reaches_but_never_exceeds_the_joint_sensitivity() -> None:
     """Random search plus Nelder-Mead over norms, labels, angles and rotations finds replacements within 1%
     of J = sqrt(7)/2, and none of the evaluations exceeds it."""

@@ -202,6 +202,7 @@ class SbnQueryWithCopies(TestSbnQuery):
     copies = 3
 
 
+@pytest.mark.slow
 def test_gate_noise_with_frequency_copies_is_calibrated_end_to_end() -> None:
     """The real gate, S = N, 3 copies (B = 8 blocks): each block's noise_std is sigma sqrt(B) Delta_b, and
     the postprocessed s3 (the mean of its 3 copies) carries noise of std sigma sqrt(B) Delta3 / sqrt(3)."""

@@ -32,6 +32,7 @@ def test_the_file_broker_holds_a_sent_task_until_it_is_consumed(tmp_path: Path) 
         queue.close()
 
 
+@pytest.mark.redis
 def test_redis_holds_a_waiting_task_and_an_unacknowledged_one() -> None:
     require_redis()
     url = private_redis_url()  # a database of its own, emptied after

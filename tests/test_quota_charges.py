@@ -60,6 +60,7 @@ def open_reservations(control: Engine) -> int:
         return int(conn.execute(select(func.count()).where(reservations.c.open.is_(True))).scalar_one())
 
 
+@pytest.mark.slow
 def test_a_retried_charge_beyond_the_reservation_never_takes_the_key_past_its_quota(
     engines: tuple[Engine, Engine], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -108,6 +108,7 @@ def test_non_finite_values_are_refused_in_json() -> None:
 # Migration 0007: JSON releases to .npz and back.
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
 def test_migration_0007_converts_stored_releases_and_back(backend: str, tmp_path: Path) -> None:
     import sqlalchemy as sa

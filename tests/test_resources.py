@@ -233,6 +233,7 @@ def _estimated(estimated: resources.Resources) -> dict[str, int]:
     }
 
 
+@pytest.mark.slow
 def test_sbn_estimates_bound_a_real_fit() -> None:
     """Binarised digits (64 pixels), 60 hidden units: the J (K + 1)^2 and J K^2 terms dominate."""
     images = load_binary_digits("train")
@@ -241,6 +242,7 @@ def test_sbn_estimates_bound_a_real_fit() -> None:
     check(measured, resources.estimate("sbn", "vips", {"hidden": 60}, images.shape[1], 200, 2))
 
 
+@pytest.mark.slow
 def test_lda_estimates_bound_a_real_fit() -> None:
     """300 Wikipedia paragraphs over 5000 words, documents resampled to 5000 tokens: the S x N_w arrays."""
     counts = sp.csr_array(load_wikipedia().train[:300])
@@ -250,6 +252,7 @@ def test_lda_estimates_bound_a_real_fit() -> None:
     check(measured, resources.estimate("lda", "vips", options, counts.shape[1], 300, 2))
 
 
+@pytest.mark.slow
 def test_blr_estimates_bound_a_real_fit() -> None:
     """Adult (114 features), batches of 4000 rows: the S d batch terms and the d x d blocks."""
     adult = load_adult("train")
@@ -298,6 +301,7 @@ def test_linreg_estimates_bound_a_real_fit() -> None:
     check(measured, resources.estimate("linreg", "vips", {}, 100, 4000, 3))
 
 
+@pytest.mark.slow
 def test_dpvi_estimates_bound_a_real_fit(monkeypatch: pytest.MonkeyPatch) -> None:
     """DPVI-BLR on Adult (114 features), batches of 4000 rows, one draw: clip_rows' 9 S d (the batch, the
     S x 2d gradients, their finite copy, the copy scaled by each row's peak and its squares; 4.1 M values)

@@ -39,6 +39,7 @@ from vips.commands.server import require_private_store
 from vips.demo import make_home
 
 
+@pytest.mark.slow
 def test_a_reader_that_stops_early_ends_the_cli_quietly() -> None:
     """`vips jobs | head -1`: the pipe closes before the CLI writes; it used to end with "internal error
     (BrokenPipeError)" and exit 1. Now it exits as cat does (128 + SIGPIPE) and says nothing."""
@@ -162,6 +163,7 @@ def test_vips_wait_keeps_the_jobs_clock_after_ctrl_c(capsys: pytest.CaptureFixtu
     assert line.startswith("job aaaaaaaa succeeded 10/10") and line.endswith(("0:01:30", "0:01:31")), line
 
 
+@pytest.mark.slow
 def test_a_queued_job_says_what_it_waits_for(monkeypatch: pytest.MonkeyPatch) -> None:
     """A job queued behind the same key's job showed only "queued" for 52 s: the bar now says which job
     it waits behind, with that job's time left as the floor of its ETA, or that it waits for a worker."""

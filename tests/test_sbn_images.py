@@ -73,6 +73,7 @@ def private_fit(train: np.ndarray, epsilon: float, hidden: int = 10) -> SbnState
     return state
 
 
+@pytest.mark.slow
 def test_a_private_fit_that_noise_overwhelms_falls_back_to_the_pixel_means() -> None:
     """epsilon 5 on 1,000 images (epsilon x N = 5,000), K = 10: the noise on each covariance column of s6
     exceeds any signal, every hidden unit is switched off (W exactly 0) and c is read from the denoised
@@ -91,6 +92,7 @@ def test_a_private_fit_that_noise_overwhelms_falls_back_to_the_pixel_means() -> 
     assert fitted["nll"] < 1.05 * pixel_mean_metrics(train, test)["nll"], fitted
 
 
+@pytest.mark.slow
 def test_a_private_fit_with_enough_budget_learns_hidden_units() -> None:
     """epsilon 300 on 1,000 images (epsilon x N = 300,000, what epsilon 3 gives on 100,000 images), K = 10:
     the covariance columns of s6 carry more than the noise, units survive the shrinkage, and the noisy data
@@ -106,6 +108,7 @@ def test_a_private_fit_with_enough_budget_learns_hidden_units() -> None:
     assert fitted["nll"] < 0.8 * pixel_mean_metrics(train, test)["nll"], fitted
 
 
+@pytest.mark.slow
 def test_at_the_scale_of_epsilon_5_on_4000_images_units_learn_past_the_pixel_means() -> None:
     """epsilon 20 on 1,000 images (epsilon x N = 20,000, issue 35's epsilon 5 on 4,000 images), K = 10:
     the rule's one release from weights spread wide (T 1, init_scale 3, one copy) lets units switch on,

@@ -445,6 +445,7 @@ def test_sharded_lda_sums_equal_the_unsharded_pass(engines: tuple[Engine, Engine
             np.testing.assert_allclose(parts[name], whole[name], rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.slow
 def test_a_lingering_shard_answers_its_jobs_next_releases_without_their_tasks(
     stored: tuple[Engine, Engine],
 ) -> None:
@@ -663,6 +664,7 @@ def _sweeping(sensitive: Engine, stale_seconds: float) -> tuple[threading.Thread
     return thread, stop
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("killed", ["waiting", "answered"])
 def test_a_killed_coordinators_partial_sums_are_swept_within_the_stale_bound(
     stored: tuple[Engine, Engine], killed: str
@@ -759,6 +761,7 @@ def test_a_coordinator_stalled_past_the_stale_bound_fails_its_release_and_leaves
     assert channel_rows(sensitive) == 0
 
 
+@pytest.mark.slow
 def test_a_stalled_shards_lease_goes_to_a_standby_which_answers_the_resent_task(
     stored: tuple[Engine, Engine],
 ) -> None:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 from sqlalchemy import MetaData, select
 
 from privacy_wall.data.db_store import DatabaseStore
@@ -29,6 +30,8 @@ from tests.e2e import Service, embedded_service, production_service, start_vips,
 from tests.faults import assert_accounted, wait_for
 from vips.supervisor import descendants
 from worker.models.registry import model_setup
+
+pytestmark = pytest.mark.slow
 
 #: 40,000 rows of 5 features: three blocks of 16,384 rows at most, so each of two shards holds rows.
 ROWS = 40_000
@@ -85,6 +88,8 @@ def first_partial_sums(sensitive_url: str) -> list[bytes]:
     return needles
 
 
+@pytest.mark.redis
+@pytest.mark.postgres
 def test_sharded_fit_on_postgresql_and_redis_matches_and_keeps_partial_sums_inside(tmp_path: Path) -> None:
     import redis
 

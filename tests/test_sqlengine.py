@@ -106,6 +106,7 @@ def test_autocommit_reads_leave_no_transaction_open(engine: Engine) -> None:
         other.dispose()
 
 
+@pytest.mark.slow
 def test_a_transaction_its_client_abandoned_frees_its_locks(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -133,6 +134,7 @@ def test_a_transaction_its_client_abandoned_frees_its_locks(
             eng.dispose()
 
 
+@pytest.mark.postgres
 def test_a_client_gives_up_a_lost_server_in_bounded_time(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

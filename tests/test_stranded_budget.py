@@ -186,6 +186,7 @@ def api_without_workers(tmp_path: Path) -> Iterator[Api]:
             engine.dispose()
 
 
+@pytest.mark.slow
 def test_the_api_sends_lost_jobs_again_without_any_worker_and_fails_them_past_the_limit(
     api_without_workers: Api,
 ) -> None:
@@ -509,6 +510,7 @@ def test_a_job_the_reaper_ended_stops_charging(
     assert open_reservations(control) == 0
 
 
+@pytest.mark.slow
 def test_a_worker_that_comes_back_after_its_job_was_sent_again_stops(engines: tuple[Engine, Engine]) -> None:
     """The job's `resumes` is its runner's token: once the reaper sent the job again and another task
     claimed it, the first task's heartbeats and progress no longer count and its ending does not end the

@@ -103,6 +103,7 @@ def _attack_corpora() -> tuple[sp.csr_array, sp.csr_array]:
     return corpus(short), corpus(wide)
 
 
+@pytest.mark.slow
 def test_neighbouring_corpora_show_the_same_release_times(monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 52's timing attack (S 40, K 50: the wide document slowed the E-step by 38%): with the gate's
     padding, every release of either corpus is shown exactly one slot after its charge. The slot is fixed

@@ -30,10 +30,13 @@ from playwright.sync_api import Browser, BrowserContext, FloatRect, Page, Reques
 from service.http.client import VipsClient
 from service.ui import convergence
 from tests.e2e import Service, embedded_service
+from tests.servers import may_use
 from tests.test_e2e_latent import write_binary_csv
 from worker.datasets.digits import load_binary_digits
 from worker.datasets.synthetic_lda import generate_corpus, planted_topics
 from worker.datasets.wikipedia import write_bag_of_words
+
+pytestmark = pytest.mark.browser
 
 CHROMIUM = "/usr/bin/chromium"
 #: No GPU, no QUIC, no background traffic to Google's services; a fresh profile per launch (playwright).
@@ -100,6 +103,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
+    may_use("Chromium", "browser")
     assert shutil.which(CHROMIUM), (
         f"no browser at {CHROMIUM}: install Debian's chromium (apt-get install chromium; make test does)"
     )

@@ -7,6 +7,8 @@ import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
+
 from service.schemas import JobPublic
 from service.ui import plots
 from service.ui.svg import inline
@@ -29,6 +31,7 @@ def test_each_step_is_a_group_titled_with_its_label_escaped() -> None:
     assert "<title>" not in _spend(["x"] * len(many), many).decode()  # too many to draw one by one
 
 
+@pytest.mark.slow
 def test_the_legend_is_below_the_axes() -> None:
     unbounded = [0.2, float("inf")]
     cases = [([0.2, 0.5], 1.0, True), (unbounded, None, False), (unbounded, 3.0, True), ([], 1.0, False)]

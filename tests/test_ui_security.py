@@ -203,6 +203,7 @@ def test_a_key_keeps_at_most_max_sessions_and_signing_in_closes_the_oldest(api: 
     assert _sessions(api, "cust") == 3  # another key's sign-in closes none of this key's
 
 
+@pytest.mark.slow
 def test_signing_in_through_the_app_honours_vips_max_sessions_per_key(api: Api, tmp_path: Path) -> None:
     assert ServiceSettings().max_sessions_per_key == 10
     with pytest.raises(ValidationError):

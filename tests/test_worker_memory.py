@@ -31,6 +31,7 @@ def wait(api: VipsClient, job_id: str, seconds: float = 120) -> dict[str, object
     return job
 
 
+@pytest.mark.slow
 def test_a_job_over_the_workers_limit_fails_alone_and_the_next_job_runs(tmp_path: Path) -> None:
     """The big job and a neighbour run at once, each in its own job process: the big one fails with
     MemoryError, the neighbour succeeds, and the worker (same pid) then runs the next job."""
