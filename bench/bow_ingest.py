@@ -80,25 +80,23 @@ def ingest(documents: int, folder: Path) -> dict[str, float]:
 
 
 def parsers(folder: Path, repeats: int = 3) -> dict[str, float]:
-    """Best of `repeats` seconds of each fast parser of privacy_wall.data.formats on one block of a synthetic
+    """Best of `repeats` seconds of each fast parser of privacy_wall.data.docword on one block of a synthetic
     file (DOCWORD_BLOCK_BYTES of whole lines), and of pyarrow's import in a fresh interpreter."""
-    from privacy_wall.data import formats
+    from privacy_wall.data import docword as reader
 
     docword = folder / "parsers.txt"
     write_docword(docword, 20_000)
     data = docword.read_bytes()
     docword.unlink()
     start = data.index(b"\n", data.index(b"\n", data.index(b"\n") + 1) + 1) + 1
-    block = data[start : data.rindex(b"\n", start, start + formats.DOCWORD_BLOCK_BYTES) + 1]
+    block = data[start : data.rindex(b"\n", start, start + reader.DOCWORD_BLOCK_BYTES) + 1]
     result = {"block_mb": len(block) / 1e6}
     for name, with_numpy in (("pyarrow", False), ("numpy", True)):
         times = []
         for _ in range(repeats):
             started = time.perf_counter()
             lines = block.count(b"\n")
-            assert (
-                formats._parse_fast(block, lines, formats.MAX_LINE_BYTES, with_numpy=with_numpy) is not None
-            )
+            assert reader._parse_fast(block, lines, reader.MAX_LINE_BYTES, with_numpy=with_numpy) is not None
             times.append(time.perf_counter() - started)
         result[name] = min(times)
     code = "import time, numpy; t = time.perf_counter(); import pyarrow.csv; print(time.perf_counter() - t)"
@@ -112,7 +110,7 @@ def parsers(folder: Path, repeats: int = 3) -> dict[str, float]:
 
 def bundled_read(repeats: int = 5) -> float:
     """Best of `repeats` seconds of `read_docword` on the bundled Wikipedia training corpus (D = 2,786)."""
-    from privacy_wall.data.formats import read_docword, read_vocabulary
+    from privacy_wall.data.docword import read_docword, read_vocabulary
     from worker.datasets.wikipedia import load_wikipedia, write_bag_of_words
 
     corpus = load_wikipedia()

@@ -1036,7 +1036,7 @@ def full_worker_mode(work: Path) -> str:
     peak RSS of the worker process."""
     from datetime import datetime
 
-    from privacy_wall.data.formats import BagOfWords
+    from privacy_wall.data.docword import BagOfWords
     from privacy_wall.data.ingest import ingest_bag_of_words
     from privacy_wall.sqlengine import create_db_engine
     from service.http.client import VipsClient

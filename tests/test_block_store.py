@@ -18,7 +18,7 @@ from sqlalchemy import Engine, insert, select
 from privacy_wall.data import blocks as block_layout
 from privacy_wall.data.dataset_cache import DatasetCache
 from privacy_wall.data.db_store import DatabaseStore
-from privacy_wall.data.formats import BagOfWords
+from privacy_wall.data.docword import BagOfWords
 from privacy_wall.data.ingest import ingest, ingest_bag_of_words
 from privacy_wall.data.schema import blocks, stored_datasets
 from privacy_wall.data.store import Batch

@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from privacy_wall.data.formats import read_docword, read_tabular_csv, read_vocabulary
+from privacy_wall.data.docword import read_docword, read_vocabulary
+from privacy_wall.data.formats import read_tabular_csv
 from vips.cli import main
 from worker.datasets.adult import load_adult
 from worker.datasets.wikipedia import load_wikipedia

@@ -13,10 +13,11 @@ import numpy as np
 import pytest
 from sqlalchemy import Engine, func, select
 
-import privacy_wall.data.formats as formats
+import privacy_wall.data.docword as reader
 import privacy_wall.data.ingest as ingest_module
 from privacy_wall.data import blocks as block_layout
-from privacy_wall.data.formats import BagOfWords, DocwordStream, FormatError, read_docword, read_vocabulary
+from privacy_wall.data.docword import BagOfWords, DocwordStream, read_docword, read_vocabulary
+from privacy_wall.data.formats import FormatError
 from privacy_wall.data.ingest import IngestError, encode_bag_of_words, ingest, store_encoded
 from privacy_wall.data.schema import blocks, stored_datasets
 
@@ -89,7 +90,7 @@ def random_entries(
 @pytest.fixture
 def small_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
     """Chunks of 3 documents: chunk boundaries everywhere, runs of empty documents split."""
-    monkeypatch.setattr(formats, "CHUNK_DOCUMENTS", 3)
+    monkeypatch.setattr(reader, "CHUNK_DOCUMENTS", 3)
 
 
 def files(tmp_path: Path) -> list[tuple[Path, tuple[str, ...]]]:
@@ -119,7 +120,7 @@ def files(tmp_path: Path) -> list[tuple[Path, tuple[str, ...]]]:
 def test_the_streamed_corpus_is_the_whole_file_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, small: int
 ) -> None:
-    monkeypatch.setattr(formats, "SMALL_DOCWORD_BYTES", small)
+    monkeypatch.setattr(reader, "SMALL_DOCWORD_BYTES", small)
     for path, words in files(tmp_path):
         expected = whole_file_read(path, words)
         for block in BLOCKS:
@@ -170,7 +171,7 @@ def test_the_bundled_corpus_reads_as_before(
         expected = whole_file_read(docword, words)
         assert expected.documents == part.shape[0] and expected.word_ids.size == part.nnz
         for small, block in [(1 << 30, None), (0, None), (0, 100_003)]:
-            monkeypatch.setattr(formats, "SMALL_DOCWORD_BYTES", small)
+            monkeypatch.setattr(reader, "SMALL_DOCWORD_BYTES", small)
             assert_same(read_docword(docword, words, block_bytes=block), expected)
 
 
@@ -213,7 +214,7 @@ def test_each_error_names_its_line_in_every_block_size(
     path = tmp_path / "bad.txt"
     path.write_bytes(f"{HEADER}{nnz}\n{entries}".encode("latin-1"))
     for small in (0, 1 << 30):
-        monkeypatch.setattr(formats, "SMALL_DOCWORD_BYTES", small)
+        monkeypatch.setattr(reader, "SMALL_DOCWORD_BYTES", small)
         for block in BLOCKS:
             with pytest.raises(FormatError, match=message) as caught:
                 read_docword(path, vocabulary(3), block_bytes=block)
@@ -253,7 +254,7 @@ def test_no_error_carries_a_value(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
         path = tmp_path / "secret.txt"
         path.write_text(f"{HEADER}2\n1 1 2\n{bad}\n")
         for small in (0, 1 << 30):
-            monkeypatch.setattr(formats, "SMALL_DOCWORD_BYTES", small)
+            monkeypatch.setattr(reader, "SMALL_DOCWORD_BYTES", small)
             with pytest.raises(FormatError) as caught:
                 read_docword(path, vocabulary(3))
             seen: BaseException | None = caught.value
@@ -279,8 +280,8 @@ def test_streamed_ingest_stores_the_blocks_of_the_whole_file(
     """Blocks of 4 documents, chunks of 3 and 64-byte reads: the stored blocks are byte for byte those the
     whole-file reader's corpus gives (full blocks; a chunk's partial block waits for the next chunk)."""
     control, sensitive = engines
-    monkeypatch.setattr(formats, "CHUNK_DOCUMENTS", 3)
-    monkeypatch.setattr(formats, "DOCWORD_BLOCK_BYTES", 64)
+    monkeypatch.setattr(reader, "CHUNK_DOCUMENTS", 3)
+    monkeypatch.setattr(reader, "DOCWORD_BLOCK_BYTES", 64)
     monkeypatch.setattr(block_layout, "BOW_BLOCK_ROWS", 4)
     rng = np.random.default_rng(3)
     entries = random_entries(rng, 41, 30, shuffle_words=True, long_every=5)
@@ -311,7 +312,7 @@ def test_a_long_run_of_held_documents_is_written_short(
     rng = np.random.default_rng(5)
     entries = random_entries(rng, 30, 50, shuffle_words=False, long_every=2)
     path = write_docword(tmp_path / "d.txt", entries, 30, 50)
-    monkeypatch.setattr(formats, "CHUNK_DOCUMENTS", 3)
+    monkeypatch.setattr(reader, "CHUNK_DOCUMENTS", 3)
     stream = DocwordStream(path, vocabulary(50), block_bytes=64)
     batches = list(ingest_module._document_batches(stream.chunks(), 50, block_rows=8))
     assert [b.size for b in batches] == [8, 8, 8, 6]
@@ -341,8 +342,8 @@ def test_an_error_after_written_chunks_leaves_nothing(
     engines: tuple[Engine, Engine], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, late: str, message: str
 ) -> None:
     control, sensitive = engines
-    monkeypatch.setattr(formats, "CHUNK_DOCUMENTS", 3)
-    monkeypatch.setattr(formats, "DOCWORD_BLOCK_BYTES", 64)
+    monkeypatch.setattr(reader, "CHUNK_DOCUMENTS", 3)
+    monkeypatch.setattr(reader, "DOCWORD_BLOCK_BYTES", 64)
     monkeypatch.setattr(block_layout, "BOW_BLOCK_ROWS", 4)
     entries = [(d, w, 1) for d in range(1, 40) for w in (1, 2)]
     path = write_docword(tmp_path / "d.txt", entries, 40, 3, nnz=len(entries) + 1)

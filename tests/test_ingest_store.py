@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import Engine, func, select
 
 from privacy_wall.data.db_store import DatabaseStore
-from privacy_wall.data.formats import BagOfWords, read_docword, read_vocabulary
+from privacy_wall.data.docword import BagOfWords, read_docword, read_vocabulary
 from privacy_wall.data.ingest import IngestError, ingest, ingest_bag_of_words
 from privacy_wall.data.schema import blocks, stored_datasets
 from privacy_wall.data.store import BoundViolation, InMemoryTabularStore

@@ -18,14 +18,8 @@ import privacy_wall.data.ingest as ingest_module
 from privacy_wall.accounting.accountants import SubsampledGaussianEvent
 from privacy_wall.data import blocks as block_layout
 from privacy_wall.data.db_store import DatabaseStore
-from privacy_wall.data.formats import (
-    FormatError,
-    TabularStream,
-    read_binary_csv,
-    read_docword,
-    read_tabular_csv,
-    read_vocabulary,
-)
+from privacy_wall.data.docword import read_docword, read_vocabulary
+from privacy_wall.data.formats import FormatError, TabularStream, read_binary_csv, read_tabular_csv
 from privacy_wall.data.ingest import IngestError, encode_bag_of_words, ingest, store_encoded
 from privacy_wall.data.schema import blocks, stored_datasets
 from privacy_wall.gate import Gate

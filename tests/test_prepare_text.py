@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from privacy_wall.data.formats import read_docword, read_vocabulary
+from privacy_wall.data.docword import read_docword, read_vocabulary
 from privacy_wall.data.vocabulary import public_words
 from tests.test_cli import run_error
 from vips.bow import count_documents, frequent_words

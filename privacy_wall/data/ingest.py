@@ -33,16 +33,8 @@ from numpy.typing import NDArray
 from sqlalchemy import Connection, Engine, delete, func, insert, select, text, update
 
 from privacy_wall.data import blocks as block_layout
-from privacy_wall.data.formats import (
-    TABLE_BLOCK_BYTES,
-    BagOfWords,
-    DocumentChunk,
-    DocwordStream,
-    FormatError,
-    TabularChunk,
-    TabularStream,
-    read_vocabulary,
-)
+from privacy_wall.data.docword import BagOfWords, DocumentChunk, DocwordStream, read_vocabulary
+from privacy_wall.data.formats import TABLE_BLOCK_BYTES, FormatError, TabularChunk, TabularStream
 from privacy_wall.data.schema import blocks, stored_datasets
 from privacy_wall.data.store import ROW_NORM_TOLERANCE, Batch
 from privacy_wall.data.vocabulary import DECLARED, public_construction

@@ -17,13 +17,8 @@ from typing import Any
 
 import scipy.sparse as sp
 
-from privacy_wall.data.formats import (
-    FIRST_DATA_LINE,
-    read_binary_csv,
-    read_docword,
-    read_tabular_csv,
-    read_vocabulary,
-)
+from privacy_wall.data.docword import read_docword, read_vocabulary
+from privacy_wall.data.formats import FIRST_DATA_LINE, read_binary_csv, read_tabular_csv
 from privacy_wall.data.store import (
     BoundViolation,
     InMemoryBinaryStore,

@@ -35,12 +35,8 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from privacy_wall.data.formats import (
-    TabularFile,
-    read_binary_csv,
-    read_docword,
-    read_vocabulary,
-)
+from privacy_wall.data.docword import read_docword, read_vocabulary
+from privacy_wall.data.formats import TabularFile, read_binary_csv
 from vips.errors import UsageError
 from vips.output import print_json, write_text_atomically
 from vips.posterior_input import read_for_posterior

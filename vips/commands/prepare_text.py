@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from privacy_wall.data.formats import read_vocabulary
+from privacy_wall.data.docword import read_vocabulary
 from privacy_wall.data.vocabulary import public_construction, public_words
 from vips.bow import count_documents, frequent_words
 from vips.errors import UsageError
