@@ -145,8 +145,8 @@ def relaxed_connection(engine: Engine) -> Iterator[Connection]:
     """A connection whose writes commit without waiting for their WAL flush (PostgreSQL), one statement
     per transaction (autocommit). SQLite: an ordinary connection.
 
-    Only for writes whose loss errs on the safe side (see worker/jobs.py). The connection is detached
-    from the pool, so the setting can never leak into a pooled connection that writes charges.
+    Only for writes whose loss errs on the safe side (see worker/stored_releases.py). The connection is
+    detached from the pool, so the setting can never leak into a pooled connection that writes charges.
     """
     with engine.connect() as conn:
         if conn.dialect.name != "postgresql":

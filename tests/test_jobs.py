@@ -29,6 +29,8 @@ from service.store.posteriors import posterior_text
 from tests.dbservers import fresh_database
 from tests.test_ingest_store import tabular_data, write_tabular
 from worker import jobs as job_runner
+from worker import stored_releases
+from worker.stored_releases import StorageLimits
 
 DELTA = 1e-5
 
@@ -188,7 +190,7 @@ def test_release_lost_after_its_charge_is_paid_again_never_reused(
 ) -> None:
     control, sensitive = engines
     job_id = submit(control)
-    real_store = job_runner.run_writes  # the worker's only write of a release
+    real_store = stored_releases.run_writes  # the worker's only write of a release
     calls = {"n": 0}
 
     def crashing_store(*args: Any, **kwargs: Any) -> Any:
@@ -197,7 +199,7 @@ def test_release_lost_after_its_charge_is_paid_again_never_reused(
             raise Crash  # iteration 3 was charged and computed, then the process died
         return real_store(*args, **kwargs)
 
-    monkeypatch.setattr(job_runner, "run_writes", crashing_store)
+    monkeypatch.setattr(stored_releases, "run_writes", crashing_store)
     with pytest.raises(Crash):
         job_runner.execute_job(job_id, control, sensitive)
     monkeypatch.undo()
@@ -232,7 +234,7 @@ def test_a_job_failed_after_a_charge_shows_that_charge_spent_without_release(
     /v1/datasets/{name}/ledger serves the same flags (tests/test_e2e.py, a killed worker)."""
     control, sensitive = engines
     job_id = submit(control)
-    real_store = job_runner.run_writes
+    real_store = stored_releases.run_writes
     calls = {"n": 0}
 
     def failing_store(*args: Any, **kwargs: Any) -> Any:
@@ -241,7 +243,7 @@ def test_a_job_failed_after_a_charge_shows_that_charge_spent_without_release(
             raise MemoryError  # after the commit of charge 2: the charge stays
         return real_store(*args, **kwargs)
 
-    monkeypatch.setattr(job_runner, "run_writes", failing_store)
+    monkeypatch.setattr(stored_releases, "run_writes", failing_store)
     assert job_runner.execute_job(job_id, control, sensitive) == "failed"
     assert outcomes(control, job_id) == {(1, 0): True, (2, 0): False}
 
@@ -310,7 +312,7 @@ def test_a_failed_job_stores_a_message_for_users_and_logs_the_technical_detail(
     statement = (
         "INSERT INTO releases (job_id, iteration, statistics) VALUES (%(p_job_id)s, %(p_iteration)s, ...)"
     )
-    real_store = job_runner.run_writes
+    real_store = stored_releases.run_writes
     calls = {"n": 0}
 
     def refused_store(*args: Any, **kwargs: Any) -> Any:
@@ -321,7 +323,7 @@ def test_a_failed_job_stores_a_message_for_users_and_logs_the_technical_detail(
             )
         return real_store(*args, **kwargs)
 
-    monkeypatch.setattr(job_runner, "run_writes", refused_store)
+    monkeypatch.setattr(stored_releases, "run_writes", refused_store)
     job_id = submit(control)
     with caplog.at_level("ERROR", logger=job_runner.__name__):
         assert job_runner.execute_job(job_id, control, sensitive) == "failed"
@@ -366,7 +368,7 @@ def test_a_release_over_the_release_limit_is_neither_stored_nor_charged(
     (the refusal depends on shapes alone), and the job fails saying so."""
     control, sensitive = engines
     job_id = submit(control)
-    limits = job_runner.StorageLimits(release_bytes=500, stored_bytes=1 << 30)
+    limits = StorageLimits(release_bytes=500, stored_bytes=1 << 30)
     assert job_runner.execute_job(job_id, control, sensitive, limits=limits) == "failed"
     error = job_row(control, job_id).error
     assert error.startswith(
@@ -382,7 +384,7 @@ def test_a_job_stops_before_its_releases_outgrow_the_stored_limit(engines: tuple
     the job fails before charging it, keeps what it released and is refunded the rest."""
     control, sensitive = engines
     job_id = submit(control)
-    limits = job_runner.StorageLimits(release_bytes=1 << 20, stored_bytes=int(2.5 * 550))
+    limits = StorageLimits(release_bytes=1 << 20, stored_bytes=int(2.5 * 550))
     assert job_runner.execute_job(job_id, control, sensitive, limits=limits) == "failed"
     error = job_row(control, job_id).error
     assert error.startswith("the job's releases reached what this server stores for one job (1.4 kB, ")
@@ -464,7 +466,9 @@ def test_a_job_over_the_wall_time_limit_stops_and_keeps_only_what_it_released(
 
     def slow_third(self: Gate, *args: Any, **kwargs: Any) -> Any:
         if kwargs["iteration"] == 3:
-            monkeypatch.setattr(job_runner, "_now", lambda: datetime.now(UTC) + timedelta(seconds=120))
+            monkeypatch.setattr(
+                stored_releases, "utc_now", lambda: datetime.now(UTC) + timedelta(seconds=120)
+            )
         return real(self, *args, **kwargs)
 
     monkeypatch.setattr(Gate, "release", slow_third)

@@ -32,6 +32,7 @@ from tests.test_jobs import (
     submit,
 )
 from worker import jobs as job_runner
+from worker import stored_releases
 
 #: The auditor's schedule: 5 iterations of sigma 2 on 100 of 1000 records (one job: epsilon 0.6172).
 N, SIGMA, BATCH, T = 1000, 2.0, 100, 5
@@ -72,7 +73,7 @@ def test_a_retried_charge_beyond_the_reservation_never_takes_the_key_past_its_qu
     assert (round(quota, 4), round(price(T + 1), 4)) == (1.3963, 1.4503)
     set_quota(control, "t", "k1", quota)
     job_id = submit(control, iterations=T, sigma=SIGMA, batch_size=BATCH, population=N)
-    real_store, calls = job_runner.run_writes, {"n": 0}  # the worker's only write of a release
+    real_store, calls = stored_releases.run_writes, {"n": 0}  # the worker's only write of a release
 
     def crashing_store(*args: Any, **kwargs: Any) -> Any:
         calls["n"] += 1
@@ -80,7 +81,7 @@ def test_a_retried_charge_beyond_the_reservation_never_takes_the_key_past_its_qu
             raise Crash  # release 3 was charged and computed, then the process died
         return real_store(*args, **kwargs)
 
-    monkeypatch.setattr(job_runner, "run_writes", crashing_store)
+    monkeypatch.setattr(stored_releases, "run_writes", crashing_store)
     with pytest.raises(Crash):
         job_runner.execute_job(job_id, control, sensitive)
     monkeypatch.undo()

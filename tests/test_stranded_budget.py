@@ -31,6 +31,7 @@ from tests.dbservers import fresh_database
 from tests.test_api import Api, populate
 from tests.test_jobs import job_row, on_gate_call, submit
 from worker import jobs as job_runner
+from worker.stored_releases import StoredReleases
 from worker.tasks import retry_delay
 
 engines = test_jobs.engines  # the fixture: real control and sensitive databases with dataset "t"
@@ -380,16 +381,16 @@ def test_a_release_whose_store_a_lost_database_cut_off_is_stored_on_resumption_n
     release (it was paid for) instead of charging the iteration again: charges = releases."""
     control, sensitive = engines
     job_id = submit(control)
-    real = job_runner.StoredReleases._store
+    real = StoredReleases._store
     cut = {"left": 1}
 
-    def store(self: job_runner.StoredReleases, release: Any) -> bool | None:
+    def store(self: StoredReleases, release: Any) -> bool | None:
         if release.iteration == 4 and cut["left"]:
             cut["left"] -= 1
             raise OperationalError("INSERT", {}, ConnectionError("server closed the connection"))
         return real(self, release)
 
-    monkeypatch.setattr(job_runner.StoredReleases, "_store", store)
+    monkeypatch.setattr(StoredReleases, "_store", store)
     monkeypatch.setattr(job_runner, "OUTAGE_POLL_SECONDS", 0.01)
     assert job_runner.execute_job(job_id, control, sensitive, heartbeat_timeout=60) == "succeeded"
     assert cut["left"] == 0

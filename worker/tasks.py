@@ -37,8 +37,9 @@ from service.settings import (
 from service.store.models import jobs
 from worker.celery_app import app
 from worker.context import control_engine, dataset_cache, sensitive_engine
-from worker.jobs import DatabaseUnavailable, StorageLimits, execute_job
+from worker.jobs import DatabaseUnavailable, execute_job
 from worker.models.registry import model_setup
+from worker.stored_releases import StorageLimits
 
 log = logging.getLogger(__name__)
 
