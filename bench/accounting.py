@@ -25,7 +25,9 @@ from dp_accounting.pld import privacy_loss_distribution as pld
 from dp_accounting.rdp import rdp_privacy_accountant as rdp
 
 from privacy_wall.accounting import pld as tight
-from privacy_wall.accounting.accountants import ACCOUNTANTS, SubsampledGaussianEvent, calibrate_sigma, epsilon
+from privacy_wall.accounting.accountants import ACCOUNTANTS
+from privacy_wall.accounting.calibration import calibrate_sigma, epsilon
+from privacy_wall.accounting.events import SubsampledGaussianEvent
 
 # (label, sigma, S, N, T, delta)
 SETTINGS = [
@@ -195,7 +197,8 @@ def ledger_with_events(charges: int, jobs: int, cap: float | None) -> tuple[floa
     import tempfile
     from pathlib import Path
 
-    from privacy_wall.accounting.accountants import SubsampledGaussianEvent, clear_caches
+    from privacy_wall.accounting.accountants import clear_caches
+    from privacy_wall.accounting.events import SubsampledGaussianEvent
     from privacy_wall.ledger import database as ledger_db
     from privacy_wall.ledger.base import Charge
     from privacy_wall.sqlengine import create_db_engine

@@ -41,7 +41,7 @@ import numpy as np
 
 from bench.adult_blr import Row, log, markdown, test_auc
 from bench.compare_algorithms import synthetic_split
-from privacy_wall.accounting.accountants import calibrate_sigma
+from privacy_wall.accounting.calibration import calibrate_sigma
 from privacy_wall.data.store import InMemoryTabularStore
 from privacy_wall.gate import Gate
 from privacy_wall.ledger.base import InMemoryLedger

@@ -45,7 +45,7 @@ import numpy as np
 from numpy.typing import NDArray
 from sklearn.metrics import roc_auc_score
 
-from privacy_wall.accounting.accountants import calibrate_sigma
+from privacy_wall.accounting.calibration import calibrate_sigma
 from privacy_wall.data.store import Batch, InMemoryTabularStore
 from privacy_wall.gate import Gate
 from privacy_wall.ledger.base import InMemoryLedger

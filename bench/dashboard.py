@@ -30,7 +30,7 @@ import numpy as np
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, insert
 
-from privacy_wall.accounting.accountants import SubsampledGaussianEvent
+from privacy_wall.accounting.events import SubsampledGaussianEvent
 from privacy_wall.ledger import database as ledger_db
 from privacy_wall.ledger.base import Charge
 from privacy_wall.ledger.schema import datasets

@@ -12,7 +12,7 @@ Sections:
   the same code (worker.models.lda) from each library's lambda: document completion and the paper's bound.
 - private (synthetic): a corpus with planted topics (worker.datasets.synthetic_lda, D >= 100,000) at the
   paper's sampling rate S / D = 0.05, T = 20 iterations (one epoch), N_w = 500, epsilon ~2.4 at
-  delta = 1e-4: sigma from the moments accountant (privacy_wall.accounting.accountants.calibrate_sigma) vs
+  delta = 1e-4: sigma from the moments accountant (privacy_wall.accounting.calibration.calibrate_sigma) vs
   strong composition (calibrate_sigma_strong), clipping a = 0.1 vs none (a = 1: the bound N_w), and the
   unigram
   baseline; held-out perplexity per iteration (the paper's Fig. 3).
@@ -57,13 +57,9 @@ import numpy as np
 import scipy.sparse as sp
 from threadpoolctl import threadpool_limits
 
+from bench.strong_composition import calibrate_sigma_strong, strong_composition_epsilon
 from bench.text_corpus import TextCorpus, text_corpus
-from privacy_wall.accounting.accountants import (
-    calibrate_sigma,
-    calibrate_sigma_strong,
-    epsilon,
-    strong_composition_epsilon,
-)
+from privacy_wall.accounting.calibration import calibrate_sigma, epsilon
 from privacy_wall.data.store import InMemoryBowStore
 from privacy_wall.gate import Gate
 from privacy_wall.ledger.base import InMemoryLedger

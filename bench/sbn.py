@@ -64,12 +64,8 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy.special import expit
 
-from privacy_wall.accounting.accountants import (
-    calibrate_sigma,
-    calibrate_sigma_strong,
-    epsilon,
-    strong_composition_epsilon,
-)
+from bench.strong_composition import calibrate_sigma_strong, strong_composition_epsilon
+from privacy_wall.accounting.calibration import calibrate_sigma, epsilon
 from privacy_wall.data.store import InMemoryBinaryStore
 from privacy_wall.gate import Gate
 from privacy_wall.ledger.base import InMemoryLedger

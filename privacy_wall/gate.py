@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from privacy_wall.accounting.accountants import SubsampledGaussianEvent
+from privacy_wall.accounting.events import SubsampledGaussianEvent
 from privacy_wall.data.store import RowStore, uniform_rows
 from privacy_wall.ledger.base import Charge, Ledger
 from privacy_wall.noise.csprng import private_generator

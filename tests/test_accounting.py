@@ -13,26 +13,28 @@ from itertools import pairwise
 import numpy as np
 import pytest
 
+from bench.strong_composition import (
+    autodp_reference_epsilon,
+    calibrate_sigma_strong,
+    strong_composition_epsilon,
+)
 from privacy_wall.accounting import accountants as accounting
 from privacy_wall.accounting.accountants import (
     ACCOUNTANTS,
     ORDERS,
-    CalibrationError,
-    Neighbouring,
     PrivacyCost,
+    get_accountant,
+    privacy_cost,
+    sum_costs,
+)
+from privacy_wall.accounting.calibration import CalibrationError, calibrate_sigma, epsilon
+from privacy_wall.accounting.events import (
+    Neighbouring,
     Sampling,
     SelfComposedEvent,
     SubsampledGaussianEvent,
-    autodp_reference_epsilon,
-    calibrate_sigma,
-    calibrate_sigma_strong,
-    epsilon,
     event_from_dict,
     event_to_dict,
-    get_accountant,
-    privacy_cost,
-    strong_composition_epsilon,
-    sum_costs,
 )
 from privacy_wall.accounting.wor_rdp import log_forward_differences
 

@@ -20,7 +20,9 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, insert, select, update
 
-from privacy_wall.accounting.accountants import SubsampledGaussianEvent, epsilon, privacy_cost
+from privacy_wall.accounting.accountants import privacy_cost
+from privacy_wall.accounting.calibration import epsilon
+from privacy_wall.accounting.events import SubsampledGaussianEvent
 from privacy_wall.ledger import database as ledger_db
 from privacy_wall.ledger.base import Charge
 from privacy_wall.ledger.schema import budgets, datasets, reservations

@@ -17,7 +17,7 @@ import schemathesis
 import scipy.sparse as sp
 from pydantic import TypeAdapter
 
-from privacy_wall.accounting.accountants import SubsampledGaussianEvent
+from privacy_wall.accounting.events import SubsampledGaussianEvent
 from privacy_wall.ledger import database as ledger_db
 from privacy_wall.ledger.base import Charge
 from service.schemas import Posterior

@@ -10,7 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 
-from privacy_wall.accounting.accountants import epsilon
+from privacy_wall.accounting.calibration import epsilon
 from privacy_wall.data.ingest import ingest
 from privacy_wall.ledger import database as ledger_db
 from privacy_wall.sqlengine import create_db_engine

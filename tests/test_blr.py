@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy.special import expit
 
-from privacy_wall.accounting.accountants import epsilon
+from privacy_wall.accounting.calibration import epsilon
 from privacy_wall.data.store import InMemoryTabularStore
 from privacy_wall.ledger.base import InMemoryLedger
 from privacy_wall.queries.blr import LogisticRegressionQuery

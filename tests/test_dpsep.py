@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import roc_auc_score
 
-from privacy_wall.accounting.accountants import epsilon
+from privacy_wall.accounting.calibration import epsilon
 from privacy_wall.data.store import InMemoryTabularStore, RowStore
 from privacy_wall.gate import Gate, PrivacyError
 from privacy_wall.ledger.base import InMemoryLedger

@@ -14,7 +14,7 @@ from scipy.special import expit, log_expit
 from sklearn.metrics import roc_auc_score
 
 from bench.calibration import Z90, draw
-from privacy_wall.accounting.accountants import epsilon
+from privacy_wall.accounting.calibration import epsilon
 from privacy_wall.data.store import InMemoryTabularStore
 from privacy_wall.gate import Gate, PrivacyError
 from privacy_wall.ledger.base import InMemoryLedger

@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 from sqlalchemy import select
 
-from privacy_wall.accounting.accountants import SubsampledGaussianEvent, privacy_cost
+from privacy_wall.accounting.accountants import privacy_cost
+from privacy_wall.accounting.events import SubsampledGaussianEvent
 from privacy_wall.ledger.schema import charges
 from privacy_wall.sqlengine import create_db_engine
 from service.http.client import VipsClient

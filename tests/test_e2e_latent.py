@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from privacy_wall.accounting.accountants import SubsampledGaussianEvent, privacy_cost
+from privacy_wall.accounting.accountants import privacy_cost
+from privacy_wall.accounting.events import SubsampledGaussianEvent
 from service.http.client import VipsClient
 from tests.e2e import Service, production_service
 from worker.datasets.digits import load_binary_digits

@@ -20,13 +20,11 @@ from privacy_wall.accounting.accountants import (
     ORDERS,
     FilterAccountant,
     PrivacyCost,
-    SubsampledGaussianEvent,
     _gaussian_epsilon,
-    calibrate_sigma,
-    epsilon,
     get_accountant,
-    vips_job_event,
 )
+from privacy_wall.accounting.calibration import calibrate_sigma, epsilon
+from privacy_wall.accounting.events import SubsampledGaussianEvent, vips_job_event
 from privacy_wall.ledger.base import BudgetExceeded, Charge, InMemoryLedger
 from tests.dbservers import fresh_database
 from tests.test_api import BATCH, DELTA, SIGMA, N, make_api

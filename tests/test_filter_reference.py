@@ -25,7 +25,8 @@ from dp_accounting.rdp import rdp_privacy_accountant as dp_rdp
 from scipy.special import logsumexp
 
 from privacy_wall.accounting import filter as filter_rule
-from privacy_wall.accounting.accountants import ORDERS, FilterAccountant, PrivacyCost, epsilon
+from privacy_wall.accounting.accountants import ORDERS, FilterAccountant, PrivacyCost
+from privacy_wall.accounting.calibration import epsilon
 from privacy_wall.accounting.pld import log_profile, loss_scale
 from tests.test_privacy_audit import gaussian_dp_epsilon
 

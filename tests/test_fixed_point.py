@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import privacy_wall
-from privacy_wall.accounting.accountants import epsilon
+from privacy_wall.accounting.calibration import epsilon
 from privacy_wall.gate import Gate, PrivacyError
 from privacy_wall.ledger.base import InMemoryLedger
 from privacy_wall.noise import mechanisms

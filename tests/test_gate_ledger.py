@@ -14,13 +14,9 @@ import scipy.sparse as sp
 from randomgen import AESCounter
 from scipy import stats
 
-from privacy_wall.accounting.accountants import (
-    PrivacyCost,
-    SelfComposedEvent,
-    SubsampledGaussianEvent,
-    epsilon,
-    privacy_cost,
-)
+from privacy_wall.accounting.accountants import PrivacyCost, privacy_cost
+from privacy_wall.accounting.calibration import epsilon
+from privacy_wall.accounting.events import SelfComposedEvent, SubsampledGaussianEvent
 from privacy_wall.data.store import Batch, BoundViolation, DatasetInfo, InMemoryTabularStore, Rows
 from privacy_wall.gate import Gate
 from privacy_wall.ledger.base import BudgetExceeded, Charge, DuplicateCharge, InMemoryLedger

@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy import Engine, func, insert, select
 
 import privacy_wall.data.ingest as ingest_module
-from privacy_wall.accounting.accountants import SubsampledGaussianEvent
+from privacy_wall.accounting.events import SubsampledGaussianEvent
 from privacy_wall.data import blocks as block_layout
 from privacy_wall.data.db_store import DatabaseStore
 from privacy_wall.data.docword import read_docword, read_vocabulary

@@ -16,7 +16,8 @@ import pytest
 from sqlalchemy import Engine, func, insert, select, update
 from sqlalchemy.exc import DataError
 
-from privacy_wall.accounting.accountants import SubsampledGaussianEvent, privacy_cost
+from privacy_wall.accounting.accountants import privacy_cost
+from privacy_wall.accounting.events import SubsampledGaussianEvent
 from privacy_wall.data.ingest import ingest
 from privacy_wall.gate import Gate
 from privacy_wall.ledger import database as ledger_db

@@ -16,7 +16,8 @@ import pytest
 from sqlalchemy import insert, inspect, select
 from sqlalchemy.exc import IntegrityError
 
-from privacy_wall.accounting.accountants import SubsampledGaussianEvent, configured_accountant
+from privacy_wall.accounting.accountants import configured_accountant
+from privacy_wall.accounting.events import SubsampledGaussianEvent
 from privacy_wall.ledger import database as ledger_db
 from privacy_wall.sqlengine import create_db_engine
 from service.budgets.key_spend import key_cost

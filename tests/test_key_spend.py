@@ -12,12 +12,8 @@ from typing import Any, cast
 import pytest
 from sqlalchemy import select
 
-from privacy_wall.accounting.accountants import (
-    PrivacyCost,
-    SubsampledGaussianEvent,
-    configured_accountant,
-    event_from_dict,
-)
+from privacy_wall.accounting.accountants import PrivacyCost, configured_accountant
+from privacy_wall.accounting.events import SubsampledGaussianEvent, event_from_dict
 from privacy_wall.ledger import database as ledger_db
 from privacy_wall.ledger.base import Charge
 from privacy_wall.ledger.schema import charges, reservations

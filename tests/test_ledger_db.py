@@ -10,12 +10,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine
 
-from privacy_wall.accounting.accountants import (
-    SubsampledGaussianEvent,
-    calibrate_sigma,
-    get_accountant,
-    privacy_cost,
-)
+from privacy_wall.accounting.accountants import get_accountant, privacy_cost
+from privacy_wall.accounting.calibration import calibrate_sigma
+from privacy_wall.accounting.events import SubsampledGaussianEvent
 from privacy_wall.ledger import database as ledger_db
 from privacy_wall.ledger.base import BudgetExceeded, Charge, DuplicateCharge
 from privacy_wall.sqlengine import create_db_engine
@@ -144,7 +141,8 @@ def _price_as_before_0002(engine: Engine, dataset: str) -> float:
     Gaussian or count entries) under the old accountant name. Returns the spend as it priced it."""
     from sqlalchemy import select, update
 
-    from privacy_wall.accounting.accountants import event_from_dict, get_accountant
+    from privacy_wall.accounting.accountants import get_accountant
+    from privacy_wall.accounting.events import event_from_dict
     from privacy_wall.ledger.schema import budgets, charges, reservations
 
     paper = get_accountant("paper")
@@ -213,7 +211,8 @@ def test_migration_0002_reprices_existing_ledgers(tmp_path: Path) -> None:
     try:
         from sqlalchemy import insert
 
-        from privacy_wall.accounting.accountants import ORDERS, event_to_dict
+        from privacy_wall.accounting.accountants import ORDERS
+        from privacy_wall.accounting.events import event_to_dict
         from privacy_wall.ledger.schema import budgets, charges
 
         with eng.begin() as conn:  # what 0001's code wrote: autodp curves, the old accountant name
@@ -264,7 +263,8 @@ def test_migration_0006_reprices_ledgers_of_the_old_pld(tmp_path: Path) -> None:
     from alembic import command
     from sqlalchemy import insert, select
 
-    from privacy_wall.accounting.accountants import ORDERS, event_to_dict
+    from privacy_wall.accounting.accountants import ORDERS
+    from privacy_wall.accounting.events import event_to_dict
     from privacy_wall.ledger.schema import accountant_changes, budgets, charges
     from vips.migrate import alembic_config
 
@@ -315,7 +315,8 @@ def test_migration_0012_reprices_by_the_filter_and_an_overspent_ledger_says_why(
     from alembic import command
     from sqlalchemy import func, insert, select
 
-    from privacy_wall.accounting.accountants import ORDERS, event_to_dict
+    from privacy_wall.accounting.accountants import ORDERS
+    from privacy_wall.accounting.events import event_to_dict
     from privacy_wall.ledger.schema import accountant_changes, budgets, charges
     from vips.migrate import alembic_config
 
@@ -371,7 +372,8 @@ def test_migration_0014_gives_the_gaussian_part_more_delta_and_records_the_old_s
     from sqlalchemy import insert, select
 
     from privacy_wall.accounting import filter as filter_rule
-    from privacy_wall.accounting.accountants import FORMER_FILTERS, ORDERS, event_to_dict
+    from privacy_wall.accounting.accountants import FORMER_FILTERS, ORDERS
+    from privacy_wall.accounting.events import event_to_dict
     from privacy_wall.ledger.schema import accountant_changes, budgets, charges
     from vips.migrate import alembic_config
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from sklearn.linear_model import Ridge
 
-from privacy_wall.accounting.accountants import epsilon
+from privacy_wall.accounting.calibration import epsilon
 from privacy_wall.gate import Gate, PrivacyError
 from privacy_wall.ledger.base import InMemoryLedger
 from tests.fitting import fit_through_gate, relative_error

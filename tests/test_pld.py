@@ -18,13 +18,9 @@ from scipy.stats import norm
 
 import privacy_wall.accounting.accountants as accountants
 from privacy_wall.accounting import pld
-from privacy_wall.accounting.accountants import (
-    SelfComposedEvent,
-    SubsampledGaussianEvent,
-    calibrate_sigma,
-    epsilon,
-    privacy_cost,
-)
+from privacy_wall.accounting.accountants import privacy_cost
+from privacy_wall.accounting.calibration import calibrate_sigma, epsilon
+from privacy_wall.accounting.events import SelfComposedEvent, SubsampledGaussianEvent
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -26,7 +26,7 @@ implementation would fail with another seed about once in 1,000 seeds):
 - Clopper-Pearson epsilon (BLR and LDA): a threshold test on the scalar, its false-positive and
   false-negative rates bounded by Clopper-Pearson at ALPHA / 2 each, gives a lower bound on epsilon at
   delta = CP_DELTA that must not exceed what the ledger's accountant charges for one release at that delta
-  (`privacy_wall.accounting.accountants.epsilon`); it must also reach a fair fraction of the exact epsilon
+  (`privacy_wall.accounting.calibration.epsilon`); it must also reach a fair fraction of the exact epsilon
   (power).
 - Both audits detect a deliberately broken mechanism: the same gate with half the noise it reports
   (`discrete_gaussian_noise` patched), whose Gaussian-DP lower bound must exceed 1 / sigma and whose
@@ -66,14 +66,9 @@ import tests.test_query_dpvi as dpvi_tests
 import tests.test_query_lda as lda_tests
 import tests.test_query_linreg as linreg_tests
 import tests.test_query_sbn as sbn_tests
-from privacy_wall.accounting.accountants import (
-    PldAccountant,
-    PrivacyCost,
-    SubsampledGaussianEvent,
-    clear_caches,
-    epsilon,
-    get_accountant,
-)
+from privacy_wall.accounting.accountants import PldAccountant, PrivacyCost, clear_caches, get_accountant
+from privacy_wall.accounting.calibration import epsilon
+from privacy_wall.accounting.events import SubsampledGaussianEvent
 from privacy_wall.data.store import Batch
 from privacy_wall.gate import Gate
 from privacy_wall.ledger.base import InMemoryLedger

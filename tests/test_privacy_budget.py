@@ -12,7 +12,8 @@ import pytest
 from sklearn.base import clone
 from sklearn.model_selection import KFold, cross_val_score
 
-from privacy_wall.accounting.accountants import SubsampledGaussianEvent, get_accountant
+from privacy_wall.accounting.accountants import get_accountant
+from privacy_wall.accounting.events import SubsampledGaussianEvent
 from privacy_wall.gate import PrivacyError
 from privacy_wall.ledger.base import BudgetExceeded, budget_exceeded
 from privacy_wall.ledger.refusals import refusal_detail

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, func, select
 
-from privacy_wall.accounting.accountants import SubsampledGaussianEvent, configured_accountant
+from privacy_wall.accounting.accountants import configured_accountant
+from privacy_wall.accounting.events import SubsampledGaussianEvent
 from privacy_wall.ledger import database as ledger_db
 from privacy_wall.ledger.base import Charge
 from privacy_wall.ledger.schema import reservations

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 from sqlalchemy import Engine, insert, select
 
-from privacy_wall.accounting.accountants import SubsampledGaussianEvent, privacy_cost
+from privacy_wall.accounting.accountants import privacy_cost
+from privacy_wall.accounting.events import SubsampledGaussianEvent
 from privacy_wall.ledger import database as ledger_db
 from privacy_wall.ledger.base import Charge
 from privacy_wall.ledger.schema import datasets

@@ -22,7 +22,7 @@ import httpx
 import numpy as np
 import pytest
 
-from privacy_wall.accounting.accountants import SubsampledGaussianEvent
+from privacy_wall.accounting.events import SubsampledGaussianEvent
 from privacy_wall.data.settings import WallSettings
 from privacy_wall.data.store import BoundViolation
 from privacy_wall.ledger import database as ledger_db

@@ -12,7 +12,7 @@ import pytest
 from scipy.optimize import linear_sum_assignment
 from scipy.special import expit
 
-from privacy_wall.accounting.accountants import epsilon
+from privacy_wall.accounting.calibration import epsilon
 from privacy_wall.data.store import Batch, InMemoryBinaryStore
 from privacy_wall.ledger.base import InMemoryLedger
 from privacy_wall.queries.sbn import SigmoidBeliefNetworkQuery, hidden_posterior

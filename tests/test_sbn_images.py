@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from scipy import ndimage
 
-from privacy_wall.accounting.accountants import calibrate_sigma
+from privacy_wall.accounting.calibration import calibrate_sigma
 from privacy_wall.data.store import Batch, InMemoryBinaryStore
 from privacy_wall.queries.sbn import DEFAULT_FREQUENCY_COPIES
 from service.planning.schedules import choose_schedule

@@ -694,7 +694,7 @@ _INPUT_ERRORS = (
     ("privacy_wall.data.formats", "FormatError"),
     ("worker.posterior", "PosteriorError"),
     ("privacy_wall.data.store", "BoundViolation"),
-    ("privacy_wall.accounting.accountants", "CalibrationError"),
+    ("privacy_wall.accounting.calibration", "CalibrationError"),
     ("privacy_wall.gate", "PrivacyError"),
 )
 _BUDGET_ERRORS = (("privacy_wall.ledger.base", "BudgetExceeded"),)

@@ -33,13 +33,9 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Self
 
-from privacy_wall.accounting.accountants import (
-    Accountant,
-    PrivacyCost,
-    SubsampledGaussianEvent,
-    configured_accountant,
-)
+from privacy_wall.accounting.accountants import Accountant, PrivacyCost, configured_accountant
 from privacy_wall.accounting.accountants import get_accountant as accountant_named
+from privacy_wall.accounting.events import SubsampledGaussianEvent
 from privacy_wall.gate import PrivacyError
 from privacy_wall.ledger.base import BudgetExceeded, budget_exceeded
 from privacy_wall.ledger.refusals import headroom_epsilon, refusal_detail

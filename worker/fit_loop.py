@@ -11,7 +11,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from privacy_wall.accounting.accountants import SubsampledGaussianEvent, calibrate_sigma, get_accountant
+from privacy_wall.accounting.accountants import get_accountant
+from privacy_wall.accounting.calibration import calibrate_sigma
+from privacy_wall.accounting.events import SubsampledGaussianEvent
 from privacy_wall.accounting.names import DEFAULT_ACCOUNTANT
 from privacy_wall.accounting.sigma_range import sigma_problem
 from privacy_wall.data.store import RowStore

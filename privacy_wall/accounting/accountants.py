@@ -1,4 +1,4 @@
-"""Privacy accounting: typed events, the additive cost of a composition, and three accountants.
+"""Privacy accounting: the additive cost of a composition of events, and the accountants that price it.
 
 A release is described by a frozen event (a Gaussian with noise multiplier sigma on S of N records).
 Its cost is a vector that adds under composition: the Renyi-DP curve on one fixed grid of orders
@@ -18,17 +18,17 @@ subsampled releases. An accountant turns a cost into (epsilon, delta):
 
 Conventions (docs/design.md section 2): replace-one neighbours; each iteration samples exactly S of N records
 uniformly without replacement; one Gaussian mechanism with noise multiplier sigma per iteration.
-This module and privacy_wall.accounting.pld are the only ones of the project that import autodp or
-dp_accounting, each where it prices (they take about a second to import, which a sigma = 0 fit never needs).
+This module, privacy_wall.accounting.calibration and privacy_wall.accounting.pld are the only ones of the
+project that import autodp or dp_accounting, each where it prices (they take about a second to import,
+which a sigma = 0 fit never needs). The events are privacy_wall.accounting.events; comparison-only
+accountants (advanced composition) live in bench/strong_composition.py.
 """
 
 from __future__ import annotations
 
 import contextlib
-import enum
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -38,11 +38,11 @@ from numpy.typing import NDArray
 
 from privacy_wall.accounting import filter as filter_rule
 from privacy_wall.accounting import pld
+from privacy_wall.accounting.events import Event, SelfComposedEvent
 from privacy_wall.accounting.names import ACCOUNTANT_NAMES
 from privacy_wall.accounting.names import DEFAULT_ACCOUNTANT as DEFAULT_ACCOUNTANT  # re-exported
 from privacy_wall.accounting.pld import Group
 from privacy_wall.accounting.profile_rdp import PROFILE_MAX_SIGMA, profile_rdp
-from privacy_wall.accounting.sigma_range import SIGMA_MAX, SIGMA_MIN
 from privacy_wall.accounting.wor_rdp import sampled_gaussian_rdp
 
 #: The fixed grid of Renyi orders on which every curve is stored (fractional near 1 for large sigma,
@@ -61,89 +61,6 @@ _ORDER_TUPLE = tuple(float(a) for a in ORDERS)
 #: of subsampled releases.
 COST_SIZE = len(ORDERS) + 2
 _MU2, _SUBSAMPLED = len(ORDERS), len(ORDERS) + 1
-
-
-class Neighbouring(enum.Enum):
-    """Which datasets count as neighbours."""
-
-    REPLACE_ONE = "replace_one"
-
-
-class Sampling(enum.Enum):
-    """How a minibatch is drawn."""
-
-    WITHOUT_REPLACEMENT = "without_replacement"
-
-
-@dataclass(frozen=True)
-class SubsampledGaussianEvent:
-    """One Gaussian release (noise multiplier sigma on a sensitivity-1 query) on S of N records."""
-
-    noise_multiplier: float
-    sample_size: int
-    population: int
-    sampling: Sampling = Sampling.WITHOUT_REPLACEMENT
-    neighbouring: Neighbouring = Neighbouring.REPLACE_ONE
-
-    def __post_init__(self) -> None:
-        if not (self.noise_multiplier >= 0 and math.isfinite(self.noise_multiplier)):
-            raise ValueError("noise_multiplier must be a finite number >= 0")
-        if self.population < 1:
-            raise ValueError("population must be >= 1")
-        if not 0 <= self.sample_size <= self.population:
-            raise ValueError("sample_size must be between 0 and population")
-
-    @property
-    def sampling_rate(self) -> float:
-        return self.sample_size / self.population
-
-
-@dataclass(frozen=True)
-class SelfComposedEvent:
-    """The same event repeated `count` times (adaptive composition)."""
-
-    event: SubsampledGaussianEvent
-    count: int
-
-    def __post_init__(self) -> None:
-        if self.count < 0:
-            raise ValueError("count must be >= 0")
-
-
-Event = SubsampledGaussianEvent | SelfComposedEvent
-
-
-def event_to_dict(event: Event) -> dict[str, Any]:
-    """A JSON-ready description of an event (stored with each ledger entry)."""
-    if isinstance(event, SelfComposedEvent):
-        return {"type": "self_composed", "count": event.count, "event": event_to_dict(event.event)}
-    return {
-        "type": "subsampled_gaussian",
-        "noise_multiplier": event.noise_multiplier,
-        "sample_size": event.sample_size,
-        "population": event.population,
-        "sampling": event.sampling.value,
-        "neighbouring": event.neighbouring.value,
-    }
-
-
-def event_from_dict(payload: dict[str, Any]) -> Event:
-    """Inverse of event_to_dict through a closed set of event types."""
-    kind = payload.get("type")
-    if kind == "self_composed":
-        inner = event_from_dict(payload["event"])
-        if not isinstance(inner, SubsampledGaussianEvent):
-            raise ValueError("nested self-composition is not supported")
-        return SelfComposedEvent(inner, int(payload["count"]))
-    if kind == "subsampled_gaussian":
-        return SubsampledGaussianEvent(
-            noise_multiplier=float(payload["noise_multiplier"]),
-            sample_size=int(payload["sample_size"]),
-            population=int(payload["population"]),
-            sampling=Sampling(payload["sampling"]),
-            neighbouring=Neighbouring(payload["neighbouring"]),
-        )
-    raise ValueError(f"unknown event type {kind!r}")
 
 
 @dataclass(frozen=True)
@@ -513,7 +430,7 @@ def configured_accountant() -> Accountant:
     return get_accountant(AccountingSettings().accountant)
 
 
-def _resolve(accountant: Accountant | str | None) -> Accountant:
+def resolve_accountant(accountant: Accountant | str | None) -> Accountant:
     if accountant is None:
         return configured_accountant()
     return get_accountant(accountant) if isinstance(accountant, str) else accountant
@@ -521,10 +438,10 @@ def _resolve(accountant: Accountant | str | None) -> Accountant:
 
 def privacy_cost(event: Event, accountant: Accountant | str | None = None) -> PrivacyCost:
     """The additive cost of an event under an accountant (default: the configured one)."""
-    return _resolve(accountant).cost(event)
+    return resolve_accountant(accountant).cost(event)
 
 
-def _exact_orders(sigma: float, sampling_rate: float) -> int:
+def exact_orders(sigma: float, sampling_rate: float) -> int:
     """How many integer orders autodp evaluates with its exact O(m^2) bound (above them: a looser one).
 
     Optimal orders grow with sigma and shrink with the sampling rate: for the subsampled Gaussian,
@@ -547,228 +464,9 @@ def _autodp_subsampled_gaussian_rdp(sigma: float, sample_size: int, population: 
     def gaussian(alpha: float) -> float:
         return float(rdp_bank.RDP_gaussian({"sigma": sigma}, alpha))
 
-    exact_orders = _exact_orders(sigma, sample_size / population)
-    acct = rdp_acct.anaRDPacct(m=exact_orders, m_max=exact_orders)
+    orders = exact_orders(sigma, sample_size / population)
+    acct = rdp_acct.anaRDPacct(m=orders, m_max=orders)
     acct.compose_subsampled_mechanism(gaussian, sample_size / population, improved_bound_flag=True)
     # autodp's improved bound omits the minimum with the unamplified Gaussian (see RdpAccountant).
     full = np.array([gaussian(float(a)) for a in ORDERS])
     return tuple(float(v) for v in np.minimum(acct.get_rdp(ORDERS), full))
-
-
-def vips_job_event(sigma: float, sample_size: int, population: int, iterations: int) -> SelfComposedEvent:
-    """The event of a T-iteration job: T subsampled Gaussian releases with multiplier sigma."""
-    return SelfComposedEvent(SubsampledGaussianEvent(sigma, sample_size, population), iterations)
-
-
-def epsilon(
-    sigma: float,
-    sample_size: int,
-    population: int,
-    iterations: int,
-    delta: float,
-    accountant: Accountant | str | None = None,
-) -> float:
-    """Epsilon spent by a job, on its own (default: the configured accountant)."""
-    return privacy_cost(vips_job_event(sigma, sample_size, population, iterations), accountant).epsilon(delta)
-
-
-class CalibrationError(ValueError):
-    """No noise multiplier can meet the target."""
-
-
-def calibrate_sigma(
-    target_epsilon: float,
-    sample_size: int,
-    population: int,
-    iterations: int,
-    delta: float,
-    spent: PrivacyCost | None = None,
-    rel_tol: float = 1e-4,
-    accountant: Accountant | str | None = None,
-) -> float:
-    """Smallest sigma with epsilon(spent + job cost) <= target_epsilon, to relative tolerance rel_tol.
-
-    The returned sigma is always on the safe side: its epsilon is <= target (bisection keeps the upper end).
-    The accountant is spent's, else the one given, else the configured one.
-    """
-    chosen = get_accountant(spent.accountant) if spent is not None else _resolve(accountant)
-    base = spent if spent is not None else chosen.zero()
-    if not target_epsilon > 0:
-        raise CalibrationError("target epsilon must be > 0")
-    if base.epsilon(delta) >= target_epsilon:
-        raise CalibrationError("the budget already spent leaves nothing for this job")
-
-    prices: dict[float, float] = {}  # sigma -> epsilon of spent + job: each sigma is priced once
-
-    def price(sigma: float) -> float:
-        if sigma not in prices:
-            job = chosen.cost(vips_job_event(sigma, sample_size, population, iterations))
-            prices[sigma] = (base + job).epsilon(delta)
-        return prices[sigma]
-
-    def fits(sigma: float) -> bool:
-        return bool(price(sigma) <= target_epsilon)  # NaN does not fit
-
-    lo, hi = _bracket(fits, *_first_guess(target_epsilon, sample_size, population, iterations, delta, base))
-    if lo is None:
-        return hi
-    # Epsilon is non-increasing in sigma: find the crossing on log sigma (Brent's method), then keep to
-    # the side that fits, bisecting should the step past the root not fit.
-    step = math.log1p(rel_tol)
-    lo_log, hi_log = math.log(lo), math.log(hi)
-    sigma_at = {lo_log: lo, hi_log: hi}  # the ends as priced, not exp(log(.)) an ulp away
-
-    def at(log_sigma: float) -> float:
-        return sigma_at.get(log_sigma, math.exp(log_sigma))
-
-    def excess(log_sigma: float) -> float:
-        value = price(at(log_sigma))  # about a power of sigma: its log is nearly linear in log sigma
-        return math.log(value / target_epsilon) if 0 < value < math.inf else (1e300 if value else -1e300)
-
-    # The root is within step/4 of the crossing, so step/2 above it fits (unless epsilon is not smooth there).
-    from scipy.optimize import brentq  # ~0.2 s to import: on first calibration only
-
-    root = brentq(excess, lo_log, hi_log, xtol=step / 4)
-    candidate = min(root + step / 2, hi_log)
-    if fits(at(candidate)):
-        return at(candidate)
-    lo_log = candidate
-    while hi_log - lo_log > step:
-        mid = (lo_log + hi_log) / 2
-        if fits(at(mid)):
-            hi_log = mid
-        else:
-            lo_log = mid
-    return at(hi_log)
-
-
-def _first_guess(
-    target_epsilon: float, sample_size: int, population: int, iterations: int, delta: float, base: PrivacyCost
-) -> tuple[float, float | None]:
-    """A sigma near the answer, cheap to find, and one known to fit (or None). For `pld` with subsampling:
-    the central-limit guess (the composed privacy loss is about mu-GDP, mu^2 its variance: sum over
-    releases of q^2 (e^{1/sigma^2} - 1), plus sum 1/sigma^2 on the whole dataset; Dong, Roth, Su 2022,
-    Thm 3.5), and the `rdp` sigma of the same composition, which fits as `pld` charges at most what `rdp`
-    does. The answer lies between them when the first does not fit. Other accountants: 1, None."""
-    if base.accountant != PldAccountant.name or sample_size == population:
-        return 1.0, None
-    as_rdp = PrivacyCost(base.values, RdpAccountant.name)
-    try:
-        fitting: float | None = calibrate_sigma(
-            target_epsilon, sample_size, population, iterations, delta, as_rdp, 1e-2
-        )
-    except CalibrationError:
-        fitting = None
-    from dp_accounting import gaussian_mechanism
-
-    with contextlib.suppress(ValueError, ArithmeticError):
-        target_mu2 = 1.0 / gaussian_mechanism.get_sigma_gaussian(target_epsilon, delta) ** 2
-        spent_mu2 = base.gaussian_mu_squared + sum(
-            count * pld.loss_scale(sigma, size / population) ** 2
-            for sigma, size, population, count in base.releases
-        )
-        left = (target_mu2 - spent_mu2) / (iterations * (sample_size / population) ** 2)
-        if left > 0 and math.isfinite(left):
-            guess = 1.0 / math.sqrt(math.log1p(left))
-            if fitting is None or guess < fitting:
-                return guess, fitting
-    return (fitting, fitting) if fitting is not None else (1.0, None)
-
-
-def _bracket(
-    fits: Callable[[float], bool], guess: float, fitting: float | None = None
-) -> tuple[float | None, float]:
-    """(lo, hi) with lo not fitting and hi fitting: (guess, fitting) when the guess does not fit and a
-    larger sigma is known to; else grown from the guess by factors 1.1, 1.1^2, 1.1^4, ... (a close guess
-    costs few evaluations, a far one few more). lo is None when even the smallest sigma fits; raises
-    CalibrationError when even the largest does not."""
-    hi = min(max(guess, SIGMA_MIN), SIGMA_MAX)
-    lo: float | None = None
-    factor = 1.1
-    if fitting is not None and hi < fitting and not fits(hi):
-        return hi, fitting
-    while not fits(hi):
-        if hi >= SIGMA_MAX:
-            raise CalibrationError(f"target epsilon is unreachable even with sigma = {SIGMA_MAX:g}")
-        lo, hi, factor = hi, min(hi * factor, SIGMA_MAX), factor * factor
-    while lo is None:
-        if hi <= SIGMA_MIN:
-            return None, hi
-        candidate = max(hi / factor, SIGMA_MIN)
-        if fits(candidate):
-            hi, factor = candidate, factor * factor
-        else:
-            lo = candidate
-    return lo, hi
-
-
-def strong_composition_epsilon(
-    sigma: float, sample_size: int, population: int, iterations: int, delta: float
-) -> float:
-    """Epsilon by advanced composition (Dwork and Roth Thm 3.20) of T amplified Gaussian releases.
-
-    Half of delta is the composition slack delta''; the other half is split over the T releases, each of
-    which is amplified by sampling without replacement (Balle, Barthe, Gaboardi 2018, substitution):
-    eps' = log(1 + q (e^eps0 - 1)), delta' = q delta0, where eps0 is the analytic Gaussian mechanism's
-    epsilon at delta0 (Balle and Wang 2018; valid for every eps0, unlike the classic 1.25/delta bound).
-    Only for comparison experiments; the ledger never uses it.
-    """
-    if sigma <= 0:
-        return math.inf
-    q = sample_size / population
-    if q == 0:
-        return 0.0
-    delta_slack = delta / 2
-    delta0 = delta / 2 / (iterations * q)
-    if delta0 >= 1:
-        delta0 = 1 - 1e-12
-    from autodp import dp_bank  # comparisons only: not loaded by a fit
-
-    eps0 = float(dp_bank.get_eps_ana_gaussian(sigma, delta0))
-    eps1 = float(np.logaddexp(math.log1p(-q), math.log(q) + eps0)) if q < 1 else eps0
-    t = iterations
-    if eps1 > 700:
-        return math.inf
-    return math.sqrt(2 * t * math.log(1 / delta_slack)) * eps1 + t * eps1 * math.expm1(eps1)
-
-
-def calibrate_sigma_strong(
-    target_epsilon: float, sample_size: int, population: int, iterations: int, delta: float
-) -> float:
-    """Smallest sigma with strong_composition_epsilon <= target (comparison experiments only)."""
-
-    def gap(log_sigma: float) -> float:
-        return (
-            strong_composition_epsilon(math.exp(log_sigma), sample_size, population, iterations, delta)
-            - target_epsilon
-        )
-
-    lo, hi = math.log(SIGMA_MIN), math.log(SIGMA_MAX)
-    if gap(hi) > 0:
-        raise CalibrationError("target epsilon is unreachable by strong composition")
-    if gap(lo) <= 0:
-        return SIGMA_MIN
-    from scipy.optimize import brentq
-
-    return math.exp(brentq(gap, lo, hi, xtol=1e-8)) * (1 + 1e-9)
-
-
-def autodp_reference_epsilon(
-    sigma: float, sample_size: int, population: int, iterations: int, delta: float
-) -> float:
-    """autodp's own anaRDPacct answer, with its continuous order search (used to audit our grid).
-
-    Same bound and the same number of exact orders as the `paper` accountant, which differs only by our grid.
-    """
-    from autodp import rdp_acct, rdp_bank  # audits only: not loaded by a fit
-
-    exact_orders = _exact_orders(sigma, sample_size / population)
-    acct = rdp_acct.anaRDPacct(m=exact_orders, m_max=exact_orders)
-
-    def gaussian(alpha: float) -> float:
-        return float(rdp_bank.RDP_gaussian({"sigma": sigma}, alpha))
-
-    acct.compose_subsampled_mechanism(
-        gaussian, sample_size / population, coeff=iterations, improved_bound_flag=True
-    )
-    return float(acct.get_eps(delta))

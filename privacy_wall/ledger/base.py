@@ -13,14 +13,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from privacy_wall.accounting.accountants import (
-    Accountant,
-    Event,
-    PrivacyCost,
-    SubsampledGaussianEvent,
-    configured_accountant,
-    sum_costs,
-)
+from privacy_wall.accounting.accountants import Accountant, PrivacyCost, configured_accountant, sum_costs
+from privacy_wall.accounting.events import Event, SubsampledGaussianEvent
 
 
 class BudgetExceeded(RuntimeError):

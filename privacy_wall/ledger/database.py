@@ -47,11 +47,9 @@ from privacy_wall.accounting.accountants import (
     ORDERS,
     Accountant,
     PrivacyCost,
-    SubsampledGaussianEvent,
     configured_accountant,
-    event_from_dict,
-    event_to_dict,
 )
+from privacy_wall.accounting.events import SubsampledGaussianEvent, event_from_dict, event_to_dict
 from privacy_wall.ledger.base import BudgetExceeded, Charge, DuplicateCharge, budget_exceeded
 from privacy_wall.ledger.delta_policy import check_budget_delta
 from privacy_wall.ledger.refusals import headroom_epsilon

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import math
 
-from privacy_wall.accounting.accountants import CalibrationError, PrivacyCost, calibrate_sigma
-from privacy_wall.accounting.accountants import epsilon as schedule_epsilon
+from privacy_wall.accounting.accountants import PrivacyCost
+from privacy_wall.accounting.calibration import CalibrationError, calibrate_sigma
+from privacy_wall.accounting.calibration import epsilon as schedule_epsilon
 from privacy_wall.ledger.base import BudgetExceeded
 
 #: Relative tolerance on sigma when pricing the headroom: the epsilon quoted is at most ~1e-4 (relative)

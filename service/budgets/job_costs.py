@@ -8,11 +8,8 @@ from collections.abc import Iterable
 
 from sqlalchemy import Connection, Engine, func, select
 
-from privacy_wall.accounting.accountants import (
-    PrivacyCost,
-    configured_accountant,
-    event_from_dict,
-)
+from privacy_wall.accounting.accountants import PrivacyCost, configured_accountant
+from privacy_wall.accounting.events import event_from_dict
 from privacy_wall.ledger.schema import charges, reservations
 from privacy_wall.sqlengine import reading
 

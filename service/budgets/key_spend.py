@@ -10,7 +10,8 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, func, select
 
-from privacy_wall.accounting.accountants import PrivacyCost, configured_accountant, event_from_dict, sum_costs
+from privacy_wall.accounting.accountants import PrivacyCost, configured_accountant, sum_costs
+from privacy_wall.accounting.events import event_from_dict
 from privacy_wall.ledger import database as ledger_db
 from privacy_wall.ledger.schema import reservations
 from privacy_wall.sqlengine import reading

@@ -17,7 +17,8 @@ from datetime import UTC, datetime
 from sqlalchemy import Connection, Engine, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
-from privacy_wall.accounting.accountants import PrivacyCost, SubsampledGaussianEvent, configured_accountant
+from privacy_wall.accounting.accountants import PrivacyCost, configured_accountant
+from privacy_wall.accounting.events import SubsampledGaussianEvent
 from privacy_wall.ledger.base import BudgetExceeded, Charge
 from privacy_wall.ledger.refusals import headroom_epsilon
 from privacy_wall.sqlengine import reading

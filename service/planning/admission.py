@@ -9,12 +9,9 @@ from typing import Any, Literal
 
 from sqlalchemy import Engine, Row
 
-from privacy_wall.accounting.accountants import (
-    CalibrationError,
-    SubsampledGaussianEvent,
-    calibrate_sigma,
-)
-from privacy_wall.accounting.accountants import epsilon as job_epsilon
+from privacy_wall.accounting.calibration import CalibrationError, calibrate_sigma
+from privacy_wall.accounting.calibration import epsilon as job_epsilon
+from privacy_wall.accounting.events import SubsampledGaussianEvent
 from privacy_wall.ledger import database as ledger_db
 from privacy_wall.ledger.base import BudgetExceeded
 from privacy_wall.ledger.delta_policy import delta_problem, suggested_delta

@@ -26,7 +26,7 @@ from markupsafe import Markup
 from pydantic import ValidationError
 from sqlalchemy import Engine
 
-from privacy_wall.accounting.accountants import epsilon
+from privacy_wall.accounting.calibration import epsilon
 from privacy_wall.names import NAME_RULE, is_dataset_name
 from service.budgets.datasets import exhausted, load_dataset
 from service.budgets.key_spend import key_spend

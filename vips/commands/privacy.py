@@ -10,13 +10,8 @@ import argparse
 import math
 from typing import Any
 
-from privacy_wall.accounting.accountants import (
-    Accountant,
-    calibrate_sigma,
-    configured_accountant,
-    epsilon,
-    get_accountant,
-)
+from privacy_wall.accounting.accountants import Accountant, configured_accountant, get_accountant
+from privacy_wall.accounting.calibration import calibrate_sigma, epsilon
 from vips.errors import UsageError
 from vips.output import finite_or_none, print_json
 from vips.progress import delta_warning
