@@ -48,6 +48,9 @@ def full_flow(service: Service, tmp_path: Path) -> None:
     service.vips("budget", "set", "synth", "--epsilon", "3", "--delta", str(DELTA), key=custodian)
 
     posterior = tmp_path / "posterior.json"
+    # The whole dataset per iteration: 400 in-process fits of this job had cosine >= 0.93 with the true
+    # weights and held-out AUC >= 0.79, so the checks below cannot fail by chance; at a batch of 500,
+    # 4.5% of 1,000 fits had cosine <= 0.9 (one failed CI) and 0.5% AUC <= 0.67.
     fit = service.vips(
         "fit",
         "--dataset",
@@ -57,7 +60,7 @@ def full_flow(service: Service, tmp_path: Path) -> None:
         "--iterations",
         "8",
         "--batch-size",
-        "500",
+        "2000",
         "--epsilon",
         "2",
         "--option",
