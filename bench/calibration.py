@@ -17,8 +17,9 @@ schedules it, and sigma 0), fit `--datasets` synthetic datasets of known weights
 train split, score the test split): AUC, log loss and ECE, each algorithm given only epsilon. `--rule`
 scores VIPS-BLR's candidate schedules (Polya-Gamma releases T 1-3, Laplace releases T 3 and 5) by held-out
 log loss on Adult, Telco and synthetic data, with the scale the rule reads: the table the rule
-(service.planning.schedules) was read from. `--dpsep-clip` scores DP-SEP-BLR's site clips C the same way
-(public data: log loss / AUC; synthetic: coverage / slope / log loss), the table its rule's clip comes from.
+(service.planning.schedules) was read from. `--dpsep-clip` scores DP-SEP-BLR's modes (the paper's damped
+site average, the noise-aware centred releases) and site clips C the same way (public data: log loss / AUC;
+synthetic: coverage / slope / log loss), the table its rule's mode and clip come from.
 
 Logistic data: d 10, column 0 the intercept (a constant c = 0.3, named "intercept"), the other 9 drawn
 uniformly in direction with norm sqrt(1 - c^2) U(0, 1)^(1/2) (every row has norm <= 1, as the service
@@ -271,12 +272,22 @@ def public_section(
 
 
 #: VIPS-BLR schedules the rule chooses between (--rule): label -> (T, laplace_from).
-RULE_CANDIDATES = {
-    "PG T1": (1, 0),
-    "PG T2": (2, 0),
-    "PG T3": (3, 0),
-    "Laplace T3": (3, 2),
-    "Laplace T5": (5, 2),
+#: VIPS-BLR's candidate schedules compared by --rule (options given to the estimator; a bound below 1/2
+#: clips each record's gradient term, privacy_wall.queries.blr).
+RULE_CANDIDATES: dict[str, dict[str, float]] = {
+    "PG T1": {"iterations": 1, "laplace_from": 0},
+    "PG T3": {"iterations": 3, "laplace_from": 0},
+    "Laplace T3": {"iterations": 3, "laplace_from": 2},
+    "Laplace T5": {"iterations": 5, "laplace_from": 2},
+    **{
+        f"Laplace from 1, T{t}, bound {bound:g}": {
+            "iterations": t,
+            "laplace_from": 1,
+            "pool_from": 2,
+            "gradient_bound": bound,
+        }
+        for t, bound in ((5, 0.5), (3, 0.25), (5, 0.25), (5, 0.35))
+    },
 }
 
 
@@ -305,8 +316,8 @@ def rule_section(epsilons: Sequence[float], repeats: int) -> list[str]:
         for name, x, y, x_test, y_test in sets:
             cells = []
             factories: list[Callable[[], Any]] = [
-                lambda e=epsilon, t=t, k=k: VIPSLogisticRegression(epsilon=e, iterations=t, laplace_from=k)
-                for t, k in RULE_CANDIDATES.values()
+                lambda e=epsilon, o=options: VIPSLogisticRegression(epsilon=e, **o)
+                for options in RULE_CANDIDATES.values()
             ] + [lambda e=epsilon: DPVILogisticRegression(epsilon=e)]
             for make in factories:
                 runs = []
@@ -321,47 +332,58 @@ def rule_section(epsilons: Sequence[float], repeats: int) -> list[str]:
     return lines
 
 
-#: DP-SEP-BLR's site clips compared by --dpsep-clip (1: the paper's C).
-DPSEP_CLIPS = (0.25, 0.35, 0.5, 1.0)
+#: DP-SEP-BLR's settings compared by --dpsep-clip: the paper's damped site average (noise_aware 0) at the
+#: paper's C 1 and at 0.25, and the noise-aware mode (centred releases, Newton steps) at four clips.
+DPSEP_SETTINGS: tuple[tuple[str, dict[str, float]], ...] = (
+    ("paper, clip 1", {"noise_aware": 0, "clip": 1.0}),
+    ("paper, clip 0.25", {"noise_aware": 0, "clip": 0.25}),
+    *((f"noise-aware, clip {c:g}", {"noise_aware": 1, "clip": c}) for c in (0.25, 0.3, 0.35, 0.5)),
+)
 
 
 def dpsep_clip_section(epsilons: Sequence[float], repeats: int, datasets: int) -> list[str]:
-    """Held-out log loss / AUC of DP-SEP-BLR at each site clip on Adult and Telco (mean over `repeats`
-    fits), and coverage / slope / log loss on `datasets` synthetic datasets (seeds 0..): the table the
-    rule's clip (service.planning.schedules) was read from."""
+    """Held-out log loss / AUC of DP-SEP-BLR in each setting (DPSEP_SETTINGS) on Adult and Telco (mean over
+    `repeats` fits, with the scale epsilon x N x sqrt(10 / d) its rule reads), and coverage / slope / log
+    loss on `datasets` synthetic datasets (seeds 0..): the table the rule's mode and clip
+    (service.planning.schedules) were read from."""
     from sklearn.metrics import roc_auc_score
 
     from worker.datasets.adult import load_adult
     from worker.datasets.telco import load_telco
     from worker.estimator import DPSEPLogisticRegression
 
-    header = ["data", "epsilon (x N)", *(f"clip {c:g}" for c in DPSEP_CLIPS)]
+    header = ["data", "epsilon (scale)", *(label for label, _ in DPSEP_SETTINGS)]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for name, load in (("adult", load_adult), ("telco", load_telco)):
         train, test = load("train"), load("test")
         x, x_test = (pd.DataFrame(d.features, columns=d.feature_names) for d in (train, test))
         for epsilon in epsilons:
             cells = []
-            for clip in DPSEP_CLIPS:
+            for _, options in DPSEP_SETTINGS:
                 runs = []
                 for _ in range(repeats):
-                    fit = DPSEPLogisticRegression(epsilon=epsilon, clip=clip).fit(x, train.labels)
+                    fit = DPSEPLogisticRegression(epsilon=epsilon, **options).fit(x, train.labels)
                     p = fit.predict_proba(x_test)[:, 1]
                     runs.append((log_loss(p, test.labels), roc_auc_score(test.labels, p)))
                 loss, auc = np.mean(runs, axis=0)
-                cells.append(f"{loss:.4f} / {auc:.4f}")
-            scale = f"{epsilon:g} ({epsilon * len(train.labels):,.0f})"
-            lines.append(f"| {name} | {scale} | " + " | ".join(cells) + " |")
+                worst = max(loss for loss, _ in runs)
+                cells.append(
+                    f"{loss:.4f} / {auc:.4f}" + (f" (worst {worst:.2f})" if worst > 2 * loss else "")
+                )
+            scale = epsilon * len(train.labels) * math.sqrt(10 / x.shape[1])
+            lines.append(f"| {name} | {epsilon:g} ({scale:,.0f}) | " + " | ".join(cells) + " |")
             log(lines[-1])
     sets = [draw("blr", seed, 10_000) for seed in range(datasets)]
     for epsilon in [*epsilons, 0.0]:
         cells = []
-        for clip in DPSEP_CLIPS:
+        for _, options in DPSEP_SETTINGS:
             cell = Cell()
             for data in sets:
                 given = {"epsilon": epsilon} if epsilon > 0 else {"sigma": 0.0, "random_state": 0}
                 mean, sd, score, ece = private_fit(
-                    lambda given=given, clip=clip: DPSEPLogisticRegression(clip=clip, **given), "blr", data
+                    lambda given=given, options=options: DPSEPLogisticRegression(**options, **given),
+                    "blr",
+                    data,
                 )
                 cell.truths.append(data.weights), cell.means.append(mean), cell.sds.append(sd)
                 cell.scores.append(score), cell.eces.append(ece)

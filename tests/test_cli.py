@@ -311,7 +311,8 @@ def test_label_outside_zero_one(capsys: pytest.CaptureFixture[str], tmp_path: Pa
 
 def test_unknown_option_lists_the_valid_names(capsys: pytest.CaptureFixture[str], data: Synthetic) -> None:
     err = run_error(capsys, fit_argv(data.train, "--sigma", "0", "--option", "topics=5"))
-    assert "'topics'" in err and "a0, b0, kappa, laplace_from, noise_aware, tau0" in err
+    valid = "a0, b0, gradient_bound, kappa, laplace_from, noise_aware, pool_from, tau0"
+    assert "'topics'" in err and valid in err
 
 
 @pytest.mark.parametrize(

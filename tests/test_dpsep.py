@@ -5,13 +5,15 @@ that are charged once per iteration and cannot be seeded."""
 from __future__ import annotations
 
 import math
+from datetime import UTC, datetime
+from pathlib import Path
 
 import numpy as np
 import pytest
 from sklearn.metrics import roc_auc_score
 
 from privacy_wall.accounting.calibration import epsilon
-from privacy_wall.data.store import InMemoryTabularStore, RowStore
+from privacy_wall.data.store import Batch, InMemoryTabularStore, RowStore
 from privacy_wall.gate import Gate, PrivacyError
 from privacy_wall.ledger.base import InMemoryLedger
 from tests.fitting import cosine, fit_through_gate, relative_error
@@ -148,7 +150,7 @@ def test_private_logistic_fit_is_charged_once_per_iteration_and_cannot_be_seeded
         np.random.seed(0)
         state, ledger, _ = fit(
             store,
-            DpSepLogisticRegression(),
+            DpSepLogisticRegression(noise_aware=False),
             sigma=sigma,
             batch_size=batch_size,
             iterations=iterations,
@@ -237,7 +239,7 @@ def test_m_step_is_the_damped_site_update() -> None:
     p0 f^(N-1) follow; the site precision stays PSD and theta_f is scaled back to norm C when noise pushes
     it beyond."""
     d, n = 3, 50
-    model = DpSepLogisticRegression(prior_variance=2.0, damping=0.5, clip=1.0)
+    model = DpSepLogisticRegression(prior_variance=2.0, damping=0.5, clip=1.0, noise_aware=False)
     state = model.initial_state(d)
     np.testing.assert_allclose(model.public_params(state)["cavity_covariance"], 2.0 * np.eye(d), rtol=1e-12)
     release = {"precision_times_mean": np.array([0.2, -0.1, 0.0]), "precision": np.diag([0.1, 0.2, 0.0])}
@@ -275,3 +277,128 @@ def test_model_options_are_checked() -> None:
         DpSepLinearRegression(noise_variance=0.0)
     assert DpSepLinearRegression(noise_variance=0.5).site_clip == pytest.approx(2 * math.sqrt(2.0))
     assert DpSepLinearRegression(noise_variance=0.5, clip=1.0).query().clip == 1.0
+
+
+# --------------------------------------------------------------------------------------------------------
+# Logistic regression, noise-aware mode (centred releases, Newton steps: worker.models.dpsep).
+
+
+def test_noise_aware_steps_without_noise_reach_the_ep_fixed_point(
+    logistic: tuple[np.ndarray, np.ndarray, np.ndarray],
+) -> None:
+    """At sigma 0 on the whole batch the Newton steps stop where the centred site gradient at q's mean
+    balances the prior, G(mu) = a mu (a: the prior precision the last step used), with q's covariance
+    (a I + Lambda(mu))^-1: SEP's fixed point, reached to 1e-8 of G's scale; the weights are recovered."""
+    x, y, w = logistic
+    store = InMemoryTabularStore("synthetic", x, y, public=True)
+    model = DpSepLogisticRegression(intercept=None)
+    state, _ = fit_through_gate(store, model, model.query(), LoopSettings(30, N, 0.0))
+    query = model.query()
+    sums = query.clipped_sums(Batch(x, y), model.public_params(state), np.random.default_rng(0))
+    released = query.postprocess(sums, D)
+    a, mean = state.prior_term, state.mean
+    assert np.linalg.norm(released["gradient"] - a * mean) < 1e-8 * np.linalg.norm(released["gradient"] + 1)
+    expected = np.linalg.inv(a * np.eye(D) + released["precision"])
+    np.testing.assert_allclose(state.covariance, expected, rtol=1e-6, atol=1e-12)
+    assert cosine(mean, w) > 0.99
+
+
+@pytest.mark.slow
+def test_the_services_schedule_at_epsilon_one_covers_the_true_weights() -> None:
+    """Only epsilon 1 (the rule: five whole-batch noise-aware releases, clip 0.35) on 100 datasets of
+    bench.calibration's family (d 10 with an intercept, N 10,000, w ~ N(0, 9 I); seeds 3000-3099, apart
+    from the tuning seeds 0-99 and the judging seeds 1000-1099): the nominal 90% intervals cover 80-97% of
+    the 1,000 true weights with slope 0.85-1.15 (issue 51). Nine runs of this computation (60 and 100
+    datasets) gave 0.825-0.853 and slope 0.96-0.97, standard deviation about 0.01: 0.80 is 3.5 of them
+    below the mean. The paper's damped site average on the first 20 of them covers under 0.6 (measured
+    0.29-0.47): the test can fail. The noise is not seeded (private releases)."""
+    from bench.calibration import Z90, draw
+    from worker.estimator import DPSEPLogisticRegression
+
+    def coverage_and_slope(seeds: range, **given: float) -> tuple[float, float]:
+        truths, means, sds = [], [], []
+        for seed in seeds:
+            data = draw("blr", seed, 10_000)
+            fitted = DPSEPLogisticRegression(epsilon=1.0, **given).fit(data.train, data.y)
+            truths.append(data.weights)
+            means.append(fitted.coef_)
+            sds.append(np.sqrt(np.diag(fitted.covariance_)))
+        truth, mean, sd = (np.concatenate(v) for v in (truths, means, sds))
+        return float(np.mean(np.abs(truth - mean) <= Z90 * sd)), float(truth @ mean / (truth @ truth))
+
+    coverage, slope = coverage_and_slope(range(3000, 3100))
+    assert 0.80 <= coverage <= 0.97, coverage
+    assert 0.85 <= slope <= 1.15, slope
+    paper, _ = coverage_and_slope(range(3000, 3020), noise_aware=0, clip=0.25)
+    assert paper < 0.6, paper
+
+
+def test_noise_aware_step_reads_the_centred_release_with_its_noise() -> None:
+    """The m-step hands VIPS-BLR's Newton step the gradient as its g / 2 (noise std released / kappa / 2)
+    and the site precision as its H: the same state as that model given those statistics."""
+    from privacy_wall.queries.dpsep import GRADIENT_SCALE
+
+    d, n = 3, 400
+    model = DpSepLogisticRegression(prior_variance=2.0, intercept=None)
+    release = {"gradient": np.array([3.0, -1.0, 0.5]), "precision": np.diag([0.2, 0.1, 0.3])}
+    state = model.m_step(model.initial_state(d), release, n, 1.0, {"site": 0.01})
+    newton = model.newton
+    assert (newton.laplace_from, newton.pool_from, newton.a0, newton.b0) == (1, 2, 1.0, 2.0)
+    laplace = {"s1": release["gradient"] / 2, "s2": release["precision"]}
+    noise = {"s1": 0.01 / GRADIENT_SCALE / 2, "s2": 0.01}
+    expected = newton.m_step(newton.initial_state(d), laplace, n, 1.0, noise)
+    np.testing.assert_allclose(state.mean, expected.mean, rtol=1e-12)
+    np.testing.assert_allclose(state.covariance, expected.covariance, rtol=1e-12)
+    cavity = model.public_params(state)
+    np.testing.assert_array_equal(cavity["cavity_mean"], state.mean)
+    document = model.posterior(state)
+    assert document["variational_parameters"]["noise_aware"] is True
+    assert document["sufficient_statistics"]["gradient"] == release["gradient"].tolist()
+
+
+def test_the_paper_mode_is_an_option() -> None:
+    """noise_aware 0 through the registry gives the paper's query and damped average; the default is the
+    noise-aware mode with the centred query."""
+    from worker.models.registry import model_setup
+
+    paper = model_setup("blr", {"noise_aware": 0, "clip": 0.25}, sigma=1.0, algorithm="dpsep")
+    assert isinstance(paper.model, DpSepLogisticRegression) and not paper.model.noise_aware
+    assert not paper.query.centred and paper.query.clip == 0.25
+    default = model_setup("blr", {}, sigma=1.0, algorithm="dpsep", columns=["x", "intercept"])
+    assert default.model.noise_aware and default.query.centred and default.model.intercept == 1
+
+
+def test_migration_0017_keeps_earlier_dpsep_blr_jobs_on_the_papers_update(tmp_path: Path) -> None:
+    """A DP-SEP-BLR job stored before the option existed reads its releases as it made them (noise_aware
+    0) after the upgrade; a DP-SEP linreg job and a job that already names the option are left as they
+    were."""
+    from alembic import command
+    from sqlalchemy import create_engine, insert, select
+
+    from service.store.models import jobs
+    from vips.migrate import alembic_config, upgrade
+
+    url = f"sqlite:///{tmp_path / 'control.db'}"
+    command.upgrade(alembic_config("control", url), "0016")
+    engine = create_engine(url)
+    rows = {
+        "old": ("blr", "dpsep", {"clip": 0.25}),
+        "linreg": ("linreg", "dpsep", {}),
+        "named": ("blr", "dpsep", {"noise_aware": 1}),
+    }
+    try:
+        with engine.begin() as conn:
+            for job_id, (model, algorithm, options) in rows.items():
+                conn.execute(
+                    insert(jobs).values(
+                        id=job_id, dataset="d", owner="k", model=model, algorithm=algorithm, options=options,
+                        iterations=5, batch_size=10, sigma=1.0, delta=1e-5, status="queued",
+                        created_at=datetime.now(UTC),
+                    )
+                )  # fmt: skip
+        upgrade("control", url)
+        with engine.connect() as conn:
+            stored = dict(conn.execute(select(jobs.c.id, jobs.c.options)).all())
+        assert stored == {"old": {"clip": 0.25, "noise_aware": 0}, "linreg": {}, "named": {"noise_aware": 1}}
+    finally:
+        engine.dispose()

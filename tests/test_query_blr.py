@@ -176,6 +176,19 @@ class TestBlrQuery(QueryContract):
         return {"s1": statistics["s1"], "s2": upper_triangle(statistics["s2"])}
 
 
+class TestBlrQueryGradientBound(TestBlrQuery):
+    """The same contract with s1's per-record bound lowered to 0.2 (VIPS-BLR's option gradient_bound): s1's
+    sensitivity 2 x 0.2 / S, the joint sensitivity still 5/4 (module docstring), reached by the same rows."""
+
+    gradient_bound = 0.2
+
+    def make_query(self) -> LogisticRegressionQuery:
+        return LogisticRegressionQuery(self.gradient_bound)
+
+    def expected_sensitivities(self, batch_size: int) -> dict[str, float]:
+        return {"s1": 2.0 * self.gradient_bound / batch_size, "s2": math.sqrt(2.0) / (4.0 * batch_size)}
+
+
 # --------------------------------------------------------------------------------------------------------
 # BLR-specific checks.
 
@@ -283,32 +296,38 @@ def test_overflowing_second_moment_cannot_turn_one_record_into_nan() -> None:
 # Joint sensitivity J = 5/4 (module docstring of privacy_wall.queries.blr).
 
 
-def joint_move(x: np.ndarray, y: float, x2: np.ndarray, y2: float, moment: np.ndarray) -> float:
+def joint_move(
+    x: np.ndarray, y: float, x2: np.ndarray, y2: float, moment: np.ndarray, gradient_bound: float = 0.5
+) -> float:
     params = {"second_moment": moment}
-    return normalised_joint_move(LogisticRegressionQuery(), record(x, y), record(x2, y2), params, D)
+    query = LogisticRegressionQuery(gradient_bound)
+    return normalised_joint_move(query, record(x, y), record(x2, y2), params, D)
 
 
-def test_joint_sensitivity_equality_cases() -> None:
-    """The proof's equality case reaches 5/4 exactly; orthogonal rows only sqrt(3/2); 5/4 < sqrt(2)."""
-    query = LogisticRegressionQuery()
+@pytest.mark.parametrize("gradient_bound", [0.5, 0.2, 0.001])
+def test_joint_sensitivity_equality_cases(gradient_bound: float) -> None:
+    """The proof's equality case reaches 5/4 exactly, whatever s1's bound; orthogonal rows only sqrt(3/2);
+    5/4 < sqrt(2)."""
+    query = LogisticRegressionQuery(gradient_bound)
     assert query.joint_sensitivity(D) == 1.25 < math.sqrt(len(query.blocks(D)))
     zero = np.zeros((D, D))  # E[xi] = 1/4 for every row
     for cosine, labels in ((0.25, (0.0, 1.0)), (0.25, (1.0, 0.0)), (-0.25, (0.0, 0.0)), (-0.25, (1.0, 1.0))):
         x, x2 = joint_worst_rows(cosine)
         assert float(x @ x2) == pytest.approx(cosine, rel=1e-12)
-        assert joint_move(x, labels[0], x2, labels[1], zero) == pytest.approx(1.25, rel=1e-12)
+        moved = joint_move(x, labels[0], x2, labels[1], zero, gradient_bound)
+        assert moved == pytest.approx(1.25, rel=1e-12)
     # The labels the other way round lose the s1 cross term: (1 - 1/4) / 2 + 15/16 = 21/16.
     x, x2 = joint_worst_rows(0.25)
-    assert joint_move(x, 1.0, x2, 1.0, zero) == pytest.approx(math.sqrt(21 / 16), rel=1e-12)
+    assert joint_move(x, 1.0, x2, 1.0, zero, gradient_bound) == pytest.approx(math.sqrt(21 / 16), rel=1e-12)
     e1, e2 = np.eye(D)[0], np.eye(D)[1]
-    assert joint_move(e1, 1.0, e2, 0.0, zero) == pytest.approx(math.sqrt(1.5), rel=1e-12)
+    assert joint_move(e1, 1.0, e2, 0.0, zero, gradient_bound) == pytest.approx(math.sqrt(1.5), rel=1e-12)
     # Cosine 1/4 with x x^T - x' x'^T off the diagonal: the packed triangle loses part of its norm.
     t = math.acos(0.25)
-    off = joint_move(e1, 1.0, np.array([math.cos(t), math.sin(t), 0.0]), 0.0, zero)
+    off = joint_move(e1, 1.0, np.array([math.cos(t), math.sin(t), 0.0]), 0.0, zero, gradient_bound)
     assert math.sqrt(1.5) < off < 1.25
 
 
-def blr_replacement(theta: np.ndarray) -> float:
+def blr_replacement(theta: np.ndarray, query: LogisticRegressionQuery | None = None) -> float:
     """Normalised joint move of one replacement parametrised by theta (10 unconstrained coordinates): norms
     in [0, 1.3] and labels in [-0.5, 1.5] (beyond the ingestion bounds, so clipping is searched too), the
     angle between the rows, c = sqrt(x^T M x) in [0, 6] for each row (E[xi] from 1/4 down to ~0.08) through
@@ -325,7 +344,8 @@ def blr_replacement(theta: np.ndarray) -> float:
     moment = rotation @ np.diag(np.clip([m1, m2, 0.0], -1e12, 1e12)) @ rotation.T
     x = rotation @ np.array([r, 0.0, 0.0])
     x2 = rotation @ (r2 * np.array([math.cos(angle), math.sin(angle), 0.0]))
-    return joint_move(x, float(y), x2, float(y2), moment)
+    bound = 0.5 if query is None else query.gradient_bound
+    return joint_move(x, float(y), x2, float(y2), moment, bound)
 
 
 @pytest.mark.slow
@@ -341,7 +361,7 @@ def test_adversarial_search_reaches_but_never_exceeds_the_joint_sensitivity() ->
     assert best >= 0.99 * declared, f"the search reaches only {best / declared:.4f} of J"
 
 
-def laplace_replacement(theta: np.ndarray) -> float:
+def laplace_replacement(theta: np.ndarray, query: LogisticRegressionQuery | None = None) -> float:
     """Normalised joint move of one replacement in Laplace mode, parametrised by theta (9 coordinates):
     norms in [0, 1.3] and labels in [-0.5, 1.5] (clipping searched too), the angle between the rows, each
     row's activation x^T m in [-12, 12] (p from ~0 to ~1) through a point m built for them, and a rotation."""
@@ -357,7 +377,11 @@ def laplace_replacement(theta: np.ndarray) -> float:
     m = rotation @ np.clip([m1, m2, 0.0], -1e12, 1e12)
     params = {"mean": m}
     moved = normalised_joint_move(
-        LogisticRegressionQuery(), record(rotation @ x, float(y)), record(rotation @ x2, float(y2)), params, D
+        query or LogisticRegressionQuery(),
+        record(rotation @ x, float(y)),
+        record(rotation @ x2, float(y2)),
+        params,
+        D,
     )
     return moved
 
@@ -374,6 +398,25 @@ def test_laplace_mode_never_exceeds_the_joint_sensitivity() -> None:
     assert evaluations > 5_000
     assert best <= declared * (1 + 1e-9), f"a replacement moves the normalised blocks by {best:.9f} > J"
     assert best >= 0.9 * declared, f"the search reaches only {best / declared:.4f} of J"
+
+
+@pytest.mark.slow
+def test_a_gradient_bound_never_exceeds_the_joint_sensitivity() -> None:
+    """With s1's bound at 0.2 (records clipped in both modes) the searches over Polya-Gamma and Laplace
+    replacements never exceed J = 5/4 and come within 5% and 15% of it (the equality case itself:
+    test_joint_sensitivity_equality_cases)."""
+    bounded = LogisticRegressionQuery(0.2)
+    searches = ((blr_replacement, 10, 0.95, 212), (laplace_replacement, 9, 0.85, 213))
+    for replacement, dimensions, reach, seed in searches:
+        best, _ = search_joint_sensitivity(
+            lambda theta, r=replacement: r(theta, bounded),
+            dimensions,
+            np.random.default_rng(seed),
+            starts=3,
+            samples=800,
+        )
+        assert best <= 1.25 * (1 + 1e-9), best
+        assert best >= reach * 1.25, best
 
 
 def test_release_blocks_takes_only_a_joint_sensitivity_in_its_range() -> None:

@@ -15,9 +15,11 @@ from privacy_wall.data.store import Batch, InMemoryTabularStore, RowStore
 from privacy_wall.noise.mechanisms import upper_triangle
 from privacy_wall.queries.dpsep import (
     BLOCK,
+    GRADIENT_SCALE,
     LOGISTIC_SITE_PRECISION_BOUND,
     DpSepLinearQuery,
     DpSepLogisticQuery,
+    logistic_centred_sites,
     logistic_log_partition_derivatives,
     logistic_sites,
 )
@@ -169,6 +171,46 @@ class TestDpSepLogisticQuery(QueryContract):
 
     def released_blocks(self, statistics: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         return pack(statistics)
+
+
+class TestDpSepCentredLogisticQuery(TestDpSepLogisticQuery):
+    """The centred release (noise-aware mode): the same contract, sensitivity 2 C / S included, with the
+    adversarial records and extreme cavities of the paper's release."""
+
+    def make_query(self) -> DpSepLogisticQuery:
+        return DpSepLogisticQuery(self.clip, centred=True)
+
+    def released_blocks(self, statistics: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        gradient = GRADIENT_SCALE * statistics["gradient"]
+        return {BLOCK: np.concatenate([gradient, upper_triangle(statistics["precision"])])}
+
+
+def test_centred_sites_are_the_paper_sites_less_the_cavity_mean_term() -> None:
+    """alpha - beta m = g (1 + v beta) on a wide grid (extremes included, finite), and without clipping the
+    centred release's gradient plus Lambda mu_c is the paper's eta: the same site, another coordinate."""
+    m = np.repeat(np.array([-50.0, -3.0, 0.0, 2.0, 40.0]), 5)
+    v = np.tile(np.array([0.0, 1e-3, 1.0, 30.0, 1e4]), 5)
+    for y in (0.0, 1.0):
+        labels = np.full(m.shape, y)
+        alpha, beta = logistic_sites(labels, m, v)
+        gradient, centred_beta = logistic_centred_sites(labels, m, v)
+        assert np.isfinite(gradient).all()
+        np.testing.assert_array_equal(centred_beta, beta)
+        np.testing.assert_allclose(gradient + m * beta, alpha, rtol=1e-12, atol=1e-12)
+    rng = np.random.default_rng(402)
+    batch = TestDpSepLogisticQuery().make_batch(rng, 50)
+    params = cavity(rng.normal(scale=1.5, size=D), np.diag([0.5, 0.2, 0.8]))
+    paper = DpSepLogisticQuery(100.0)
+    centred = DpSepLogisticQuery(100.0, centred=True)
+    eta = paper.postprocess(paper.clipped_sums(batch, params, rng), D)
+    released = centred.postprocess(centred.clipped_sums(batch, params, rng), D)
+    np.testing.assert_allclose(released["precision"], eta["precision"], rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(
+        released["gradient"] + released["precision"] @ params["cavity_mean"],
+        eta["precision_times_mean"],
+        rtol=1e-10,
+        atol=1e-12,
+    )
 
 
 class TestDpSepLinearQuery(QueryContract):

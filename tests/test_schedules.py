@@ -152,13 +152,21 @@ def test_dpvi_takes_its_learning_rate_by_epsilon_n() -> None:
     assert choose_schedule("blr", "dpvi", 32_561, None).options == {}
 
 
-def test_dpsep_takes_the_site_clip_a_quarter_given_epsilon() -> None:
-    """DP-SEP-BLR's rule: clip 0.25 at every scale a job that gives epsilon can have (measured 1,479 to
-    325,610); a job that gives sigma, or its own clip, keeps it."""
-    for population, epsilon in ((4_930, 0.3), (32_561, 10.0), (10**9, 1e6)):
-        assert choose_schedule("blr", "dpsep", population, epsilon).options == {"clip": 0.25}
+def test_dpsep_takes_noise_aware_releases_above_two_thousand() -> None:
+    """DP-SEP-BLR's rule, read at epsilon x N x sqrt(10 / d): the paper's damped site average with clip 0.25
+    up to 2,000 (Telco, d 41, at epsilon 0.3: 730), the noise-aware mode with clip 0.3 up to 8,000
+    (synthetic d 10 at epsilon 0.3: 3,000; Adult, d 114, at 0.3: 2,893) and 0.35 above (synthetic at 1:
+    10,000); a job that gives sigma keeps the model's defaults, and a given option is kept."""
+    paper = {"clip": 0.25, "noise_aware": 0.0}
+    near, far = {"clip": 0.3, "noise_aware": 1.0}, {"clip": 0.35, "noise_aware": 1.0}
+    assert choose_schedule("blr", "dpsep", 4_930, 0.3, dimension=41).options == paper
+    assert choose_schedule("blr", "dpsep", 10_000, 0.3, dimension=10).options == near
+    assert choose_schedule("blr", "dpsep", 32_561, 0.3, dimension=114).options == near
+    assert choose_schedule("blr", "dpsep", 4_930, 1.0, dimension=41).options == near
+    assert choose_schedule("blr", "dpsep", 10_000, 1.0, dimension=10).options == far
     assert choose_schedule("blr", "dpsep", 32_561, None).options == {}
-    assert choose_schedule("blr", "dpsep", 32_561, 1.0, options={"clip": 1.0}).options == {}
+    assert choose_schedule("blr", "dpsep", 32_561, 1.0, options={"clip": 1.0}).options == {"noise_aware": 1.0}
+    assert choose_schedule("blr", "dpsep", 32_561, 1.0, dimension=114).iterations == 5
 
 
 def test_lda_reads_its_rows_per_topic_word_count() -> None:

@@ -265,7 +265,8 @@ def test_the_interval_note_names_the_tested_coverage_and_nothing_for_untested_mo
     at_zero = TESTED[("blr", "vips")][1]
     note = str(interval_note("blr", "vips", False))
     assert note.endswith(f"covered {at_zero} of the true weights at sigma 0.")
-    assert str(interval_note("blr", "dpsep", True)).endswith("read them as far too narrow.")
+    assert str(interval_note("blr", "dpsep", True)).endswith("(read them as far too narrow there).")
+    assert str(interval_note("linreg", "dpsep", True)).endswith("so its intervals are wide.")
     assert interval_note("lda", "vips", True) is None and interval_note("sbn", "vips", False) is None
     # every (model, algorithm) with coefficients has a line, so no coefficient table goes without one
     from service.planning.schedules import RULES

@@ -373,14 +373,18 @@ class VIPSLogisticRegression(_LogisticRegressionFit):
     paper's update; worker.models.blr); laplace_from: the first release taken as the log-likelihood's
     gradient and curvature at the current mean, a Newton step whose posterior is the Laplace
     approximation's (0: the paper's Polya-Gamma E-step throughout; None: the service's rule with epsilon,
-    else 2)."""
+    else 2); pool_from: the first Laplace release whose curvature is pooled (None: the rule's, else
+    laplace_from); gradient_bound: the wall's bound on each record's gradient term (None: the rule's, else
+    1/2, which clips nothing)."""
 
-    option_names = ("a0", "b0", "noise_aware", "laplace_from")
+    option_names = ("a0", "b0", "noise_aware", "laplace_from", "pool_from", "gradient_bound")
 
     a0: float = 1.0
     b0: float = 1.0
     noise_aware: bool = True
     laplace_from: int | None = None
+    pool_from: int | None = None
+    gradient_bound: float | None = None
 
 
 @dataclass(kw_only=True, eq=False, repr=False)
@@ -408,14 +412,17 @@ class DPVILogisticRegression(_LogisticRegressionFit):
 class DPSEPLogisticRegression(_LogisticRegressionFit):
     """Private Bayesian logistic regression by DP-SEP (private stochastic expectation propagation): one
     shared Gaussian site moment-matched per datapoint behind the wall, clipped to norm `clip`, noised, and
-    mixed in with damping x rho_t (kappa = 0 is the paper's constant damping)."""
+    mixed in with damping x rho_t (kappa = 0 is the paper's constant damping); noise_aware: each site
+    released centred at the current mean and read by a noise-aware Newton step, whose intervals carry the
+    release noise (worker.models.dpsep; False: the paper's damped average; None: the service's rule)."""
 
     algorithm = "dpsep"
-    option_names = ("clip", "damping", "prior_variance")
+    option_names = ("clip", "damping", "prior_variance", "noise_aware")
 
     clip: float | None = None
     damping: float | None = None
     prior_variance: float | None = None
+    noise_aware: bool | None = None
 
 
 class _LinearRegressionFit(RegressorMixin, _BoundedRows):  # type: ignore[misc]

@@ -11,6 +11,13 @@ Laplace mode (params {"mean": m}, a public point): with p_n = sigmoid(x_n^T m),
 the same blocks with the same bounds: each record's coefficients stay in the ranges the proof below uses,
 so the sensitivity and every statement about the blocks hold unchanged (worker.models.blr takes a Newton
 step from these and reads the Laplace approximation's covariance from them).
+A smaller gradient bound (LogisticRegressionQuery(gradient_bound=A), A < 1/2; VIPS-BLR's option
+gradient_bound, issue 51) clips each record's s1 term to norm A: the s1 block's bound, and so its noise,
+is A instead of 1/2 (records whose |y - p| ||x|| / 2 exceeds A, the confidently misclassified, are scaled
+down: DP-SGD's trade of bias for noise). Everything below holds for any bounds: in units of each block's
+sensitivity the two brackets are a^2 + a'^2 - 2 a a' c over (2 A)^2 and b^2 + b'^2 - 2 b b' c^2 over
+2 B^2, so with a / A and b / B in place of 2 a and 4 b the maximisation is the same and J = 5/4 for
+every A (and B = 1/4). At the point w = 0 (p = 1/2) no record is clipped for A >= 1/4.
 s2 is released as its packed upper triangle (whose L2 norm is at most the Frobenius norm), mirrored and
 projected to PSD afterwards (Analyze Gauss).
 
@@ -42,6 +49,7 @@ from privacy_wall.data.store import Batch
 from privacy_wall.noise.mechanisms import clip_factors, project_psd, symmetric_from_upper, upper_triangle
 from privacy_wall.queries.base import Array, Block, chunked_sums
 
+#: s1's per-record bound without a gradient bound: |y - 1/2| ||x|| <= 1/2 and |y - p| ||x|| / 2 < 1/2.
 S1_BOUND = 0.5
 S2_BOUND = 0.25
 #: Proven joint sensitivity of (s1 / Delta_1, s2 / Delta_2) under replace-one (module docstring).
@@ -61,8 +69,14 @@ class LogisticRegressionQuery:
 
     name = "blr"
 
+    def __init__(self, gradient_bound: float = S1_BOUND) -> None:
+        """gradient_bound: s1's per-record bound A in (0, 1/2] (module docstring; 1/2 clips nothing)."""
+        if isinstance(gradient_bound, bool) or not (0 < gradient_bound <= S1_BOUND):
+            raise ValueError(f"gradient_bound must be in (0, {S1_BOUND}]")
+        self.gradient_bound = float(gradient_bound)
+
     def blocks(self, dimension: int) -> tuple[Block, ...]:
-        return (Block("s1", S1_BOUND), Block("s2", S2_BOUND, nonnegative_or_psd=True))
+        return (Block("s1", self.gradient_bound), Block("s2", S2_BOUND, nonnegative_or_psd=True))
 
     def joint_sensitivity(self, dimension: int) -> float:
         """5/4 < sqrt(2): s1 and s2 cannot both reach their bounds on one replacement (module docstring)."""
@@ -118,7 +132,7 @@ class LogisticRegressionQuery:
                 xi = polya_gamma_mean(np.sqrt(np.maximum(quad, 0.0)))
                 centred = y - 0.5
 
-            s1_weights = centred * clip_factors(np.abs(centred) * np.sqrt(sq_norms), S1_BOUND)
+            s1_weights = centred * clip_factors(np.abs(centred) * np.sqrt(sq_norms), self.gradient_bound)
             s2_weights = xi * clip_factors(xi * sq_norms, S2_BOUND)  # ||xi x x^T||_F = xi ||x||^2
             s1 = x.T @ s1_weights
             # sum_n w_n x_n x_n^T (w_n >= 0) as the rank-S update (sqrt(w) x)^T (sqrt(w) x): BLAS syrk

@@ -36,6 +36,21 @@ theta_fn): the L2 norm of the concatenation (eta_fn, Lambda_fn) with the matrix 
 (eta_fn, packed upper triangle of Lambda_fn), whose norm is at most ||theta_fn|| (the packed triangle
 counts each off-diagonal entry once), so each record's released contribution has norm <= C.
 
+Centred release (DpSepLogisticQuery(centred=True), worker.models.dpsep's noise_aware mode; issue 51). The
+site's eta part is released relative to the cavity's mean: per record the pair
+
+  (kappa (alpha_n - beta_n m_n) x_n,  beta_n x_n x_n^T),   alpha_n - beta_n m_n = g_n (1 + v_n beta_n),
+
+with kappa = GRADIENT_SCALE, clipped jointly to C as above. g_n (1 + v_n beta_n) is the site's gradient
+at the cavity mean, eta_fn - Lambda_fn mu_c = (alpha_n - beta_n m_n) x_n (as m_n = x_n^T mu_c), so the
+paper's (eta_fn, Lambda_fn) is a public affine image of it before the clip; only which records the clip
+scales, and by how much, differs (one factor per record either way). In the paper's coordinates the noise on
+the precision enters q's mean multiplied by the weights (Lambda_f's noise times mu), which is what left its
+intervals covering 0.2-0.6; centred, it is multiplied by the step from mu_c. kappa = 1/2 splits the noise
+between the two parts as VIPS-BLR's release (g / 2 beside H) does. Privacy: the same argument as below,
+word for word, since it never uses what the clipped vector holds: every record's released contribution has
+norm <= C after the clip, so replacing one record moves the block's sum by at most 2 C.
+
 Released block (one, general sign since eta_fn is signed): "site" = (1/S) sum_n clip(theta_fn), per-record
 bound C, replace-one sensitivity Delta = 2 C / S. Post-processing (data-independent): split it into
 "precision_times_mean" (d,) and "precision" (d x d, mirrored and projected to PSD, so that q's precision
@@ -87,6 +102,10 @@ PARAMS = ("cavity_mean", "cavity_covariance")
 #: as data arrive), ~2e-5 at v = 10 and ~3e-3 at v = 30 (tests/test_query_dpsep.py checks v <= 3).
 QUADRATURE_NODES = 64
 
+#: kappa: the centred release's scale of the gradient part (module docstring, "Centred release"); the
+#: public half divides it out.
+GRADIENT_SCALE = 0.5
+
 #: The curvature bound of -log sigmoid: the logistic site precision along x lies in [0, 1/4].
 LOGISTIC_SITE_PRECISION_BOUND = 0.25
 
@@ -127,16 +146,21 @@ def logistic_log_partition_derivatives(labels: Array, m: Array, v: Array) -> tup
     return g, h
 
 
-def logistic_sites(labels: Array, m: Array, v: Array) -> tuple[Array, Array]:
-    """1-D site natural parameters (alpha, beta) along x of the logistic likelihood (module docstring)."""
+def logistic_centred_sites(labels: Array, m: Array, v: Array) -> tuple[Array, Array]:
+    """(alpha - beta m, beta) = (g (1 + v beta), beta): the 1-D site along x centred at the cavity mean."""
     g, h = logistic_log_partition_derivatives(labels, m, v)
     denominator = 1.0 + v * h  # = v_tilted / v > 0 in exact arithmetic
     beta = np.where(
         denominator > 0, -h / np.where(denominator > 0, denominator, 1.0), LOGISTIC_SITE_PRECISION_BOUND
     )
     beta = np.clip(beta, 0.0, LOGISTIC_SITE_PRECISION_BOUND)
-    alpha = g * (1.0 + v * beta) + m * beta
-    return alpha, beta
+    return g * (1.0 + v * beta), beta
+
+
+def logistic_sites(labels: Array, m: Array, v: Array) -> tuple[Array, Array]:
+    """1-D site natural parameters (alpha, beta) along x of the logistic likelihood (module docstring)."""
+    gradient, beta = logistic_centred_sites(labels, m, v)
+    return gradient + m * beta, beta
 
 
 def clip_sites(alpha: Array, beta: Array, sq_norms: Array, bound: float) -> tuple[Array, Array]:
@@ -219,12 +243,30 @@ class DpSepQuery:
 
 
 class DpSepLogisticQuery(DpSepQuery):
-    """DP-SEP moment matching for Bayesian logistic regression (labels in {0, 1})."""
+    """DP-SEP moment matching for Bayesian logistic regression (labels in {0, 1}); centred: the site's eta
+    part released as its gradient at the cavity mean, scaled by GRADIENT_SCALE (module docstring)."""
 
     name = "dpsep-blr"
 
+    def __init__(self, clip: float, centred: bool = False) -> None:
+        super().__init__(clip)
+        self.centred = bool(centred)
+
     def sites(self, labels: Array, m: Array, v: Array) -> tuple[Array, Array]:
+        if self.centred:
+            gradient, beta = logistic_centred_sites(labels, m, v)
+            return GRADIENT_SCALE * gradient, beta
         return logistic_sites(labels, m, v)
+
+    def postprocess(self, noised_means: dict[str, Array], dimension: int) -> dict[str, Array]:
+        """As DpSepQuery's; centred, the first part is the gradient, kappa divided out ("gradient")."""
+        statistics = super().postprocess(noised_means, dimension)
+        if self.centred:
+            statistics = {
+                "gradient": statistics.pop("precision_times_mean") / GRADIENT_SCALE,
+                "precision": statistics["precision"],
+            }
+        return statistics
 
 
 class DpSepLinearQuery(DpSepQuery):

@@ -50,12 +50,16 @@ COMMON_OPTIONS: dict[str, OptionSpec] = {"tau0": _between(0.0, 1e9), "kappa": _U
 MODEL_OPTIONS: dict[str, dict[str, OptionSpec]] = {
     # noise_aware 1 (default): the M-step that accounts for s1's noise; 0: the paper's Eq. 53-55.
     # laplace_from k: releases k, k + 1, ... are Laplace-mode (Newton) releases at q's mean
-    # (worker.models.blr); 0: the Polya-Gamma E-step throughout (the paper's).
+    # (worker.models.blr); 0: the Polya-Gamma E-step throughout (the paper's). pool_from k: the first
+    # Laplace release whose curvature is pooled (0: laplace_from). gradient_bound A: the wall's per-record
+    # bound on s1 (privacy_wall.queries.blr; 1/2, the default, clips nothing).
     "blr": {
         "a0": _SCALE,
         "b0": _SCALE,
         "noise_aware": _whole(0, 1),
         "laplace_from": _whole(0, 1_000_000),
+        "pool_from": _whole(0, 1_000_000),
+        "gradient_bound": OptionSpec(lambda v: 0.001 <= v <= 0.5, "must be in [0.001, 0.5]"),
     },
     "linreg": {"prior_precision": _SCALE, "a0": _SCALE, "b0": _SCALE},
     "lda": {
@@ -101,7 +105,9 @@ ALGORITHM_OPTIONS: dict[tuple[str, str], dict[str, OptionSpec]] = {
         # noise_aware 1 (default): the posterior from the iterates' trace (worker.models.dpvi); 0: q_T.
         "noise_aware": _whole(0, 1),
     },
-    ("dpsep", "blr"): _DPSEP_OPTIONS,
+    # noise_aware 1 (default): centred releases and the noise-aware Newton step (worker.models.dpsep);
+    # 0: the paper's damped site average.
+    ("dpsep", "blr"): {**_DPSEP_OPTIONS, "noise_aware": _whole(0, 1)},
     ("dpsep", "linreg"): {**_DPSEP_OPTIONS, "noise_variance": _SCALE},
 }
 

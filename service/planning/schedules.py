@@ -89,14 +89,27 @@ RULES: dict[tuple[str, str], Rule] = {
         source="DPVI's grid on Adult and Telco under the budget's filter (bench/dpvi_schedules.py); above "
         "epsilon x N = 150,000 its usual schedule (Jalko et al.)",
     ),
-    # The site clip C 0.25 (the paper's 1 for a job that gives sigma): the noise on the d x d site precision
-    # shrinks with C, and at every measured scale (Adult 9,768-325,610, Telco 1,479-14,790, synthetic d 10)
-    # that outweighs the sites it clips (docs/schedules.md, "DP-SEP-BLR: the clip").
+    # Read at epsilon x N x sqrt(10 / d), as VIPS-BLR's rule. Above 2,000 the noise-aware mode (centred
+    # releases, a noise-aware Newton step: worker.models.dpsep), whose intervals cover, with the site clip
+    # 0.3 up to 8,000 and 0.35 above: on 100 synthetic datasets at epsilon 0.3 / 0.6 / 1 / 3 coverage
+    # 0.88 / 0.86 / 0.84 / 0.84, slope 0.95-0.99, and the lowest held-out log loss measured on Adult and
+    # Telco or within 0.002 of it (Adult 0.3530 / 0.3409 / 0.3389 / 0.3334); a smaller clip biases the
+    # means outward (0.25: slope 1.05-1.07, coverage 0.53-0.74 from epsilon 0.6), and 0.3 does so from
+    # 10,000 (coverage 0.81, 0.74 at 30,000). Below 2,000, where the Newton steps from a site precision the
+    # noise dominates diverge in some fits (Telco at 730: log loss 0.8-2.3 on average), the paper's damped
+    # site average with the clip 0.25 (docs/schedules.md, "DP-SEP-BLR: noise-aware releases"). The model's
+    # defaults (noise-aware, clip 1) for a job that gives sigma.
     ("blr", "dpsep"): Rule(
         iterations=((math.inf, 5),),
-        options=((math.inf, {"clip": 0.25}),),
-        source="DP-SEP's grid on Adult (bench/compare_algorithms.py); its clip by held-out log loss on "
-        "Adult, Telco and synthetic data (bench/calibration.py --dpsep-clip)",
+        options=(
+            (2_000.0, {"clip": 0.25, "noise_aware": 0}),
+            (8_000.0, {"clip": 0.3, "noise_aware": 1}),
+            (math.inf, {"clip": 0.35, "noise_aware": 1}),
+        ),
+        reference_size=10,
+        size_exponent=0.5,
+        source="DP-SEP's grid on Adult (bench/compare_algorithms.py); its mode and clip by held-out log loss "
+        "and coverage on Adult, Telco and synthetic data (bench/calibration.py --dpsep-clip)",
     ),
     ("linreg", "vips"): Rule(
         iterations=((math.inf, 5),), source="the regression section of bench/compare_algorithms.py"

@@ -265,8 +265,10 @@ class BayesianLogisticRegression:
     and the bundled datasets' convention) whose entries of H get their own SURE threshold and whose weight a
     flat prior when they carry the features' means (with shrink_h and threshold None; module docstring),
     None: no intercept step; laplace_from: the first Laplace release (0: none; module docstring);
-    pool_hessians: pool the Laplace releases' H (False: each step its own); alpha_steps: the most
-    iterations of q(alpha)'s fixed point in a step with Laplace releases (module docstring)."""
+    pool_hessians: pool the Laplace releases' H (False: each step its own); pool_from: the first release
+    whose H enters the pool (0: laplace_from; DP-SEP's noise-aware mode leaves out its first, at w = 0);
+    alpha_steps: the most iterations of q(alpha)'s fixed point in a step with Laplace releases (module
+    docstring)."""
 
     a0: float = 1.0
     b0: float = 1.0
@@ -276,6 +278,7 @@ class BayesianLogisticRegression:
     intercept: int | None = 0
     laplace_from: int = 2
     pool_hessians: bool = True
+    pool_from: int = 0
     alpha_steps: int = 50
     name: str = "blr"
 
@@ -316,7 +319,8 @@ class BayesianLogisticRegression:
             data_precision, h_noise = population * s2, sigma_2**2
             ridge = ridge_scale * sigma_2
             later = self.laplace_from < state.releases + 1
-            if self.pool_hessians and later and sigma_2 > 0:
+            pooled_later = max(self.laplace_from, self.pool_from) < state.releases + 1
+            if self.pool_hessians and pooled_later and sigma_2 > 0:
                 previous = state.data_precision_noise_variance
                 data_precision, pooled = pooled_mean(state.data_precision, previous, data_precision, h_noise)
                 weight = previous / (previous + h_noise)

@@ -29,6 +29,24 @@ gamma = S / N, about one pass over the data per unit of damping); why damping as
 released batch mean is the same mechanism as the paper's noised damped update is shown in
 privacy_wall.queries.dpsep.
 
+Noise-aware mode (DpSepLogisticRegression(noise_aware=True), the default; issue 51). The steps above read
+the released site as exact, and its noise, mostly on the d (d + 1) / 2 entries of the site precision, enters
+q's mean multiplied by the weights: 90% intervals covered 0.2-0.6 of known weights. In this mode the wall
+releases each site centred at the cavity mean (privacy_wall.queries.dpsep, "Centred release"): the sum of
+the records' clipped site gradients G = sum (alpha_n - beta_n m_n) x_n and site precisions
+Lambda = sum beta_n x_n x_n^T. EP's update q's natural parameters (P0 + Lambda, G + Lambda mu_c) is then the
+Newton step mu_c + (P0 + Lambda)^-1 (G - P0 mu_c) with the tilted (cavity-smoothed) gradient and curvature,
+and the public half takes it as VIPS-BLR takes its Laplace releases (worker.models.blr,
+BayesianLogisticRegression with laplace_from 1): z = G + Lambda mu_c is a pseudo-observation of w,
+z | w ~ N(Lambda w, Lambda + v I) with v the public noise variance of G; Lambda is SURE-thresholded and
+pooled by inverse variance over the releases from the second on (the first, taken at the prior's mean,
+has the curvature of w = 0, up to 4 times the mode's; pooling it shrank the covariance: coverage 0.76 at
+epsilon 3 on 100 datasets, 0.89 without), the weights' prior precision alpha ~ Gamma(1, prior_variance)
+(prior mean 1 / prior_variance) is learned with q(alpha), and the intercept column gets a flat prior when
+the release supports it. The cavity the wall reads is q itself (one site of N removed moves it by O(1 / N);
+the release's privacy holds for any public cavity). Every step reads released values, their public noise
+std and N only. damping does not apply in this mode (the step replaces the damped average).
+
 Two likelihoods:
 - DpSepLogisticRegression: p(y = 1 | w) = sigmoid(w^T x); posterior documents carry "mean" and
   "covariance", so worker.models.blr.predict_proba predicts exactly as for VIPS-BLR.
@@ -47,9 +65,9 @@ from typing import Any, ClassVar
 import numpy as np
 
 from privacy_wall.noise.mechanisms import project_psd
-from privacy_wall.queries.dpsep import DpSepLinearQuery, DpSepLogisticQuery, DpSepQuery
+from privacy_wall.queries.dpsep import GRADIENT_SCALE, DpSepLinearQuery, DpSepLogisticQuery, DpSepQuery
 from worker.models.base import Array
-from worker.models.blr import gaussian_moments
+from worker.models.blr import BayesianLogisticRegression, BlrState, gaussian_moments
 
 #: The paper's clipping norm C (its experiments use C = 1).
 DEFAULT_CLIP = 1.0
@@ -183,9 +201,14 @@ class _DpSepModel:
 
 @dataclass(frozen=True)
 class DpSepLogisticRegression(_DpSepModel):
-    """DP-SEP for Bayesian logistic regression, w ~ N(0, prior_variance I); clip is the paper's C."""
+    """DP-SEP for Bayesian logistic regression, w ~ N(0, prior_variance I); clip is the paper's C.
+    noise_aware (default): centred releases and the noise-aware Newton step (module docstring; the prior
+    variance then the mean of a learned one); False: the paper's damped site average. intercept: the column
+    of the constant intercept (noise-aware mode; worker.models.blr), None for none."""
 
     clip: float = DEFAULT_CLIP
+    noise_aware: bool = True
+    intercept: int | None = 0
     name: str = "blr"
 
     def __post_init__(self) -> None:
@@ -199,7 +222,55 @@ class DpSepLogisticRegression(_DpSepModel):
 
     def query(self) -> DpSepLogisticQuery:
         """The wall's query that pairs with this model."""
-        return DpSepLogisticQuery(self.clip)
+        return DpSepLogisticQuery(self.clip, centred=self.noise_aware)
+
+    @property
+    def newton(self) -> BayesianLogisticRegression:
+        """The noise-aware step's model: Newton steps from every release, H pooled from the second."""
+        return BayesianLogisticRegression(
+            a0=1.0, b0=self.prior_variance, laplace_from=1, pool_from=2, intercept=self.intercept
+        )
+
+    def initial_state(self, dimension: int) -> Any:
+        if self.noise_aware:
+            return self.newton.initial_state(dimension)
+        return super().initial_state(dimension)
+
+    def public_params(self, state: Any) -> dict[str, Array]:
+        if isinstance(state, BlrState):
+            return {"cavity_mean": state.mean.copy(), "cavity_covariance": state.covariance.copy()}
+        return super().public_params(state)
+
+    def m_step(
+        self,
+        state: Any,
+        statistics: dict[str, Array],
+        population: int,
+        rho: float,
+        noise_std: Mapping[str, float] | None = None,
+    ) -> Any:
+        """The damped site average, or in noise-aware mode VIPS-BLR's Newton step with its statistics
+        named as that model names them: s1 = G / 2 (its g / 2), s2 = Lambda, each with its noise std."""
+        if not isinstance(state, BlrState):
+            return super().m_step(state, statistics, population, rho, noise_std)
+        released = float((noise_std or {}).get("site", 0.0))  # std of the released site mean's entries
+        gradient = np.asarray(statistics["gradient"], dtype=np.float64)
+        laplace = {"s1": gradient / 2.0, "s2": np.asarray(statistics["precision"], dtype=np.float64)}
+        noise = {"s1": released / GRADIENT_SCALE / 2.0, "s2": released}
+        return self.newton.m_step(state, laplace, population, rho, noise)
+
+    def posterior(self, state: Any) -> dict[str, Any]:
+        if not isinstance(state, BlrState):
+            return super().posterior(state)
+        document = self.newton.posterior(state)
+        document["sufficient_statistics"] = {
+            "gradient": (2.0 * np.asarray(state.statistics["s1"])).tolist(),
+            "precision": np.asarray(state.statistics["s2"]).tolist(),
+        }
+        document["variational_parameters"].update(
+            prior_variance=self.prior_variance, clip=self.site_clip, noise_aware=True
+        )
+        return document
 
 
 @dataclass(frozen=True)

@@ -97,20 +97,26 @@ def model_setup(
     if algorithm == "dpsep":
         from worker.models.dpsep import DpSepLinearRegression, DpSepLogisticRegression
 
+        if "noise_aware" in given:
+            given["noise_aware"] = bool(given["noise_aware"])
         dpsep: DpSepLogisticRegression | DpSepLinearRegression = (
-            DpSepLogisticRegression(**given) if model == "blr" else DpSepLinearRegression(**given)
+            DpSepLogisticRegression(**given, intercept=intercept_column(columns))
+            if model == "blr"
+            else DpSepLinearRegression(**given)
         )
         return ModelSetup(dpsep, dpsep.query())
     if model == "blr":
-        from privacy_wall.queries.blr import LogisticRegressionQuery
+        from privacy_wall.queries.blr import S1_BOUND, LogisticRegressionQuery
         from worker.models.blr import BayesianLogisticRegression
 
         if "noise_aware" in given:
             given["noise_aware"] = bool(given["noise_aware"])
-        if "laplace_from" in given:
-            given["laplace_from"] = int(given["laplace_from"])
+        for whole in ("laplace_from", "pool_from"):
+            if whole in given:
+                given[whole] = int(given[whole])
+        blr_query = LogisticRegressionQuery(float(given.pop("gradient_bound", S1_BOUND)))
         blr = BayesianLogisticRegression(**given, intercept=intercept_column(columns))
-        return ModelSetup(blr, LogisticRegressionQuery())
+        return ModelSetup(blr, blr_query)
     if model == "linreg":
         from worker.models.linreg import BayesianLinearRegression
 
