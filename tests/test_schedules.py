@@ -28,6 +28,7 @@ from service.planning.schedules import (
 from tests.dbservers import fresh_database
 from tests.test_api import Api, N, make_api
 from vips.cli import main
+from worker import fit_loop
 from worker.estimator import DPVILogisticRegression, VIPSLogisticRegression
 from worker.models.blr import BayesianLogisticRegression
 
@@ -69,31 +70,37 @@ def problems(model: str, algorithm: str, options: dict[str, float]) -> list[str]
 
 def test_vips_blr_takes_whole_batch_releases_by_log_loss_and_coverage() -> None:
     """With epsilon, S = N and T by scale epsilon x N x sqrt(10 / d): Polya-Gamma releases, 1 up to 400,
-    3 up to 2,900; above, Laplace releases from the second, 3 up to 8,000 and 5 above (docs/schedules.md,
-    "VIPS-BLR: Laplace releases"); a job that gives sigma keeps T 10 and the model's default (Laplace
-    from the second)."""
+    3 up to 2,000; above, five Laplace releases with a gradient bound: from the first (its curvature left
+    out of the pool) with bound 0.25 up to 4,000 and 0.3 up to 8,000, then from the second with 0.35
+    (docs/schedules.md, "VIPS-BLR: the gradient bound"); a job that gives sigma keeps T 10 and the model's
+    defaults (Laplace from the second, no bound)."""
     rule = rule_for("blr", "vips")
-    scales = (1e-3, 400.0, 401.0, 2_900.0, 2_901.0, 8e3, 8_001.0, 1e300, math.inf)
-    assert [rule_iterations(rule, scale) for scale in scales] == [1, 1, 3, 3, 3, 3, 5, 5, 10]
-    assert [rule_options(rule, scale, {}) for scale in (400.0, 2_900.0, 2_901.0, 1e300)] == [
+    scales = (1e-3, 400.0, 401.0, 2_000.0, 2_001.0, 8e3, 8_001.0, 1e300, math.inf)
+    assert [rule_iterations(rule, scale) for scale in scales] == [1, 1, 3, 3, 5, 5, 5, 5, 10]
+    first = {"laplace_from": 1.0, "pool_from": 2.0}
+    assert [
+        rule_options(rule, scale, {}) for scale in (400.0, 2_000.0, 2_001.0, 4_001.0, 8_001.0, 1e300)
+    ] == [
         {"laplace_from": 0.0},
         {"laplace_from": 0.0},
-        {"laplace_from": 2.0},
-        {"laplace_from": 2.0},
+        {**first, "gradient_bound": 0.25},
+        {**first, "gradient_bound": 0.3},
+        {"laplace_from": 2.0, "gradient_bound": 0.35},
+        {"laplace_from": 2.0, "gradient_bound": 0.35},
     ]
-    # (N, epsilon, d, T, laplace_from): Telco at 0.1 and 1, Adult at 0.3 and 1, the synthetic sets at 1.
-    for population, epsilon, dimension, t, laplace in (
-        (4_930, 0.1, 41, 1, 0),
-        (4_930, 1.0, 41, 3, 0),
-        (32_561, 0.3, 114, 3, 0),
-        (4_930, 3.0, 41, 3, 2),
-        (32_561, 1.0, 114, 5, 2),
-        (10_000, 1.0, 10, 5, 2),
+    # (N, epsilon, d, T, options): Telco at 0.1, 1 and 3, Adult at 0.3 and 1, the synthetic sets at 1.
+    for population, epsilon, dimension, t, expected in (
+        (4_930, 0.1, 41, 1, {"laplace_from": 0}),
+        (4_930, 1.0, 41, 5, {**first, "gradient_bound": 0.25}),
+        (32_561, 0.3, 114, 5, {**first, "gradient_bound": 0.25}),
+        (4_930, 3.0, 41, 5, {**first, "gradient_bound": 0.3}),
+        (32_561, 1.0, 114, 5, {"laplace_from": 2, "gradient_bound": 0.35}),
+        (10_000, 1.0, 10, 5, {"laplace_from": 2, "gradient_bound": 0.35}),
     ):
         chosen = choose_schedule("blr", "vips", population, epsilon, dimension=dimension)
         assert (chosen.iterations, chosen.batch_size) == (t, population), (population, epsilon)
         options = chosen_options("blr", "vips", population, epsilon, dimension=dimension)
-        assert options == {"laplace_from": laplace}
+        assert options == expected
     with_sigma = choose_schedule("blr", "vips", 32_561, None)
     assert (with_sigma.iterations, with_sigma.batch_size) == (10, 32_561)
     assert chosen_options("blr", "vips", 32_561, None) == {}
@@ -258,7 +265,7 @@ def _separable(rows: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     return x, (x @ np.array([2.0, -1.0, 0.5]) > 0).astype(int)
 
 
-def test_the_estimators_choose_as_the_service_does() -> None:
+def test_the_estimators_choose_as_the_service_does(monkeypatch: pytest.MonkeyPatch) -> None:
     x, y = _separable(2_000)
     for estimator in (VIPSLogisticRegression(epsilon=1.0), DPVILogisticRegression(epsilon=1.0)):
         privacy = estimator.fit(x, y).posterior_["privacy"]
@@ -267,14 +274,23 @@ def test_the_estimators_choose_as_the_service_does() -> None:
         assert privacy["epsilon"] <= 1.0 + 1e-9
     fixed = VIPSLogisticRegression(epsilon=1.0, iterations=2, batch_size=500).fit(x, y)
     assert (fixed.posterior_["privacy"]["iterations"], fixed.posterior_["privacy"]["batch_size"]) == (2, 500)
-    # VIPS-BLR's rule reads epsilon x N x sqrt(10 / d): 10,000 rows of d 40 at epsilon 1 are at 5,000 (T 3),
-    # where epsilon x N alone would say 10,000 (T 5).
+    # VIPS-BLR's rule reads epsilon x N x sqrt(10 / d): 10,000 rows of d 40 at epsilon 1 are at 5,000
+    # (gradient bound 0.3), where epsilon x N alone would say 10,000 (0.35).
     rng = np.random.default_rng(1)
     wide = rng.normal(size=(10_000, 40))
     wide *= 0.99 / np.linalg.norm(wide, axis=1, keepdims=True)
     labels = (wide[:, 0] > 0).astype(int)
-    assert rule_iterations(rule_for("blr", "vips"), 10_000.0) == 5
-    assert VIPSLogisticRegression(epsilon=1.0).fit(wide, labels).posterior_["privacy"]["iterations"] == 3
+    assert rule_options(rule_for("blr", "vips"), 10_000.0, {})["gradient_bound"] == 0.35
+    seen: list[dict[str, float]] = []
+    setup = fit_loop.model_setup
+
+    def spy(model: str, options: dict[str, float], **kwargs: Any) -> Any:
+        seen.append(options)
+        return setup(model, options, **kwargs)
+
+    monkeypatch.setattr(fit_loop, "model_setup", spy)
+    VIPSLogisticRegression(epsilon=1.0).fit(wide, labels)
+    assert seen[-1]["gradient_bound"] == 0.3
 
 
 def test_vips_fit_local_chooses_the_same_schedule(tmp_path: Path, capsys: Any) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 #: (model, algorithm) -> (coverage of private fits at epsilon 0.3-3, at sigma 0, a caution for private fits
 #: or "").
 TESTED: dict[tuple[str, str], tuple[str, str, str]] = {
-    ("blr", "vips"): ("71-90% (85-90% from epsilon 1)", "90-92%", "somewhat narrow at epsilon 0.3"),
+    ("blr", "vips"): ("83-87%", "90-92%", ""),
     ("blr", "dpvi"): ("82-97% (88-97% from epsilon 1)", "86-91%", ""),
     ("blr", "dpsep"): (
         "80-88%",
