@@ -266,9 +266,11 @@ def test_m_step_is_the_damped_site_update() -> None:
 
 def test_model_options_are_checked() -> None:
     with pytest.raises(ValueError, match="damping"):
-        DpSepLogisticRegression(damping=0.0)
+        DpSepLogisticRegression(damping=0.0, noise_aware=False)
     with pytest.raises(ValueError, match="damping"):
-        DpSepLogisticRegression(damping=1.5)
+        DpSepLogisticRegression(damping=1.5, noise_aware=False)
+    with pytest.raises(ValueError, match="noise_aware"):  # the noise-aware mode takes no damping
+        DpSepLogisticRegression(damping=0.5)
     with pytest.raises(ValueError, match="clip"):
         DpSepLogisticRegression(clip=-1.0)
     with pytest.raises(ValueError, match="prior_variance"):
@@ -402,3 +404,19 @@ def test_migration_0017_keeps_earlier_dpsep_blr_jobs_on_the_papers_update(tmp_pa
         assert stored == {"old": {"clip": 0.25, "noise_aware": 0}, "linreg": {}, "named": {"noise_aware": 1}}
     finally:
         engine.dispose()
+
+
+def test_damping_without_the_papers_update_is_refused_before_anything_runs() -> None:
+    """A DP-SEP-BLR job that gives damping but not noise_aware=0 (the rule would choose the noise-aware
+    mode, or the model's default is it) is refused naming damping, at admission and in `vips fit --local`
+    (schedule_problem on the options the job runs with); linear regression's damping is its own."""
+    from service.planning.options import schedule_problem
+    from service.planning.schedules import chosen_options
+
+    given = {"damping": 0.5}
+    runs_with = {**chosen_options("blr", "dpsep", 32_561, 1.0, given, 114), **given}
+    problem = schedule_problem("blr", runs_with, 1.0)
+    assert problem is not None and problem[0] == "damping" and "noise_aware=0" in problem[1]
+    assert schedule_problem("blr", {"damping": 0.5}, 1.0) is not None  # sigma given: the model's default
+    assert schedule_problem("blr", {"damping": 0.5, "noise_aware": 0}, 1.0) is None
+    assert schedule_problem("linreg", {"damping": 0.5}, 1.0) is None

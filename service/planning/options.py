@@ -165,7 +165,12 @@ def schedule_problem(model: str, options: dict[str, float], sigma: float) -> tup
 
     LDA's doc_length 0 keeps documents as they are; their length then bounds each contribution, and a
     private dataset does not publish it, so it is allowed only without noise (docs/design.md section 6).
+    DP-SEP-BLR's damping weighs the paper's damped site average, which its noise-aware mode (the default,
+    and the rule's choice above its smallest scales) replaces by Newton steps: it is taken only with
+    noise_aware 0 (damping is an option of no other logistic model).
     """
     if model == "lda" and options.get("doc_length") == 0 and sigma > 0:
         return "doc_length", "doc_length 0 (documents kept as they are) is only allowed with sigma 0"
+    if model == "blr" and "damping" in options and options.get("noise_aware", 1) != 0:
+        return "damping", "damping weighs DP-SEP's damped site average: give it with noise_aware=0"
     return None

@@ -215,6 +215,8 @@ class DpSepLogisticRegression(_DpSepModel):
         self._check()
         if not (self.clip > 0 and math.isfinite(self.clip)):
             raise ValueError("clip must be a finite number > 0")
+        if self.noise_aware and self.damping != 1.0:
+            raise ValueError("damping weighs the paper's damped site average: it needs noise_aware False")
 
     @property
     def site_clip(self) -> float:
