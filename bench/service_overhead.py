@@ -5,7 +5,11 @@ production shape (`vips serve` + `vips worker` subprocesses on PostgreSQL and Re
 them) and in-process through the estimator (in-memory store and ledger), in one run. A job's service time
 is from the POST until the worker wrote its end (the job's `finished_at`, read from the API), so the
 client's polling interval does not count. Jobs of T = 1 and T = T_long give the fixed cost per job and
-the cost per iteration (the slope). Then 32 client threads GET one job concurrently: p50 and p99.
+the cost per iteration (the slope). Then 32 client threads GET one job concurrently: p50 and p99. They
+share one analyst key, so the service runs with its per-key guards on reads raised above what the clients
+send (VIPS_READS_IN_FLIGHT_PER_KEY, 4 by default, and VIPS_READ_RATE_PER_KEY / VIPS_READ_BURST_PER_KEY,
+20 a second in bursts of 200: a 429 beyond, which tests/test_rate_limits.py checks): what is measured is
+the server's latency under that many concurrent reads, not one key's fair share.
 
     python -m bench.service_overhead            # needs PostgreSQL and Redis, as the tests do
 
@@ -107,7 +111,12 @@ def main() -> None:
         synthetic_csv(csv, n=N, d=D)
         raw = np.loadtxt(csv, delimiter=",", skiprows=1)
         x, y = raw[:, :D], raw[:, D]
-        with production_service(tmp_path, api_workers=args.api_workers) as service:
+        reads = {
+            "VIPS_READS_IN_FLIGHT_PER_KEY": str(max(args.clients, 4)),
+            "VIPS_READ_RATE_PER_KEY": "1e6",
+            "VIPS_READ_BURST_PER_KEY": str(10**6),
+        }
+        with production_service(tmp_path, api_workers=args.api_workers, env=reads) as service:
             service.vips(
                 "data", "ingest", "synth", "--kind", "tabular", "--input", str(csv), "--label", "label"
             )

@@ -150,41 +150,71 @@ def _noise_aware_eigen(
     return vectors, gain, prior_precision + gain * h
 
 
+@dataclass(frozen=True)
+class NoiseAwareSolver:
+    """The noise-aware posterior of w given z | w ~ N(H w, H + v I) for any prior precision a, from one
+    eigendecomposition of H (q(alpha)'s fixed point re-solves with the same H and v, only a changes)."""
+
+    z: Array
+    vectors: Array
+    gain: Array  # h / (h + v) per eigenpair
+    data_part: Array  # h^2 / (h + v) per eigenpair
+
+    @classmethod
+    def of(cls, z: Array, data_precision: Array, noise_variance: float) -> NoiseAwareSolver:
+        vectors, gain, data_part = _noise_aware_eigen(data_precision, 0.0, noise_variance)
+        return cls(z, vectors, gain, data_part)
+
+    def moments(self, prior_precision: float) -> tuple[Array, Array]:
+        """(mean, covariance) under w ~ N(0, a^-1 I): per eigenpair (h, u) of H, precision
+        a + h^2 / (h + v) and mean (h / (h + v)) u^T z / precision."""
+        vectors, precision = self.vectors, prior_precision + self.data_part
+        mean: Array = vectors @ (self.gain * (vectors.T @ self.z) / precision)
+        covariance: Array = (vectors / precision) @ vectors.T
+        return mean, covariance
+
+    def second_moments(self, prior_precision: float) -> Array:
+        """E[w_i^2] = mu_i^2 + Sigma_ii under `moments`' posterior, without forming Sigma
+        (Sigma_ii = sum_k V_ik^2 / precision_k)."""
+        vectors, precision = self.vectors, prior_precision + self.data_part
+        mean = vectors @ (self.gain * (vectors.T @ self.z) / precision)
+        second: Array = (vectors**2) @ (1.0 / precision) + mean**2
+        return second
+
+    def intercept_moments(self, prior_precision: float, intercept: int) -> tuple[Array, Array]:
+        """(mean, covariance) with a flat prior on the intercept w_k and N(0, a^-1 I) on the rest: the exact
+        Gaussian posterior, precision P = H (H + v I)^-1 H + diag(a, .., 0 (at k), .., a) and mean
+        P^-1 H (H + v I)^-1 z (for v = 0, H + diag(...) and z: w_k integrated out exactly sees centred
+        features, the Schur complement of H_kk). Needs w_k identified (P positive definite: H_kk > 0)."""
+        vectors = self.vectors
+        prior = np.full(self.z.shape[0], prior_precision)
+        prior[intercept] = 0.0
+        precision = (vectors * self.data_part) @ vectors.T + np.diag(prior)
+        return gaussian_moments(vectors @ (self.gain * (vectors.T @ self.z)), (precision + precision.T) / 2.0)
+
+
 def noise_aware_moments(
     z: Array, data_precision: Array, prior_precision: float, noise_variance: float
 ) -> tuple[Array, Array]:
-    """(mean, covariance) of w ~ N(0, a^-1 I) given z | w ~ N(H w, H + v I) (module docstring):
-    per eigenpair (h, u) of H, precision a + h^2 / (h + v) and mean (h / (h + v)) u^T z / precision."""
-    vectors, gain, precision = _noise_aware_eigen(data_precision, prior_precision, noise_variance)
-    mean: Array = vectors @ (gain * (vectors.T @ z) / precision)
-    covariance: Array = (vectors / precision) @ vectors.T
-    return mean, covariance
+    """(mean, covariance) of w ~ N(0, a^-1 I) given z | w ~ N(H w, H + v I) (module docstring;
+    NoiseAwareSolver.moments)."""
+    return NoiseAwareSolver.of(z, data_precision, noise_variance).moments(prior_precision)
 
 
 def noise_aware_second_moments(
     z: Array, data_precision: Array, prior_precision: float, noise_variance: float
 ) -> Array:
-    """E[w_i^2] = mu_i^2 + Sigma_ii under noise_aware_moments' posterior, without forming Sigma
-    (Sigma_ii = sum_k V_ik^2 / precision_k)."""
-    vectors, gain, precision = _noise_aware_eigen(data_precision, prior_precision, noise_variance)
-    mean = vectors @ (gain * (vectors.T @ z) / precision)
-    second: Array = (vectors**2) @ (1.0 / precision) + mean**2
-    return second
+    """E[w_i^2] under noise_aware_moments' posterior (NoiseAwareSolver.second_moments)."""
+    return NoiseAwareSolver.of(z, data_precision, noise_variance).second_moments(prior_precision)
 
 
 def intercept_moments(
     z: Array, data_precision: Array, prior_precision: float, noise_variance: float, intercept: int
 ) -> tuple[Array, Array]:
     """(mean, covariance) of w with a flat prior on the intercept w_k and N(0, a^-1 I) on the rest, given
-    z | w ~ N(H w, H + v I) as in noise_aware_moments: the exact Gaussian posterior, precision
-    P = H (H + v I)^-1 H + diag(a, .., 0 (at k), .., a) and mean P^-1 H (H + v I)^-1 z (for v = 0,
-    H + diag(...) and z: w_k integrated out exactly sees centred features, the Schur complement of H_kk).
-    Needs w_k identified (P positive definite: H_kk > 0)."""
-    vectors, gain, data_part = _noise_aware_eigen(data_precision, 0.0, noise_variance)
-    prior = np.full(z.shape[0], prior_precision)
-    prior[intercept] = 0.0
-    precision = (vectors * data_part) @ vectors.T + np.diag(prior)
-    return gaussian_moments(vectors @ (gain * (vectors.T @ z)), (precision + precision.T) / 2.0)
+    z | w ~ N(H w, H + v I) as in noise_aware_moments (NoiseAwareSolver.intercept_moments)."""
+    solver = NoiseAwareSolver.of(z, data_precision, noise_variance)
+    return solver.intercept_moments(prior_precision, intercept)
 
 
 #: Mean of the positive part of the semicircle law of radius 2: a PSD projection of symmetric noise with
@@ -356,12 +386,14 @@ class BayesianLogisticRegression:
         if gradient is not None:  # z formed with the H the step solves with: a converged step stays put
             nu1 = gradient + solved @ state.mean
 
+        solver = NoiseAwareSolver.of(nu1, solved, z_noise) if noise_aware else None
+
         def solve(prior: float) -> tuple[Array, Array]:
-            if not noise_aware:
+            if solver is None:
                 return gaussian_moments(nu1, solved + prior * np.eye(s1.shape[0]))
             if flat is None:
-                return noise_aware_moments(nu1, solved, prior, z_noise)
-            return intercept_moments(nu1, solved, prior, z_noise, flat)
+                return solver.moments(prior)
+            return solver.intercept_moments(prior, flat)
 
         mean, covariance = solve(prior_term)
         # With Laplace releases ahead, every noise-aware step takes q(alpha) to its fixed point given the
