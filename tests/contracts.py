@@ -533,3 +533,18 @@ class QueryContract:
             outputs.append(self._release(gate, t))
         for name, value in outputs[0].statistics.items():
             assert not np.array_equal(value, outputs[1].statistics[name]), name
+
+
+class QueryModeContract:
+    """Mixed in before a QueryContract subclass that runs the contract again for another mode of the same
+    query (a different bound or coordinate of its blocks): the query's own tests run, the gate's do not."""
+
+    # The gate's own behaviour (noise drawn for the declared blocks, seeds refused, one release per call)
+    # does not depend on what the query's blocks hold: the mode's base class runs those tests.
+    test_gate_releases_batch_means = None  # type: ignore[assignment]
+    test_gate_noise_is_calibrated_end_to_end = None  # type: ignore[assignment]
+    test_private_gate_refuses_a_seed = None  # type: ignore[assignment]
+    test_private_gate_refuses_sigma_zero = None  # type: ignore[assignment]
+    test_public_gates_with_one_seed_repeat = None  # type: ignore[assignment]
+    test_private_releases_ignore_numpy_global_seed = None  # type: ignore[assignment]
+    test_private_releases_ignore_patched_numpy_seeding = None  # type: ignore[assignment]

@@ -16,6 +16,7 @@ from privacy_wall.queries.blr import LogisticRegressionQuery, polya_gamma_mean
 from tests.contracts import (
     Params,
     QueryContract,
+    QueryModeContract,
     interval,
     normalised_joint_move,
     search_joint_sensitivity,
@@ -176,19 +177,9 @@ class TestBlrQuery(QueryContract):
         return {"s1": statistics["s1"], "s2": upper_triangle(statistics["s2"])}
 
 
-class TestBlrQueryGradientBound(TestBlrQuery):
+class TestBlrQueryGradientBound(QueryModeContract, TestBlrQuery):
     """The same contract with s1's per-record bound lowered to 0.2 (VIPS-BLR's option gradient_bound): s1's
     sensitivity 2 x 0.2 / S, the joint sensitivity still 5/4 (module docstring), reached by the same rows."""
-
-    # The gate's own behaviour (noise drawn for the declared blocks, seeds refused, one release per call)
-    # does not depend on what the query's blocks hold: the base class runs those tests once.
-    test_gate_releases_batch_means = None  # type: ignore[assignment]
-    test_gate_noise_is_calibrated_end_to_end = None  # type: ignore[assignment]
-    test_private_gate_refuses_a_seed = None  # type: ignore[assignment]
-    test_private_gate_refuses_sigma_zero = None  # type: ignore[assignment]
-    test_public_gates_with_one_seed_repeat = None  # type: ignore[assignment]
-    test_private_releases_ignore_numpy_global_seed = None  # type: ignore[assignment]
-    test_private_releases_ignore_patched_numpy_seeding = None  # type: ignore[assignment]
 
     gradient_bound = 0.2
 

@@ -23,7 +23,7 @@ from privacy_wall.queries.dpsep import (
     logistic_log_partition_derivatives,
     logistic_sites,
 )
-from tests.contracts import Params, QueryContract
+from tests.contracts import Params, QueryContract, QueryModeContract
 from tests.test_query_linreg import regression_rows, regression_store
 
 # The extreme public parameters overflow on purpose; numpy's warnings about it are expected.
@@ -173,19 +173,9 @@ class TestDpSepLogisticQuery(QueryContract):
         return pack(statistics)
 
 
-class TestDpSepCentredLogisticQuery(TestDpSepLogisticQuery):
+class TestDpSepCentredLogisticQuery(QueryModeContract, TestDpSepLogisticQuery):
     """The centred release (noise-aware mode): the same contract, sensitivity 2 C / S included, with the
     adversarial records and extreme cavities of the paper's release."""
-
-    # The gate's own behaviour (noise drawn for the declared blocks, seeds refused, one release per call)
-    # does not depend on what the query's blocks hold: the base class runs those tests once.
-    test_gate_releases_batch_means = None  # type: ignore[assignment]
-    test_gate_noise_is_calibrated_end_to_end = None  # type: ignore[assignment]
-    test_private_gate_refuses_a_seed = None  # type: ignore[assignment]
-    test_private_gate_refuses_sigma_zero = None  # type: ignore[assignment]
-    test_public_gates_with_one_seed_repeat = None  # type: ignore[assignment]
-    test_private_releases_ignore_numpy_global_seed = None  # type: ignore[assignment]
-    test_private_releases_ignore_patched_numpy_seeding = None  # type: ignore[assignment]
 
     def make_query(self) -> DpSepLogisticQuery:
         return DpSepLogisticQuery(self.clip, centred=True)

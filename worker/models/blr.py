@@ -165,20 +165,22 @@ class NoiseAwareSolver:
         vectors, gain, data_part = _noise_aware_eigen(data_precision, 0.0, noise_variance)
         return cls(z, vectors, gain, data_part)
 
+    def _mean(self, precision: Array) -> Array:
+        """Per eigenpair (h, u) of H, mean (h / (h + v)) u^T z / precision."""
+        mean: Array = self.vectors @ (self.gain * (self.vectors.T @ self.z) / precision)
+        return mean
+
     def moments(self, prior_precision: float) -> tuple[Array, Array]:
-        """(mean, covariance) under w ~ N(0, a^-1 I): per eigenpair (h, u) of H, precision
-        a + h^2 / (h + v) and mean (h / (h + v)) u^T z / precision."""
-        vectors, precision = self.vectors, prior_precision + self.data_part
-        mean: Array = vectors @ (self.gain * (vectors.T @ self.z) / precision)
-        covariance: Array = (vectors / precision) @ vectors.T
-        return mean, covariance
+        """(mean, covariance) under w ~ N(0, a^-1 I): per eigenpair of H, precision a + h^2 / (h + v)."""
+        precision = prior_precision + self.data_part
+        covariance: Array = (self.vectors / precision) @ self.vectors.T
+        return self._mean(precision), covariance
 
     def second_moments(self, prior_precision: float) -> Array:
         """E[w_i^2] = mu_i^2 + Sigma_ii under `moments`' posterior, without forming Sigma
         (Sigma_ii = sum_k V_ik^2 / precision_k)."""
-        vectors, precision = self.vectors, prior_precision + self.data_part
-        mean = vectors @ (self.gain * (vectors.T @ self.z) / precision)
-        second: Array = (vectors**2) @ (1.0 / precision) + mean**2
+        precision = prior_precision + self.data_part
+        second: Array = (self.vectors**2) @ (1.0 / precision) + self._mean(precision) ** 2
         return second
 
     def intercept_moments(self, prior_precision: float, intercept: int) -> tuple[Array, Array]:
