@@ -274,8 +274,14 @@ def regression_section(split: RegressionSplit, seeds: int, epsilons: Sequence[fl
             lambda eps: VIPSLinearRegression(epsilon=eps, delta=DELTA, iterations=5),
         ),
         "DP-SEP linear regression": (
+            "batch, T = 5, noise-aware (the rule's clip)",
+            lambda eps: DPSEPLinearRegression(epsilon=eps, delta=DELTA, iterations=5),
+        ),
+        "DP-SEP linear regression, the paper's model": (
             "batch, T = 5, noise variance 0.1",
-            lambda eps: DPSEPLinearRegression(epsilon=eps, delta=DELTA, iterations=5, noise_variance=0.1),
+            lambda eps: DPSEPLinearRegression(
+                epsilon=eps, delta=DELTA, iterations=5, noise_variance=0.1, noise_aware=False
+            ),
         ),
     }
     for epsilon in epsilons:

@@ -91,12 +91,12 @@ def regression_flow(service: Any, tmp_path: Path, analyst: str) -> None:
     custodian = service.key("custodian", "diabetes")
     service.set_budget("diabetes", 4, custodian, DELTA)
     baseline = float(np.sqrt(np.mean((split.test.targets - split.train.targets.mean()) ** 2)))
-    for algorithm, extra in (("vips", []), ("dpsep", ["--option", "noise_variance=0.1"])):
+    for algorithm in ("vips", "dpsep"):
         for dataset, noise in (("diabetes-public", ["--sigma", "0"]), ("diabetes", ["--epsilon", "1.5"])):
             posterior = tmp_path / f"reg-{algorithm}-{dataset}.json"
             done = service.vips(
                 "fit", "--dataset", dataset, "--model", "linreg", "--algorithm", algorithm, "--iterations",
-                "5", "--batch-size", "354", *noise, *extra, "--wait", "-o", str(posterior), key=analyst,
+                "5", "--batch-size", "354", *noise, "--wait", "-o", str(posterior), key=analyst,
             )  # fmt: skip
             job = json.loads(done.stdout.strip().splitlines()[-1])
             assert job["status"] == "succeeded", job

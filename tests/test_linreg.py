@@ -192,7 +192,7 @@ def test_diabetes_posterior_mean_is_ridge_regression() -> None:
     assert error * split.target_scale < 60.0
 
 
-def _coverage(fits: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> tuple[float, float]:
+def coverage_and_slope(fits: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> tuple[float, float]:
     """(share of true weights inside their 90% intervals, slope of the means on the truth through 0)."""
     truth = np.concatenate([w for w, _, _ in fits])
     mean = np.concatenate([m for _, m, _ in fits])
@@ -214,7 +214,7 @@ def test_private_intervals_cover_the_true_weights_at_their_nominal_rate() -> Non
         data = draw("linreg", seed, 10_000)
         model = VIPSLinearRegression(epsilon=1.0).fit(data.train, data.y)
         fits.append((data.weights, model.coef_, np.sqrt(np.diag(model.covariance_))))
-    coverage, slope = _coverage(fits)
+    coverage, slope = coverage_and_slope(fits)
     assert 0.80 <= coverage <= 0.97, coverage
     assert 0.9 <= slope <= 1.1, slope
 

@@ -17,12 +17,15 @@ from privacy_wall.queries.dpsep import (
     BLOCK,
     GRADIENT_SCALE,
     LOGISTIC_SITE_PRECISION_BOUND,
+    NORMAL_GAMMA_SITE_BOUND,
     DpSepLinearQuery,
     DpSepLogisticQuery,
+    DpSepNormalGammaQuery,
     logistic_centred_sites,
     logistic_log_partition_derivatives,
     logistic_sites,
 )
+from privacy_wall.queries.linreg import LinearRegressionQuery, joint_second_moment
 from tests.contracts import Params, QueryContract, QueryModeContract
 from tests.test_query_linreg import regression_rows, regression_store
 
@@ -278,6 +281,116 @@ class TestDpSepLinearQuery(QueryContract):
         return pack(statistics)
 
 
+class TestDpSepNormalGammaQuery(QueryContract):
+    """Normal-Gamma sites P(z z^T), z = (x, y), with C = 1 < sqrt(3): records near the bounds are clipped."""
+
+    dimension = D
+    clip = 1.0
+
+    def make_query(self) -> DpSepNormalGammaQuery:
+        return DpSepNormalGammaQuery(self.clip)
+
+    def make_batch(self, rng: np.random.Generator, size: int) -> Batch:
+        return regression_rows(rng, size, D)
+
+    def random_record(self, rng: np.random.Generator) -> Batch:
+        return self.make_batch(rng, 1)
+
+    def make_params(self, rng: np.random.Generator) -> list[Params]:
+        return [{}]  # the exact site does not depend on the cavity
+
+    def adversarial_records(self, params: Params) -> list[Batch]:
+        # Orthogonal z = (e_i, 0) -> (e_j, 0) or (0, +-1): packed triangles of norm 1 = C and inner product 0,
+        # so the sum moves by sqrt(2) C, the whole Delta; (e_1, 1) -> (e_1, -1) moves only the y x part.
+        directions = [*np.eye(D), unit([1.0, 1.0, 0.0]), unit([1.0, -1.0, 1.0]), np.zeros(D)]
+        return [record(x, y) for x in directions for y in (-1.0, 0.0, 1.0)]
+
+    def out_of_bound_records(self, rng: np.random.Generator) -> list[Batch]:
+        return [
+            record(5 * unit(rng.normal(size=D)), 1.0),
+            record(np.eye(D)[0], 40.0),
+            record(1e6 * unit([1.0, -2.0, 0.5]), -1e6),
+            record(np.zeros(D), 7.0),
+            record(1e160 * np.eye(D)[0], 0.0),  # ||x||^2 overflows
+        ]
+
+    def malformed_params(self) -> list[Params]:
+        return [cavity(np.zeros(D), np.eye(D)), {"cavity_mean": np.zeros(D)}]
+
+    def expected_sensitivities(self, batch_size: int) -> dict[str, float]:
+        # One PSD block (z z^T's triangle) of per-record norm <= C: sqrt(2) C / S.
+        return {BLOCK: math.sqrt(2.0) * self.clip / batch_size}
+
+    def make_store(self, name: str, rows: Batch, *, public: bool) -> RowStore:
+        assert rows.labels is not None
+        return regression_store(name, rows.features, rows.labels, public=public)
+
+    def calibration_rows(self, rng: np.random.Generator) -> Batch:
+        # Unit rows and labels +-1: ||P(z z^T)|| is in [1.63, sqrt(3)], so every record is scaled by a factor
+        # in [0.57, 0.61], and the mean of z z^T is ~ 0.6 diag(1/3, 1/3, 1/3, 1), far from the PSD boundary.
+        labels = np.where(rng.random(self.calibration_population) < 0.5, -1.0, 1.0)
+        return unit_rows(rng, self.calibration_population, labels)
+
+    def calibration_params(self) -> Params:
+        return {}
+
+    def check_postprocess_inactive(
+        self, exact_means: dict[str, np.ndarray], noise_std: dict[str, float]
+    ) -> None:
+        """Mirroring + projection is the identity when the noised (D + 1) x (D + 1) matrix stays positive
+        definite: its (D + 1)(D + 2) / 2 distinct noise entries have |z| < 7 except with probability
+        < 2000 * 10 * 2.6e-12, and then ||E||_2 <= ||E||_F < 7 std (D + 1); asked: by a factor 2."""
+        joint = np.zeros((D + 1, D + 1))
+        joint[np.triu_indices(D + 1)] = exact_means[BLOCK]
+        joint = joint + np.triu(joint, 1).T
+        assert float(np.linalg.eigvalsh(joint)[0]) > 2 * 7 * noise_std[BLOCK] * (D + 1)
+
+    def released_blocks(self, statistics: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        joint = joint_second_moment(statistics["xx"], statistics["yx"], float(statistics["yy"][0]))
+        return {BLOCK: upper_triangle(joint)}
+
+
+def test_normal_gamma_sites_are_the_data_statistics_when_nothing_is_clipped() -> None:
+    """With C = sqrt(3), the largest ||P(z z^T)|| within the bounds, the released sums are VIPS-linreg's
+    sum x x^T, sum y x and sum y^2 exactly; with C = 1 every record's contribution has norm <= C, and is
+    unscaled exactly when its own norm is <= C."""
+    rng = np.random.default_rng(402)
+    batch = regression_rows(rng, 300, D)
+    assert batch.labels is not None
+    whole = DpSepNormalGammaQuery(NORMAL_GAMMA_SITE_BOUND)
+    released = whole.postprocess({BLOCK: whole.clipped_sums(batch, {}, rng)[BLOCK]}, D)
+    statistics = LinearRegressionQuery().clipped_sums(batch, {}, rng)
+    np.testing.assert_allclose(upper_triangle(released["xx"]), statistics["xx"], rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(released["yx"], statistics["yx"], rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(released["yy"], statistics["yy"], rtol=1e-10)
+    clipped = DpSepNormalGammaQuery(1.0)
+    scaled = 0
+    for n in range(batch.size):
+        one = Batch(batch.features[n : n + 1], batch.labels[n : n + 1])
+        z = np.append(one.features[0], one.labels[0])
+        site = upper_triangle(np.outer(z, z))
+        contribution = clipped.clipped_sums(one, {}, rng)[BLOCK]
+        assert np.linalg.norm(contribution) <= 1.0 + 1e-12
+        if np.linalg.norm(site) <= 1.0:
+            np.testing.assert_allclose(contribution, site, rtol=1e-12, atol=1e-15)
+        else:
+            scaled += 1
+            np.testing.assert_allclose(contribution, site / np.linalg.norm(site), rtol=1e-10, atol=1e-15)
+    assert 30 < scaled < 270
+
+
+def test_normal_gamma_postprocess_projects_the_joint_second_moment() -> None:
+    """A heavily noised mean of z z^T comes out PSD (so the posterior's Gamma rate stays >= b0) and split
+    into xx, yx and yy."""
+    rng = np.random.default_rng(403)
+    query = DpSepNormalGammaQuery(1.0)
+    for _ in range(20):
+        out = query.postprocess({BLOCK: rng.normal(size=(D + 1) * (D + 2) // 2)}, D)
+        joint = joint_second_moment(out["xx"], out["yx"], float(out["yy"][0]))
+        assert float(np.linalg.eigvalsh(joint)[0]) >= -1e-12
+        assert out["xx"].shape == (D, D) and out["yx"].shape == (D,) and out["yy"].shape == (1,)
+
+
 # --------------------------------------------------------------------------------------------------------
 # The moment matching itself.
 
@@ -414,3 +527,6 @@ def test_construction_is_checked() -> None:
             DpSepLogisticQuery(clip)
     with pytest.raises(ValueError, match="noise_precision"):
         DpSepLinearQuery(1.0, 0.0)
+    for clip in (0.0, math.inf, True):
+        with pytest.raises(ValueError, match="clip"):
+            DpSepNormalGammaQuery(clip)

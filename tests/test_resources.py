@@ -301,6 +301,20 @@ def test_linreg_estimates_bound_a_real_fit() -> None:
     check(measured, resources.estimate("linreg", "vips", {}, 100, 4000, 3))
 
 
+def test_dpsep_linreg_estimates_bound_a_real_fit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """DP-SEP linear regression's Normal-Gamma sites on the same synthetic regression (100 features),
+    batches of 4000 rows: the batch and the chunk's 5 C d copies of x and z = (x, y) dominate."""
+    _fitted_by(monkeypatch, "dpsep")
+    rng = np.random.default_rng(0)
+    x = _random_rows(rng, 8000, 100)
+    w = rng.normal(size=100)
+    y = np.clip(x @ (0.8 * w / np.linalg.norm(w)) + rng.normal(scale=0.05, size=8000), -1.0, 1.0)
+    store = InMemoryTabularStore("regression", x, y, public=True, kind="regression")
+    settings = LoopSettings(iterations=3, batch_size=4000, sigma=1.0)
+    measured = measure(store, "linreg", {}, settings)
+    check(measured, resources.estimate("linreg", "dpsep", {}, 100, 4000, 3))
+
+
 @pytest.mark.slow
 def test_dpvi_estimates_bound_a_real_fit(monkeypatch: pytest.MonkeyPatch) -> None:
     """DPVI-BLR on Adult (114 features), batches of 4000 rows, one draw: clip_rows' 9 S d (the batch, the

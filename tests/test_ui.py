@@ -265,8 +265,15 @@ def test_the_interval_note_names_the_tested_coverage_and_nothing_for_untested_mo
     at_zero = TESTED[("blr", "vips")][1]
     note = str(interval_note("blr", "vips", False))
     assert note.endswith(f"covered {at_zero} of the true weights at sigma 0.")
-    assert str(interval_note("blr", "dpsep", True)).endswith("(read them as far too narrow there).")
-    assert str(interval_note("linreg", "dpsep", True)).endswith("so its intervals are wide.")
+    # DP-SEP's noise-aware mode (the default) and the paper's (noise_aware 0) have their own lines.
+    assert str(interval_note("blr", "dpsep", True, {"clip": 0.3})).endswith("given only epsilon 0.3-3.")
+    paper = str(interval_note("blr", "dpsep", True, {"noise_aware": 0, "clip": 0.25}))
+    assert "(the paper's mode, noise_aware=0) covered 18-56%" in paper and paper.endswith("far too narrow).")
+    assert str(interval_note("linreg", "dpsep", True, {"noise_aware": 0})).endswith(
+        "so its intervals are wide."
+    )
+    assert "covered 87-93%" in str(interval_note("linreg", "dpsep", True, {"clip": 0.7}))
+    assert interval_note("blr", "vips", True, {"noise_aware": 0}) == interval_note("blr", "vips", True)
     assert interval_note("lda", "vips", True) is None and interval_note("sbn", "vips", False) is None
     # every (model, algorithm) with coefficients has a line, so no coefficient table goes without one
     from service.planning.schedules import RULES

@@ -473,16 +473,19 @@ class VIPSLinearRegression(_LinearRegressionFit):
 
 @dataclass(kw_only=True, eq=False, repr=False)
 class DPSEPLinearRegression(_LinearRegressionFit):
-    """Private Bayesian linear regression by DP-SEP with a known noise variance (clip None bounds each
-    site by the ingestion bounds, so nothing is clipped)."""
+    """Private Bayesian linear regression by DP-SEP (worker.models.dpsep): noise_aware True (default) learns
+    the noise variance and carries the release noise into the intervals; False is the paper's model with a
+    known noise_variance (1 unless given). None options: as the service chooses them with epsilon, else
+    the model's default (clip: each site's bound under the ingestion bounds, so nothing is clipped)."""
 
     algorithm = "dpsep"
-    option_names = ("clip", "damping", "prior_variance", "noise_variance")
+    option_names = ("clip", "damping", "prior_variance", "noise_variance", "noise_aware")
 
     clip: float | None = None
     damping: float | None = None
     prior_variance: float | None = None
     noise_variance: float | None = None
+    noise_aware: bool | None = None
 
 
 @dataclass(kw_only=True, eq=False, repr=False)

@@ -1,5 +1,5 @@
 """DP-SEP's moment matching behind the wall (Vinaroz and Park, TMLR 2022, Alg. 3), for Bayesian logistic
-regression and for linear regression with a known noise variance.
+regression and for linear regression (with a known noise variance, or Normal-Gamma with it unknown).
 
 SEP keeps one Gaussian site factor f(w), with natural parameters theta_f = (eta_f, Lambda_f)
 (precision-times-mean, precision), replicated N times: q(w) = p0(w) f(w)^N. Given the public cavity
@@ -51,6 +51,22 @@ between the two parts as VIPS-BLR's release (g / 2 beside H) does. Privacy: the 
 word for word, since it never uses what the clipped vector holds: every record's released contribution has
 norm <= C after the clip, so replacing one record moves the block's sum by at most 2 C.
 
+Normal-Gamma sites (DpSepNormalGammaQuery, worker.models.dpsep's noise-aware linear regression; issue 51).
+With the noise precision tau unknown, a record's likelihood tau^(1/2) exp(-tau (y - w^T x)^2 / 2) is an
+exponential family in (w, tau) with statistics (y x, x x^T, y^2, 1): the Normal-Gamma prior is conjugate, so
+moment matching is exact and the site is the likelihood itself, whatever the cavity (no public parameters).
+The record is first clipped to the ingestion bounds (||x|| <= 1, |y| <= 1, as privacy_wall.queries.linreg);
+its released vector is v_n = P(z z^T), the packed upper triangle of the (d + 1) x (d + 1) PSD matrix of
+z = (x, y), which holds x x^T's triangle, y x and y^2 (the count 1 is public and not released: the public
+half counts N records), scaled to ||v_n|| <= C. Sensitivity sqrt(2) C / S, not 2 C / S, although y x is
+signed: for PSD A, A' the packed triangles satisfy <P(A), P(A')> = (tr(A A') + sum_i A_ii A'_ii) / 2 >= 0,
+so ||v - v'||^2 <= ||v||^2 + ||v'||^2 <= 2 C^2 (the Block rule for PSD contributions, scaled by the clip
+factors >= 0), reached by orthogonal z, z' of norm >= C. ||P(z z^T)||^2 = (||z||^4 + sum_i z_i^4) / 2 <= 3
+within the bounds, so a clip C >= sqrt(3) clips nothing; a smaller one tempers the likelihood of the
+records of large norm by their clip factor while the public half counts them whole. Postprocessing: the
+released mean, a noised mean of PSD matrices, is mirrored and projected to the PSD cone, and split into
+"xx", "yx" and "yy", as privacy_wall.queries.linreg's is.
+
 Released block (one, general sign since eta_fn is signed): "site" = (1/S) sum_n clip(theta_fn), per-record
 bound C, replace-one sensitivity Delta = 2 C / S. Post-processing (data-independent): split it into
 "precision_times_mean" (d,) and "precision" (d x d, mirrored and projected to PSD, so that q's precision
@@ -93,6 +109,7 @@ from scipy.special import expit
 from privacy_wall.data.store import Batch
 from privacy_wall.noise.mechanisms import clip_factors, project_psd, symmetric_from_upper, upper_triangle
 from privacy_wall.queries.base import Array, Block, chunked_sums
+from privacy_wall.queries.linreg import bounded_records
 
 BLOCK = "site"
 PARAMS = ("cavity_mean", "cavity_covariance")
@@ -113,6 +130,9 @@ LOGISTIC_SITE_PRECISION_BOUND = 0.25
 #: so that extreme (finite) public parameters cannot produce inf - inf; real posteriors are far inside.
 MAX_ACTIVATION = 1e8
 MAX_VARIANCE = 1e8
+
+#: The largest norm of a Normal-Gamma site within the ingestion bounds: a clip this large clips nothing.
+NORMAL_GAMMA_SITE_BOUND = math.sqrt(3.0)
 
 _NODES, _WEIGHTS = hermegauss(QUADRATURE_NODES)
 _LOG_WEIGHTS = np.log(_WEIGHTS / math.sqrt(2.0 * math.pi))  # probabilists' weights sum to sqrt(2 pi)
@@ -283,3 +303,49 @@ class DpSepLinearQuery(DpSepQuery):
     def sites(self, labels: Array, m: Array, v: Array) -> tuple[Array, Array]:
         tau = self.noise_precision
         return tau * labels, np.full(labels.shape, tau)
+
+
+class DpSepNormalGammaQuery:
+    """DP-SEP for Normal-Gamma linear regression: each record's exact site, the packed triangle of z z^T
+    for z = (x, y), clipped to C and released as one PSD block, Delta = sqrt(2) C / S (module docstring,
+    "Normal-Gamma sites"); no public parameters."""
+
+    name = "dpsep-linreg"
+
+    def __init__(self, clip: float) -> None:
+        if isinstance(clip, bool) or not isinstance(clip, int | float) or not (0 < clip < math.inf):
+            raise ValueError("clip must be a finite number > 0")
+        self.clip = float(clip)
+
+    def blocks(self, dimension: int) -> tuple[Block, ...]:
+        return (Block(BLOCK, self.clip, nonnegative_or_psd=True),)
+
+    def validate_params(self, params: dict[str, Array], dimension: int) -> None:
+        if params:
+            raise ValueError(f"{self.name} takes no public parameters (its sites do not depend on q)")
+
+    def clipped_sums(
+        self, batch: Batch, params: dict[str, Array], rng: np.random.Generator
+    ) -> dict[str, Array]:
+        """Per-record clipped contributions summed chunk by chunk (base.chunked_sums)."""
+        return chunked_sums(batch, self._chunk_sums)
+
+    def _chunk_sums(self, batch: Batch) -> dict[str, Array]:
+        x, y = bounded_records(batch, self.name)
+        z = np.column_stack([x, y])
+        squares = z * z
+        length2 = squares.sum(axis=1)
+        # ||P(z z^T)||^2 = (||z||^4 + sum_i z_i^4) / 2 (module docstring).
+        factors = clip_factors(
+            np.sqrt((length2 * length2 + (squares * squares).sum(axis=1)) / 2.0), self.clip
+        )
+        return {BLOCK: upper_triangle((z * factors[:, None]).T @ z)}
+
+    def postprocess(self, noised_means: dict[str, Array], dimension: int) -> dict[str, Array]:
+        """Mirror z z^T's mean, project it to the PSD cone, and split it into xx, yx and yy."""
+        joint = project_psd(symmetric_from_upper(noised_means[BLOCK], dimension + 1))
+        return {
+            "xx": joint[:dimension, :dimension],
+            "yx": joint[:dimension, dimension].copy(),
+            "yy": np.array([joint[dimension, dimension]]),
+        }

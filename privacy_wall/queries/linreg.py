@@ -73,6 +73,21 @@ def joint_second_moment(xx: Array, yx: Array, yy: float) -> Array:
     return joint
 
 
+def bounded_records(batch: Batch, query: str) -> tuple[Array, Array]:
+    """The batch's records clipped to the ingestion bounds ||x|| <= 1, |y| <= 1 (a no-op within them): x
+    scaled by min(1, 1 / ||x||), y clipped to [-1, 1]; a record with a non-finite value becomes (0, 0) and
+    one whose ||x||^2 overflows gets x = 0."""
+    x, y = batch.features, batch.labels
+    if y is None:
+        raise ValueError(f"{query} needs labelled rows")
+    with np.errstate(over="ignore", invalid="ignore"):
+        finite = np.isfinite(x).all(axis=1) & np.isfinite(y)
+        x = np.where(finite[:, None], x, 0.0)
+        y = np.where(finite, y, 0.0)
+        x = x * clip_factors(np.sqrt(np.einsum("ij,ij->i", x, x)), 1.0)[:, None]
+    return x, np.clip(y, -1.0, 1.0)
+
+
 class LinearRegressionQuery:
     """The wall's half of VIPS for conjugate Bayesian linear regression: clipped data statistics."""
 
@@ -103,17 +118,8 @@ class LinearRegressionQuery:
 
     def _chunk_sums(self, batch: Batch, params: dict[str, Array]) -> dict[str, Array]:
         del params  # independent of the posterior
-        x, y = batch.features, batch.labels
-        if y is None:
-            raise ValueError("linreg needs labelled rows")
-        with np.errstate(over="ignore", invalid="ignore"):
-            finite = np.isfinite(x).all(axis=1) & np.isfinite(y)
-            x = np.where(finite[:, None], x, 0.0)
-            y = np.where(finite, y, 0.0)
-            # Clip the record to the ingestion bounds ||x|| <= 1, |y| <= 1 (an overflowing ||x|| gives x = 0);
-            # then ||x x^T||_F = ||x||^2 <= XX_BOUND, ||y x|| <= YX_BOUND and y^2 <= YY_BOUND.
-            x = x * clip_factors(np.sqrt(np.einsum("ij,ij->i", x, x)), 1.0)[:, None]
-            y = np.clip(y, -1.0, 1.0)
+        # Within the ingestion bounds ||x x^T||_F = ||x||^2 <= XX_BOUND, ||y x|| <= YX_BOUND, y^2 <= YY_BOUND.
+        x, y = bounded_records(batch, self.name)
         return {
             "xx": upper_triangle(x.T @ x),
             "yx": x.T @ y,

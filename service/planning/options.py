@@ -108,7 +108,9 @@ ALGORITHM_OPTIONS: dict[tuple[str, str], dict[str, OptionSpec]] = {
     # noise_aware 1 (default): centred releases and the noise-aware Newton step (worker.models.dpsep);
     # 0: the paper's damped site average.
     ("dpsep", "blr"): {**_DPSEP_OPTIONS, "noise_aware": _whole(0, 1)},
-    ("dpsep", "linreg"): {**_DPSEP_OPTIONS, "noise_variance": _SCALE},
+    # noise_aware 1 (default): Normal-Gamma, the noise variance learned and the release noise propagated
+    # (worker.models.dpsep); 0: the paper's known noise_variance (1 unless given).
+    ("dpsep", "linreg"): {**_DPSEP_OPTIONS, "noise_variance": _SCALE, "noise_aware": _whole(0, 1)},
 }
 
 
@@ -167,10 +169,17 @@ def schedule_problem(model: str, options: dict[str, float], sigma: float) -> tup
     private dataset does not publish it, so it is allowed only without noise (docs/design.md section 6).
     DP-SEP-BLR's damping weighs the paper's damped site average, which its noise-aware mode (the default,
     and the rule's choice above its smallest scales) replaces by Newton steps: it is taken only with
-    noise_aware 0 (damping is an option of no other logistic model).
+    noise_aware 0 (damping is an option of no other logistic model). DP-SEP linear regression's
+    noise_variance is the paper's known one; its noise-aware mode (the default) learns it: it is taken only
+    with noise_aware 0 (noise_variance is an option of no other linear model).
     """
     if model == "lda" and options.get("doc_length") == 0 and sigma > 0:
         return "doc_length", "doc_length 0 (documents kept as they are) is only allowed with sigma 0"
     if model == "blr" and "damping" in options and options.get("noise_aware", 1) != 0:
         return "damping", "damping weighs DP-SEP's damped site average: give it with noise_aware=0"
+    if model == "linreg" and "noise_variance" in options and options.get("noise_aware", 1) != 0:
+        return (
+            "noise_variance",
+            "DP-SEP's noise-aware mode learns the noise variance: give it with noise_aware=0",
+        )
     return None

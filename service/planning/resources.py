@@ -136,12 +136,15 @@ def dpsep_footprint(d: int, s: int, logistic: bool) -> Footprint:
     the nodes a, log-weights, weights, sigmoids and the products of g, h and the curvature, 7 C K); the
     labels' copies, cavity marginals, site parameters, norms and clip_sites' temporaries (23 C); the
     site precision, its mirror and PSD projection and the Gaussian states (12 d^2). Release eta (d) +
-    precision (d^2). Posterior: 6 d^2 + 6 d."""
+    precision (d^2); for linear regression's Normal-Gamma sites the chunk's bounded copies of x, z = (x, y),
+    z^2 and the scaled z (5 C d in place of 2 C d) and a release of at most (d + 1)^2. Posterior:
+    6 d^2 + 6 d."""
     c = chunk_rows(d, s)
+    copies = 2 if logistic else 5
     quadrature = 7 * c * DPSEP_QUADRATURE_NODES if logistic else 0
     return Footprint(
-        s * d + s + 2 * c * d + quadrature + 23 * c + 12 * d * d,
-        d + d * d,
+        s * d + s + copies * c * d + quadrature + 23 * c + 12 * d * d,
+        d + d * d if logistic else (d + 1) ** 2,
         6 * d * d + 6 * d,
         ("batch_size",),
         f"{d} features",

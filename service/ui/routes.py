@@ -443,7 +443,7 @@ def job_page(request: Request, engine: EngineDep, settings: SettingsDep, job_id:
             "alone_by_pld": None
             if dataset is None
             else alone_by_pld(job.sigma, job.batch_size, dataset.population, job.iterations, job.delta),
-            "interval_note": interval_note(job.model, job.algorithm, job.sigma > 0),
+            "interval_note": interval_note(job.model, job.algorithm, job.sigma > 0, job.options),
             "timing": views.job_timing(public),
         }
         return _page(request, "job.html", session=session, **context)

@@ -13,41 +13,17 @@ Create Date: 2026-12-07 19:00:00
 
 from __future__ import annotations
 
-import sqlalchemy as sa
-from alembic import op
+from migrations.job_options import pin_option, unpin_option
 
 revision = "0017"
 down_revision = "0016"
 branch_labels = None
 depends_on = None
 
-jobs = sa.table(
-    "jobs",
-    sa.column("id", sa.String),
-    sa.column("model", sa.String),
-    sa.column("algorithm", sa.String),
-    sa.column("options", sa.JSON),
-)
-
-
-def _dpsep_blr_options(conn: sa.Connection) -> list[tuple[str, dict[str, float]]]:
-    """(id, options) of every DP-SEP-BLR job."""
-    query = sa.select(jobs.c.id, jobs.c.options).where(jobs.c.model == "blr", jobs.c.algorithm == "dpsep")
-    return [(job_id, options) for job_id, options in conn.execute(query).all()]
-
 
 def upgrade() -> None:
-    conn = op.get_bind()
-    for job_id, options in _dpsep_blr_options(conn):
-        if "noise_aware" not in options:
-            conn.execute(
-                sa.update(jobs).where(jobs.c.id == job_id).values(options={**options, "noise_aware": 0})
-            )
+    pin_option("blr", "dpsep", "noise_aware", 0)
 
 
 def downgrade() -> None:
-    conn = op.get_bind()
-    for job_id, options in _dpsep_blr_options(conn):
-        if options.get("noise_aware") == 0:
-            rest = {name: value for name, value in options.items() if name != "noise_aware"}
-            conn.execute(sa.update(jobs).where(jobs.c.id == job_id).values(options=rest))
+    unpin_option("blr", "dpsep", "noise_aware", 0)
