@@ -132,6 +132,7 @@ CASES: dict[str, AuditCase] = {
     "dpvi": AuditCase(dpvi_tests.TestDpviQuery(), 1000),
     "dpsep-logistic": AuditCase(dpsep_tests.TestDpSepLogisticQuery(), 1000),
     "dpsep-linear": AuditCase(dpsep_tests.TestDpSepLinearQuery(), 1000),
+    "dpsep-normal-gamma": AuditCase(dpsep_tests.TestDpSepNormalGammaQuery(), 1000),
     "lda": AuditCase(lda_tests.TestLdaQuery(), 300),
     "sbn": AuditCase(sbn_tests.TestSbnQuery(), 100),
 }
