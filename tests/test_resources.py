@@ -170,7 +170,7 @@ def test_the_mirrored_constants_match_the_wall_and_the_models() -> None:
     assert resources.QUERY_MIN_CHUNK_ROWS == query_base.MIN_CHUNK_ROWS
     assert resources.LDA_RESAMPLE_CHUNK == lda_query.RESAMPLE_CHUNK
     assert resources.LDA_CHUNK_ELEMENTS == lda_query.CHUNK_ELEMENTS
-    assert resources.SBN_DEFAULT_HIDDEN == sbn.DEFAULT_HIDDEN
+    assert resources.SBN_DEFAULTS["hidden"] == sbn.DEFAULT_HIDDEN  # one fact, read by both
     assert resources.SBN_DEFAULT_FREQUENCY_COPIES == sbn_query.DEFAULT_FREQUENCY_COPIES
     assert registry.LDA_DEFAULTS is resources.LDA_DEFAULTS  # one fact, read by both
 

@@ -20,6 +20,7 @@ from service.planning.schedules import (
     Rule,
     choose_schedule,
     chosen_options,
+    job_scale,
     rule_batch,
     rule_for,
     rule_iterations,
@@ -354,6 +355,21 @@ def test_the_quote_says_what_the_scale_was_measured_to_give() -> None:
     assert "expect" not in large.why
     assert "expect" not in choose_schedule("lda", "vips", 3_000, None, dimension=5_000).why
     pixels = choose_schedule("sbn", "vips", 4_000, 1.0)
-    assert pixels.why.endswith("; expect about the pixel means: no hidden unit learns at this scale")
+    assert pixels.why.endswith("; expect about the pixel means: no hidden unit learns reliably at this scale")
     assert "expect" not in choose_schedule("sbn", "vips", 40_000, 1.0).why
     assert "expect" not in choose_schedule("blr", "vips", 1_000, 0.1).why
+
+
+def test_the_sbn_rule_reads_its_scale_at_784_pixels_and_50_units() -> None:
+    """Issue 51: the SBN's weights' drive has noise sqrt(J K) per entry, so epsilon x N is read times
+    sqrt(784 x 50 / (J K)); up to 25,000 the pixel-means release (T 3, 8 copies), above it one release from
+    init_scale 3 (docs/schedules.md, "VIPS-SBN by held-out likelihood")."""
+    digits = choose_schedule("sbn", "vips", 4_000, 5.0, dimension=784)  # 20,000
+    assert (digits.iterations, digits.options) == (3, {"frequency_copies": 8})
+    above = choose_schedule("sbn", "vips", 4_000, 6.5, dimension=784)  # 26,000
+    assert (above.iterations, above.options) == (1, {"frequency_copies": 1, "init_scale": 3.0})
+    fewer = choose_schedule("sbn", "vips", 1_000, 20.0, dimension=784, options={"hidden": 10})  # 44,700
+    assert fewer.iterations == 1 and fewer.options["init_scale"] == 3.0
+    small = choose_schedule("sbn", "vips", 4_000, 2.0, dimension=64)  # 8,000 x 3.5 = 28,000
+    assert small.iterations == 1
+    assert job_scale("sbn", "vips", 4_000, 2.0, {"hidden": 200}, 784) == pytest.approx(4_000.0)

@@ -279,3 +279,22 @@ def test_the_interval_note_names_the_tested_coverage_and_nothing_for_untested_mo
     from service.planning.schedules import RULES
 
     assert {key for key in RULES if key[0] in ("blr", "linreg")} == set(TESTED)
+
+
+def test_an_sbn_summary_counts_active_units_and_the_page_names_the_fallback() -> None:
+    """Issue 51: a fit whose hidden units are all off is its private pixel frequencies alone; the job page
+    says so, and otherwise how many units are active."""
+    from service.ui.routes import templates
+    from service.ui.views import summarize
+
+    off = {"model": "sbn", "W": [[0.0, 0.0, 0.0]] * 4, "b": [0.0] * 3, "c": [0.1] * 4}
+    one = {**off, "W": [[0.0, 0.5, 0.0], [0.0, 0.0, 0.0], [0.0, -0.2, 0.0], [0.0, 0.0, 0.0]]}
+    assert summarize(off, {}).active_units == 0 and summarize(one, {}).active_units == 1
+    block = templates.env.from_string(
+        (Path(__file__).parents[1] / "service/ui/templates/job.html")
+        .read_text()
+        .split('{% elif summary.model == "sbn" %}')[1]
+        .split("{% if summary.square_pixels %}")[0]
+    )
+    assert "private pixel frequencies alone" in block.render(summary=summarize(off, {}))
+    assert "1 of 3 hidden units are active" in block.render(summary=summarize(one, {}))

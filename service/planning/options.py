@@ -41,6 +41,9 @@ LDA_DEFAULTS = {"topics": 10, "doc_length": 500, "clip": 0.1}
 #: DPVI-BLR's defaults that the dashboard's convergence replay reads too (worker.models.dpvi's fields take
 #: them from here; the learning rate's reason is there).
 DPVI_DEFAULTS = {"prior_variance": 1.0, "learning_rate": 0.5}
+#: The SBN's default number of hidden units, which planning reads too (its memory, its rule's scale; the
+#: worker's model reads it from here).
+SBN_DEFAULTS = {"hidden": 50}
 #: The dataset kind each model fits.
 MODEL_KINDS = {"blr": "tabular", "linreg": "regression", "lda": "bow", "sbn": "binary"}
 #: Options every model takes (the step-size schedule rho_t = (tau0 + t)^-kappa).

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from service.errors import Loc
 from service.jobs.storage import human_bytes
-from service.planning.options import LDA_DEFAULTS
+from service.planning.options import LDA_DEFAULTS, SBN_DEFAULTS
 
 #: A stored release: 8 bytes per float64 (.npz, deflated only where a sample shrinks to 3/4:
 #: service.store.release_arrays), plus 216 bytes per block (its .npy header and zip entries; up to 7 blocks)
@@ -50,7 +50,6 @@ FLOAT_BYTES = 8
 SBN_CHUNK_ROWS = 1024  # privacy_wall.queries.sbn.CHUNK_ROWS
 LDA_RESAMPLE_CHUNK = 1024  # privacy_wall.queries.lda.RESAMPLE_CHUNK
 LDA_CHUNK_ELEMENTS = 2**19  # privacy_wall.queries.lda.CHUNK_ELEMENTS
-SBN_DEFAULT_HIDDEN = 50  # worker.models.sbn.DEFAULT_HIDDEN
 SBN_DEFAULT_FREQUENCY_COPIES = 4  # privacy_wall.queries.sbn.DEFAULT_FREQUENCY_COPIES
 DPVI_DEFAULT_DRAWS = 1
 
@@ -204,7 +203,7 @@ def footprint(
         return lda_footprint(d, s, topics, doc_length, unigram=options.get("unigram_share", 0.0) > 0)
     if model == "sbn":
         copies = int(options.get("frequency_copies", SBN_DEFAULT_FREQUENCY_COPIES))
-        return sbn_footprint(d, s, int(options.get("hidden", SBN_DEFAULT_HIDDEN)), copies)
+        return sbn_footprint(d, s, int(options.get("hidden", SBN_DEFAULTS["hidden"])), copies)
     return blr_footprint(d, s)
 
 

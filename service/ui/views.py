@@ -150,6 +150,9 @@ class PosteriorSummary:
     coefficients: list[Coefficient] | None = None
     topics: list[TopicWords] | None = None
     hidden_units: int | None = None
+    #: SBN: units with any non-zero weight (the noise-aware M-step switches off what the noise cannot
+    #: support; none active: the posterior is its private pixel frequencies alone, the fallback).
+    active_units: int | None = None
     square_pixels: bool = False
 
 
@@ -168,6 +171,9 @@ def summarize(document: dict[str, Any], schema: dict[str, Any]) -> PosteriorSumm
         return PosteriorSummary(
             model,
             hidden_units=len(weights[0]) if weights else 0,
+            active_units=sum(any(row[k] != 0 for row in weights) for k in range(len(weights[0])))
+            if weights
+            else 0,
             square_pixels=math.isqrt(pixels) ** 2 == pixels,
         )
     return PosteriorSummary(model)

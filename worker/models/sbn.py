@@ -61,10 +61,11 @@ from privacy_wall.queries.sbn import (
     SigmoidBeliefNetworkQuery,
     hidden_posterior,
 )
+from service.planning.options import SBN_DEFAULTS
 from worker.models.base import Array
 
-#: The service's default number of hidden units (option "hidden").
-DEFAULT_HIDDEN = 50
+#: The service's default number of hidden units (option "hidden"; service.planning.options.SBN_DEFAULTS).
+DEFAULT_HIDDEN = SBN_DEFAULTS["hidden"]
 
 
 @dataclass(frozen=True)
