@@ -44,258 +44,71 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
-import resource
-import sys
 import time
 import warnings
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
 from threadpoolctl import threadpool_limits
 
+from bench.lda_common import (
+    CLIP,
+    DOC_LENGTH,
+    FULL_BATCH,
+    FULL_SETTING,
+    FULL_SIGMA,
+    INNER_ITERATIONS,
+    KAPPA,
+    PRIVATE_DELTA,
+    PRIVATE_EPSILON,
+    PRIVATE_ITERATIONS,
+    PRIVATE_KAPPA,
+    PRIVATE_RATE,
+    PRIVATE_SETTING,
+    PRIVATE_TAU0,
+    QUICK_PRIVATE_SETTING,
+    TAU0,
+    WIKI_BATCH,
+    WIKI_PASSES,
+    WIKI_TOPICS,
+    Counts,
+    Evaluation,
+    Row,
+    eps_text,
+    gensim_fit,
+    log,
+    mean_std,
+    sklearn_fit,
+    synthetic_data,
+    vips_fit,
+)
+from bench.lda_full import full_mode, full_worker_mode
+from bench.lda_sweeps import (
+    SWEEP_SIZES,
+    TEXT_TOPICS,
+    UNIGRAM_EPSILONS,
+    sweep_markdown,
+    sweep_section,
+    sweep_summary,
+    unigram_sweep_section,
+)
 from bench.strong_composition import calibrate_sigma_strong, strong_composition_epsilon
-from bench.text_corpus import TextCorpus, text_corpus
+from bench.text_corpus import text_corpus
 from privacy_wall.accounting.calibration import calibrate_sigma, epsilon
 from privacy_wall.data.store import InMemoryBowStore
-from privacy_wall.gate import Gate
-from privacy_wall.ledger.base import InMemoryLedger
 from privacy_wall.queries.lda import (
-    LdaQuery,
     fit_chunks,
     resample_documents,
     sanitize_counts,
     shifted_topic_word,
 )
-from service.planning.schedules import job_scale, rule_for, rule_iterations, rule_options
-from worker.datasets.synthetic_lda import generate_corpus, planted_topics
 from worker.datasets.wikipedia import load_wikipedia
 from worker.models.lda import (
-    LatentDirichletAllocation,
-    LdaState,
-    completion_perplexity,
-    default_smoothing,
     expected_log_beta,
-    perplexity_bound,
-    split_documents,
     unigram_perplexity,
 )
-from worker.runner import LoopSettings, run_vips
-
-Counts = sp.csr_array
-
-# Wikipedia comparison.
-WIKI_TOPICS = 20
-WIKI_BATCH = 256
-WIKI_PASSES = 5
-TAU0 = 10.0
-KAPPA = 0.7
-INNER_ITERATIONS = 30
-
-# Private comparison (paper Sec. 4.3 at a tenth of its corpus, same sampling rate and schedule).
-PRIVATE_EPSILON = 2.4
-PRIVATE_DELTA = 1e-4
-PRIVATE_RATE = 0.05
-PRIVATE_ITERATIONS = 20
-DOC_LENGTH = 500
-CLIP = 0.1
-PRIVATE_TAU0 = 1.0
-PRIVATE_KAPPA = 0.7
-
-
-@dataclass(frozen=True)
-class SyntheticSetting:
-    documents: int
-    vocabulary: int
-    topics: int
-    mean_length: float
-    alpha: float = 0.1
-    test_documents: int = 2000
-
-
-PRIVATE_SETTING = SyntheticSetting(documents=100_000, vocabulary=8_000, topics=50, mean_length=300.0)
-QUICK_PRIVATE_SETTING = SyntheticSetting(documents=100_000, vocabulary=2_000, topics=20, mean_length=100.0)
-FULL_SETTING = SyntheticSetting(documents=400_000, vocabulary=5_000, topics=50, mean_length=300.0)
-#: --full generates its corpus in pieces (seeds 1, 2, ...) and joins their arrays one at a time, so that
-#: generation peaks near 1.5 times the corpus (one call to generate_corpus holds it about three times).
-FULL_PIECES = 8
-FULL_BATCH = 20_000
-FULL_SIGMA = 1.24
-
-
-@dataclass
-class Row:
-    """One line of a results table: repeated fits of one method at one setting."""
-
-    section: str
-    method: str
-    setting: str
-    epsilon: float = math.inf
-    sigma: float = 0.0
-    completion: list[float] = field(default_factory=list)
-    bound: list[float] = field(default_factory=list)
-    docs_per_second: list[float] = field(default_factory=list)
-    seconds: list[float] = field(default_factory=list)
-    curve: list[float] = field(default_factory=list)
-
-
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
-def mean_std(values: Sequence[float], digits: int = 1) -> str:
-    if not values:
-        return "-"
-    if len(values) == 1:
-        return f"{values[0]:.{digits}f}"
-    return f"{np.mean(values):.{digits}f} +- {np.std(values):.{digits}f}"
-
-
-@dataclass(frozen=True)
-class Evaluation:
-    """A held-out set: whole documents (for the bound) and their observed / held-out halves."""
-
-    counts: Counts
-    observed: Counts
-    held_out: Counts
-    alpha: float
-
-    @classmethod
-    def of(cls, counts: Counts, alpha: float) -> Evaluation:
-        observed, held_out = split_documents(counts, seed=0)
-        return cls(counts, observed, held_out, alpha)
-
-    def completion(self, lam: np.ndarray) -> float:
-        return completion_perplexity(lam, self.observed, self.held_out, self.alpha)
-
-    def bound(self, lam: np.ndarray) -> float:
-        return perplexity_bound(lam, self.counts, self.alpha)
-
-
-@dataclass
-class VipsFit:
-    state: LdaState
-    epsilon: float
-    seconds: float
-
-
-def vips_fit(
-    counts: Counts,
-    *,
-    topics: int,
-    sigma: float,
-    batch_size: int,
-    iterations: int,
-    doc_length: int,
-    clip: float,
-    tau0: float,
-    kappa: float,
-    delta: float,
-    seed: int,
-    on_iteration: Callable[[int, LdaState], None] | None = None,
-    store: InMemoryBowStore | None = None,
-    passes: bool = False,
-    unigram_share: float = 0.0,
-    unigram_clip: float = 1.0,
-    word_prior: tuple[float, ...] | None = None,
-) -> VipsFit:
-    """VIPS-LDA through the gate (public and seeded at sigma = 0; `passes`: shuffled passes instead of
-    uniform minibatches, sigma = 0 only); seconds exclude on_iteration's time."""
-    public = sigma == 0
-    store = store or InMemoryBowStore("bench", counts, public=public)
-    ledger = InMemoryLedger(delta=delta)
-    longest = int(np.asarray(counts.sum(axis=1)).max()) if doc_length == 0 else None
-    query = LdaQuery(
-        topics,
-        doc_length=doc_length,
-        clip=clip,
-        inner_iterations=INNER_ITERATIONS,
-        max_document_length=longest,
-        unigram_share=unigram_share,
-        unigram_clip=unigram_clip,
-    )
-    excluded = 0.0
-
-    def callback(t: int, _release: object, state: LdaState) -> None:
-        nonlocal excluded
-        if on_iteration is not None:
-            start = time.perf_counter()
-            on_iteration(t, state)
-            excluded += time.perf_counter() - start
-
-    start = time.perf_counter()
-    result = run_vips(
-        Gate(store, ledger, seed=seed if public else None, passes=passes, padded=False),
-        query,
-        LatentDirichletAllocation(
-            topics, seed=seed, word_prior=word_prior, smoothing=default_smoothing(doc_length)
-        ),
-        LoopSettings(iterations, batch_size, sigma, tau0, kappa),
-        job_id="bench",
-        dimension=counts.shape[1],
-        population=counts.shape[0],
-        on_iteration=callback,
-    )
-    seconds = time.perf_counter() - start - excluded
-    return VipsFit(result.state, ledger.epsilon_spent() if sigma > 0 else math.inf, seconds)
-
-
-# --------------------------------------------------------------------------------------------------------
-# (a) Wikipedia, non-private.
-
-
-def sklearn_fit(counts: Counts, topics: int, seed: int) -> tuple[np.ndarray, float]:
-    from sklearn.decomposition import LatentDirichletAllocation as SkLda
-
-    model = SkLda(
-        n_components=topics,
-        learning_method="online",
-        batch_size=WIKI_BATCH,
-        max_iter=WIKI_PASSES,
-        learning_offset=TAU0,
-        learning_decay=KAPPA,
-        total_samples=counts.shape[0],
-        doc_topic_prior=1.0 / topics,
-        topic_word_prior=1.0 / topics,
-        random_state=seed,
-    )
-    matrix = sp.csr_matrix(counts)
-    start = time.perf_counter()
-    model.fit(matrix)
-    return np.asarray(model.components_, dtype=np.float64), time.perf_counter() - start
-
-
-def gensim_fit(counts: Counts, topics: int, seed: int) -> tuple[np.ndarray, float]:
-    import logging
-
-    from gensim.matutils import Sparse2Corpus
-    from gensim.models import LdaModel
-
-    logging.getLogger("gensim").setLevel(logging.ERROR)
-    corpus = Sparse2Corpus(sp.csc_matrix(sp.csr_matrix(counts).T))
-    id2word = {i: str(i) for i in range(counts.shape[1])}
-    start = time.perf_counter()
-    model = LdaModel(
-        corpus=corpus,
-        id2word=id2word,
-        num_topics=topics,
-        chunksize=WIKI_BATCH,
-        passes=WIKI_PASSES,
-        update_every=1,
-        alpha=np.full(topics, 1.0 / topics),
-        eta=1.0 / topics,
-        decay=KAPPA,
-        offset=TAU0,
-        iterations=50,
-        gamma_threshold=0.001,
-        random_state=seed,
-        eval_every=None,
-    )
-    seconds = time.perf_counter() - start
-    return np.asarray(model.state.get_lambda(), dtype=np.float64), seconds
 
 
 def wikipedia_section(seeds: int, article_order: bool) -> list[Row]:
@@ -370,25 +183,6 @@ def wikipedia_section(seeds: int, article_order: bool) -> list[Row]:
 
 # --------------------------------------------------------------------------------------------------------
 # (b) Private, synthetic.
-
-
-@dataclass(frozen=True)
-class SyntheticData:
-    train: Counts
-    evaluation: Evaluation
-    truth: np.ndarray
-    setting: SyntheticSetting
-
-
-def synthetic_data(setting: SyntheticSetting) -> SyntheticData:
-    truth = planted_topics(setting.topics, setting.vocabulary, seed=0)
-    train = generate_corpus(
-        setting.documents, truth, mean_length=setting.mean_length, alpha=setting.alpha, seed=1
-    )
-    test = generate_corpus(
-        setting.test_documents, truth, mean_length=setting.mean_length, alpha=setting.alpha, seed=2
-    )
-    return SyntheticData(train.counts, Evaluation.of(test.counts, 1.0 / setting.topics), truth, setting)
 
 
 def private_section(quick: bool, repeats: int) -> tuple[list[Row], dict[str, float]]:
@@ -499,612 +293,7 @@ def clipped_fraction(
     return clipped / rows.shape[0]
 
 
-# --------------------------------------------------------------------------------------------------------
-# (d) How much data and epsilon private LDA needs to beat the unigram baseline (issue 24.10).
-
-SWEEP_EPSILONS = (1.0, 2.4, 10.0, 100.0)
-SWEEP_DELTA = 1e-4
-#: The README's example job: K = 50, S = 2,000 of the bundled 2,786 documents, T = 20, N_w = 500, a = 0.1,
-#: the service's step sizes (tau0 = 0, kappa = 1: rho_t = 1/t).
-README_TOPICS = 50
-README_BATCH = 2000
-README_ITERATIONS = 20
-#: Synthetic corpora shaped like the bundled one (V = 5,000, ~50 tokens a document), K = 20 planted topics,
-#: at the paper's sampling rate S / D = 0.05 and T = 20 (one epoch).
-SWEEP_SIZES = (2_786, 10_000, 30_000, 100_000)
-SWEEP_VOCABULARY = 5_000
-SWEEP_TOPICS = 20
-SWEEP_MEAN_LENGTH = 50.0
-
-
-@dataclass(frozen=True)
-class SweepRow:
-    corpus: str
-    documents: int
-    batch_size: int
-    topics: int
-    epsilon: float  # the ledger's, inf for sigma = 0
-    sigma: float
-    completion: float
-    unigram: float
-    test_unigram: float  # `vips evaluate`'s baseline: the test documents' observed halves' frequencies
-    #: --sweep-unigram: the private unigram's completion perplexity at the same epsilon (`private_unigram`).
-    private_unigram: float = math.nan
-    #: --sweep-unigram: the epsilon the fit was calibrated to (the ledger's may differ in its last digits).
-    target_epsilon: float = math.nan
-
-    @property
-    def summary_epsilon(self) -> float:
-        """The epsilon the summary groups by: the target where known, else the ledger's."""
-        return self.epsilon if math.isnan(self.target_epsilon) else self.target_epsilon
-
-    @property
-    def beats_unigram(self) -> bool:
-        return self.completion < self.unigram
-
-
-def sweep_fit(
-    train: Counts,
-    *,
-    topics: int,
-    sigma: float,
-    batch_size: int,
-    iterations: int,
-    store: InMemoryBowStore,
-    unigram_share: float = 0.0,
-    unigram_clip: float = 1.0,
-    word_prior: tuple[float, ...] | None = None,
-) -> VipsFit:
-    """One fit of the sweeps (--sweep, --sweep-unigram): N_w DOC_LENGTH, a CLIP, the service's step sizes
-    (tau0 0, kappa 1), delta SWEEP_DELTA, model seed 0."""
-    return vips_fit(
-        train,
-        topics=topics,
-        sigma=sigma,
-        batch_size=batch_size,
-        iterations=iterations,
-        doc_length=DOC_LENGTH,
-        clip=CLIP,
-        tau0=0.0,
-        kappa=1.0,
-        delta=SWEEP_DELTA,
-        seed=0,
-        store=store,
-        unigram_share=unigram_share,
-        unigram_clip=unigram_clip,
-        word_prior=word_prior,
-    )
-
-
-def _sweep_fits(
-    corpus: str, train: Counts, evaluation: Evaluation, *, topics: int, batch_size: int, iterations: int
-) -> list[SweepRow]:
-    """One private fit per epsilon of SWEEP_EPSILONS (sigma calibrated by the `pld` accountant) and one at
-    sigma = 0, all on the same schedule; each scored against the unigram baseline on the same held-out
-    halves."""
-    documents = int(train.shape[0])
-    unigram = unigram_perplexity(train, evaluation.held_out)
-    test_unigram = unigram_perplexity(evaluation.observed, evaluation.held_out)
-    rows = []
-    private_store = InMemoryBowStore(corpus, train, public=False)
-    public_store = InMemoryBowStore(corpus, train, public=True)
-    for target in (*SWEEP_EPSILONS, math.inf):
-        sigma = (
-            0.0
-            if math.isinf(target)
-            else calibrate_sigma(target, batch_size, documents, iterations, SWEEP_DELTA)
-        )
-        fit = sweep_fit(
-            train,
-            topics=topics,
-            sigma=sigma,
-            batch_size=batch_size,
-            iterations=iterations,
-            store=public_store if sigma == 0 else private_store,
-        )
-        row = SweepRow(
-            corpus,
-            documents,
-            batch_size,
-            topics,
-            fit.epsilon,
-            sigma,
-            evaluation.completion(fit.state.lam),
-            unigram,
-            test_unigram,
-        )
-        log(
-            f"  {corpus} D = {documents}: eps {_eps(row.epsilon)} (sigma {sigma:.3g}): completion "
-            f"{row.completion:.1f}, unigram {unigram:.1f} ({fit.seconds:.0f} s)"
-        )
-        rows.append(row)
-    return rows
-
-
-def sweep_section(sizes: Sequence[int]) -> list[SweepRow]:
-    """The README's job on the bundled Wikipedia corpus, then planted-topic corpora of growing size."""
-    corpus = load_wikipedia()
-    rows = _sweep_fits(
-        "bundled Wikipedia (README job)",
-        corpus.train,
-        Evaluation.of(corpus.test, 1.0 / README_TOPICS),
-        topics=README_TOPICS,
-        batch_size=min(README_BATCH, corpus.train.shape[0]),
-        iterations=README_ITERATIONS,
-    )
-    for documents in sizes:
-        setting = SyntheticSetting(
-            documents=documents,
-            vocabulary=SWEEP_VOCABULARY,
-            topics=SWEEP_TOPICS,
-            mean_length=SWEEP_MEAN_LENGTH,
-            test_documents=1000,
-        )
-        data = synthetic_data(setting)
-        rows += _sweep_fits(
-            "synthetic, planted topics",
-            data.train,
-            data.evaluation,
-            topics=SWEEP_TOPICS,
-            batch_size=max(1, round(PRIVATE_RATE * documents)),
-            iterations=PRIVATE_ITERATIONS,
-        )
-    return rows
-
-
-#: --sweep-unigram (issue 36): the rows reported for service/planning/schedules.py's ("lda", "vips") rule, by
-#: privacy scale epsilon x D: (largest scale of the row, iterations T, unigram_share w); S = D,
-#: unigram_clip 3 and doc_length 500 (N_w) in every row. Read off grids on the bundled corpus and on
-#: planted-topic corpora (D 3,000 and 30,000; docs/schedules.md, "LDA"); a job that gives sigma
-#: keeps T 10 and the model's defaults (w 0).
-UNIGRAM_EPSILONS = (0.5, 1.0, 2.0, 5.0, 10.0)
-#: --text-csv: the topics fitted on a text corpus (the issue's news measurements used K 50 and K 10).
-TEXT_TOPICS = (50, 10)
-
-
-def unigram_rule(scale: float) -> tuple[int, float, float]:
-    """(T, unigram_share, unigram_clip) the service's LDA rule chooses at `scale` (epsilon x D x 100,000 /
-    (K V): service.planning.schedules); sigma 0 (an infinite scale) takes the largest finite scale's."""
-    rule = rule_for("lda", "vips")
-    scale = min(scale, sys.float_info.max)
-    options = rule_options(rule, scale, {})
-    return rule_iterations(rule, scale), options["unigram_share"], options.get("unigram_clip", 1.0)
-
-
-#: The private unigram comparator's share of the budget on the unigram block (the query needs w < 1).
-UNIGRAM_ONLY_SHARE = 0.999
-
-
-def private_unigram(
-    train: Counts,
-    *,
-    epsilon: float,
-    clip: float,
-    store: InMemoryBowStore,
-    word_prior: tuple[float, ...] | None = None,
-) -> tuple[np.ndarray, float]:
-    """The cheap private model the LDA fits should never fall behind (issue 36), and the ledger's epsilon:
-    at the same epsilon and delta, one release through the gate of each document's clipped word counts
-    with (almost) the whole budget (K 1, T 1, S = D, unigram_share UNIGRAM_ONLY_SHARE), estimated as the
-    LDA M-step estimates its unigram (empirical Bayes, with `word_prior` if given;
-    LatentDirichletAllocation.private_unigram). With S = D one release at the whole budget is the best any
-    number of such releases can do (Gaussian releases of the same sum compose to one at the same noise)."""
-    documents = int(train.shape[0])
-    fit = sweep_fit(
-        train,
-        topics=1,
-        sigma=calibrate_sigma(epsilon, documents, documents, 1, SWEEP_DELTA),
-        batch_size=documents,
-        iterations=1,
-        store=store,
-        unigram_share=UNIGRAM_ONLY_SHARE,
-        unigram_clip=clip,
-        word_prior=word_prior,
-    )
-    unigram = LatentDirichletAllocation(1, word_prior=word_prior).private_unigram(fit.state)
-    assert unigram is not None  # the fit had the unigram block
-    return unigram, fit.epsilon
-
-
-def dirichlet_corpus(documents: int, seed: int) -> tuple[Counts, Counts]:
-    """The stand-in, a generator unlike worker.datasets.synthetic_lda's (a check on the LDA rule, not what
-    it was read off). 30 topics drawn from Dirichlet(0.02) over V = 5,000 words, each mixed half and half
-    with a Zipf(1.1) background over a shuffled vocabulary; theta ~ Dirichlet(0.3); lengths
-    1 + Poisson(59). Returns (train, test) with 1,000 test documents."""
-    rng = np.random.default_rng(1000 + seed)
-    vocabulary, topics = SWEEP_VOCABULARY, 30
-    background = np.zeros(vocabulary)
-    background[rng.permutation(vocabulary)] = 1.0 / np.arange(1, vocabulary + 1) ** 1.1
-    background /= background.sum()
-    beta = 0.5 * rng.dirichlet(np.full(vocabulary, 0.02), size=topics) + 0.5 * background
-    corpus = generate_corpus(documents + 1000, beta / beta.sum(axis=1, keepdims=True), mean_length=60.0,
-                             alpha=0.3, seed=seed)  # fmt: skip
-    counts = sp.csr_array(corpus.counts)
-    return sp.csr_array(counts[:documents]), sp.csr_array(counts[documents:])
-
-
-def unigram_sweep_section(
-    seeds: int,
-    sizes: Sequence[int] = (3000,),
-    *,
-    word_prior: bool = True,
-    epsilons: Sequence[float] = UNIGRAM_EPSILONS,
-    noiseless: bool = True,
-    texts: Sequence[TextCorpus] = (),
-    text_topics: Sequence[int] = TEXT_TOPICS,
-) -> list[SweepRow]:
-    """Private LDA with the unigram block on the LDA rule's schedule at UNIGRAM_EPSILONS (and sigma 0 on
-    its last row), `seeds` fits each, against the training unigram: on the bundled corpus (K 50), then per
-    size D a planted-topic corpus (worker.datasets.synthetic_lda; V 5,000, ~50 tokens, K 20) and the
-    stand-in (`dirichlet_corpus`, K 20). `word_prior` (as a job's default option): the M-step shrinks the
-    unigram towards the public English word frequencies of the corpus's vocabulary (worker.models.word_prior;
-    the synthetic corpora have no words, so they get no prior). `texts` (bench.text_corpus, --text-csv):
-    each such corpus instead of the bundled one, at each of `text_topics`."""
-    from worker.models.word_prior import english_prior
-
-    priors: dict[str, tuple[float, ...] | None] = {}
-    corpora: list[tuple[str, Counts, Counts, int]] = []
-    named = [(text.name, text.train, text.test, text.vocabulary) for text in texts]
-    if not texts:
-        wiki = load_wikipedia()
-        named = [("bundled Wikipedia", wiki.train, wiki.test, wiki.vocabulary)]
-    for name, train, test, vocabulary in named:
-        prior = english_prior(vocabulary) if word_prior else None
-        priors[name] = None if prior is None else prior[0]
-        for topics in text_topics if texts else (README_TOPICS,):
-            corpora.append((name, train, test, topics))
-    for documents in sizes:
-        setting = SyntheticSetting(
-            documents, SWEEP_VOCABULARY, SWEEP_TOPICS, SWEEP_MEAN_LENGTH, test_documents=1000
-        )
-        planted = synthetic_data(setting)
-        corpora.append(("planted topics", planted.train, planted.evaluation.counts, SWEEP_TOPICS))
-        train, test = dirichlet_corpus(documents, 0)
-        corpora.append(("stand-in (Dirichlet topics)", train, test, SWEEP_TOPICS))
-    rows = []
-    for name, train, test, topics in corpora:
-        evaluation = Evaluation.of(test, 1.0 / topics)
-        documents = int(train.shape[0])
-        unigram = unigram_perplexity(train, evaluation.held_out)
-        test_unigram = unigram_perplexity(evaluation.observed, evaluation.held_out)
-        private_store = InMemoryBowStore(name, train, public=False)
-        public_store = InMemoryBowStore(name, train, public=True)
-        for target in (*epsilons, *((math.inf,) if noiseless else ())):
-            scale = job_scale("lda", "vips", documents, target, {"topics": topics}, int(train.shape[1]))
-            iterations, share, clip = unigram_rule(scale)
-            sigma = (
-                0.0
-                if math.isinf(target)
-                else calibrate_sigma(target, documents, documents, iterations, SWEEP_DELTA)
-            )
-            for _ in range(seeds if sigma > 0 else 1):
-                fit = sweep_fit(
-                    train,
-                    topics=topics,
-                    sigma=sigma,
-                    batch_size=documents,
-                    iterations=iterations,
-                    store=public_store if sigma == 0 else private_store,
-                    unigram_share=share,
-                    unigram_clip=clip,
-                    word_prior=priors.get(name),
-                )
-                private_perplexity = math.nan
-                if sigma > 0:
-                    cheap, _ = private_unigram(
-                        train, epsilon=target, clip=clip, store=private_store, word_prior=priors.get(name)
-                    )
-                    private_perplexity = evaluation.completion(cheap[None, :])
-                row = SweepRow(
-                    name, documents, documents, topics, fit.epsilon, sigma,
-                    evaluation.completion(fit.state.lam), unigram, test_unigram, private_perplexity, target,
-                )  # fmt: skip
-                log(
-                    f"  {name} D {documents}: eps {_eps(row.epsilon)} (T {iterations}, w {share}): "
-                    f"{row.completion:.1f}, unigram {unigram:.1f}, private unigram {private_perplexity:.1f} "
-                    f"({fit.seconds:.0f} s)"
-                )
-                rows.append(row)
-    return rows
-
-
-def _gap(value: float, baseline: float) -> str:
-    return "-" if math.isnan(value) or math.isnan(baseline) else f"{100 * (value / baseline - 1):+.1f}%"
-
-
-def sweep_markdown(rows: Sequence[SweepRow]) -> str:
-    """One line per fit; with --sweep-unigram's comparator, also the gap to the private unigram."""
-    cheap = any(not math.isnan(row.private_unigram) for row in rows)
-    lines = [
-        "| corpus | D | S | K | epsilon (delta 1e-4) | sigma | completion perplexity | unigram (training "
-        "frequencies) | vs unigram |"
-        + (" private unigram, same epsilon | vs private unigram |" if cheap else "")
-        + " test documents' own frequencies (`vips evaluate`'s baseline) |",
-        "|---|---|---|---|---|---|---|---|---|" + ("---|---|" if cheap else "") + "---|",
-    ]
-    for row in rows:
-        comparator = (
-            f" {row.private_unigram:.1f} | {_gap(row.completion, row.private_unigram)} |" if cheap else ""
-        )
-        lines.append(
-            f"| {row.corpus} | {row.documents:,} | {row.batch_size:,} | {row.topics} | {_eps(row.epsilon)} "
-            f"| {row.sigma:.3g} | {row.completion:.1f} | {row.unigram:.1f} | "
-            f"{_gap(row.completion, row.unigram)} |{comparator} {row.test_unigram:.1f} |"
-        )
-    return "\n".join(lines) + "\n"
-
-
-def sweep_summary(rows: Sequence[SweepRow]) -> str:
-    """Per corpus and epsilon, the mean completion perplexity's gap to the training unigram and, in
-    brackets, the private unigram's own gap to it (the mean of its fits): what the topics bought over the
-    cheap private model, and what the private unigram costs against the training one."""
-    groups: dict[tuple[str, int, int], dict[str, list[SweepRow]]] = {}
-    for row in rows:
-        groups.setdefault((row.corpus, row.documents, row.topics), {}).setdefault(
-            _eps(row.summary_epsilon), []
-        ).append(row)
-    epsilons = sorted({_eps(row.summary_epsilon) for row in rows}, key=float)
-    lines = [
-        "| corpus (D, K) | " + " | ".join(f"eps {e}" for e in epsilons) + " |",
-        "|---|" + "---|" * len(epsilons),
-    ]
-    for (corpus, documents, topics), by_epsilon in groups.items():
-        cells = []
-        for key in epsilons:
-            fits = by_epsilon.get(key, [])
-            if not fits:
-                cells.append("")
-                continue
-            unigram = fits[0].unigram
-            own = _gap(float(np.mean([row.completion for row in fits])), unigram)
-            cheap = [row.private_unigram for row in fits if not math.isnan(row.private_unigram)]
-            cells.append(own + (f" ({_gap(float(np.mean(cheap)), unigram)})" if cheap else ""))
-        lines.append(f"| {corpus} ({documents:,}, {topics}) | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
-
-
-# --------------------------------------------------------------------------------------------------------
-# (c) The paper's scale.
-
-
-def peak_rss_gb() -> float:
-    """Peak resident set size of this process (Linux reports ru_maxrss in KiB)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
-
-
-def full_corpus(setting: SyntheticSetting) -> tuple[Counts, Evaluation]:
-    """The --full training corpus (FULL_PIECES pieces of planted-topic documents, seeds 1, 2, ...; int32
-    CSR, built array by array) and its held-out evaluation set (seed 0 of the test generator's stream)."""
-    truth = planted_topics(setting.topics, setting.vocabulary, seed=0)
-    sizes = [len(part) for part in np.array_split(np.arange(setting.documents), FULL_PIECES)]
-    pieces = [
-        sp.csr_array(
-            generate_corpus(
-                size, truth, mean_length=setting.mean_length, alpha=setting.alpha, seed=1 + piece
-            ).counts
-        )
-        for piece, size in enumerate(sizes)
-    ]
-    offsets = np.cumsum([0] + [int(piece.nnz) for piece in pieces])
-    indptr = np.concatenate(
-        [[0]] + [np.asarray(piece.indptr[1:], dtype=np.int64) + offsets[i] for i, piece in enumerate(pieces)]
-    )
-    data = np.empty(int(offsets[-1]), dtype=np.int32)
-    indices = np.empty(int(offsets[-1]), dtype=np.int32)
-    for i in range(len(pieces)):
-        piece, pieces[i] = pieces[i], sp.csr_array((1, 1))  # released as soon as it is copied
-        data[offsets[i] : offsets[i + 1]] = piece.data
-        indices[offsets[i] : offsets[i + 1]] = piece.indices
-        del piece
-    counts = sp.csr_array((data, indices, indptr), shape=(setting.documents, setting.vocabulary))
-    test = generate_corpus(
-        setting.test_documents, truth, mean_length=setting.mean_length, alpha=setting.alpha, seed=2
-    )
-    return counts, Evaluation.of(test.counts, 1.0 / setting.topics)
-
-
-def sklearn_minibatch_seconds(
-    counts: Counts, topics: int, batches: int, seed: int = 0
-) -> tuple[list[float], list[float]]:
-    """Seconds of each of scikit-learn's online LDA updates (`partial_fit`, learning_method "online") on
-    `batches` minibatches of FULL_BATCH documents drawn as VIPS draws them (uniformly, without replacement,
-    independently per iteration), with VIPS's step sizes (learning_offset tau0, learning_decay kappa),
-    total_samples D and alpha = eta = 1/K; one BLAS thread. Each update includes the row selection.
-    Returns wall and CPU seconds per update."""
-    from sklearn.decomposition import LatentDirichletAllocation as SkLda
-
-    model = SkLda(
-        n_components=topics,
-        learning_method="online",
-        batch_size=FULL_BATCH,
-        learning_offset=PRIVATE_TAU0,
-        learning_decay=PRIVATE_KAPPA,
-        total_samples=counts.shape[0],
-        doc_topic_prior=1.0 / topics,
-        topic_word_prior=1.0 / topics,
-        random_state=seed,
-    )
-    matrix = sp.csr_matrix(counts)
-    rng = np.random.default_rng(seed)
-    seconds: list[float] = []
-    cpu: list[float] = []
-    with threadpool_limits(1):
-        for t in range(batches):
-            start, start_cpu = time.perf_counter(), time.process_time()
-            rows = np.sort(rng.choice(counts.shape[0], size=FULL_BATCH, replace=False))
-            model.partial_fit(matrix[rows])
-            seconds.append(time.perf_counter() - start)
-            cpu.append(time.process_time() - start_cpu)
-            log(f"  scikit-learn minibatch {t + 1}: {seconds[-1]:.1f} s ({cpu[-1]:.1f} s CPU)")
-    return seconds, cpu
-
-
-def full_mode(sigma: float = FULL_SIGMA, sklearn_batches: int = PRIVATE_ITERATIONS) -> str:
-    """The paper's scale in process: corpus, store, 20 private releases through the gate with their M-steps
-    (one BLAS thread), then scikit-learn's online LDA on `sklearn_batches` minibatches of the same size
-    from the same corpus (0: skipped). Peak RSS is the whole process's (corpus generation included) when
-    the fit ends, before scikit-learn runs."""
-    setting = FULL_SETTING
-    start = time.perf_counter()
-    train, evaluation = full_corpus(setting)
-    generated = time.perf_counter() - start
-    generation_rss = peak_rss_gb()
-    log(f"full: generated D = {setting.documents} (nnz {train.nnz}) in {generated:.0f} s")
-    start = time.perf_counter()
-    store = InMemoryBowStore("full", train, public=False)
-    stored = time.perf_counter() - start
-    times: list[float] = []
-    cpu: list[float] = []
-    last, last_cpu = time.perf_counter(), time.process_time()
-
-    def tick(t: int, _state: LdaState) -> None:
-        nonlocal last, last_cpu
-        now, now_cpu = time.perf_counter(), time.process_time()
-        times.append(now - last)
-        cpu.append(now_cpu - last_cpu)
-        log(
-            f"  iteration {t}: {now - last:.2f} s ({now_cpu - last_cpu:.2f} s CPU), "
-            f"peak RSS {peak_rss_gb():.2f} GB"
-        )
-        last, last_cpu = now, now_cpu
-
-    load = " / ".join(f"{value:.1f}" for value in os.getloadavg())
-    with threadpool_limits(1):
-        fit = vips_fit(
-            train,
-            topics=setting.topics,
-            sigma=sigma,
-            batch_size=FULL_BATCH,
-            iterations=PRIVATE_ITERATIONS,
-            doc_length=DOC_LENGTH,
-            clip=CLIP,
-            tau0=PRIVATE_TAU0,
-            kappa=PRIVATE_KAPPA,
-            delta=PRIVATE_DELTA,
-            seed=0,
-            on_iteration=tick,
-            store=store,
-        )
-    fit_rss = peak_rss_gb()
-    vips_iteration = float(np.median(times))
-    sklearn_seconds, sklearn_cpu = sklearn_minibatch_seconds(train, setting.topics, sklearn_batches)
-    completion = evaluation.completion(fit.state.lam)
-    unigram = unigram_perplexity(train, evaluation.held_out)
-    lines = [
-        "| quantity | value |",
-        "|---|---|",
-        f"| corpus | D = {setting.documents:,}, V = {setting.vocabulary:,}, K = {setting.topics}, "
-        f"{train.nnz:,} non-zeros, mean length {setting.mean_length:g} |",
-        f"| schedule | S = {FULL_BATCH:,}, T = {PRIVATE_ITERATIONS}, N_w = {DOC_LENGTH}, a = {CLIP}, "
-        f"sigma = {sigma:.4g}, {INNER_ITERATIONS} inner iterations, one thread |",
-        f"| epsilon (delta = {PRIVATE_DELTA:g}) | {fit.epsilon:.3f} |",
-        f"| corpus generation | {generated:.0f} s (peak RSS {generation_rss:.2f} GB) |",
-        f"| store construction (bound checks) | {stored:.1f} s |",
-        f"| fit wall time ({PRIVATE_ITERATIONS} releases + M-steps) | {fit.seconds:.1f} s |",
-        f"| VIPS per iteration (median; load average at start {load}) | {vips_iteration:.2f} s "
-        f"({np.median(cpu):.2f} s of CPU, both threads) |",
-        f"| peak RSS (whole process, at the fit's end) | {fit_rss:.2f} GB |",
-    ]
-    if sklearn_seconds:
-        median, median_cpu = float(np.median(sklearn_seconds)), float(np.median(sklearn_cpu))
-        lines += [
-            f"| scikit-learn online LDA per minibatch of {FULL_BATCH:,} (median of {len(sklearn_seconds)}) "
-            f"| {median:.2f} s ({median_cpu:.2f} s of CPU) |",
-            f"| ratio (scikit-learn / VIPS, seconds per iteration) | {median / vips_iteration:.2f}x "
-            f"(CPU: {median_cpu / float(np.median(cpu)):.2f}x) |",
-        ]
-    lines.append(f"| held-out completion perplexity | {completion:.1f} (unigram {unigram:.1f}) |")
-    return "\n".join(lines) + "\n"
-
-
-def worker_peak_rss_gb(pid: int) -> float:
-    """Peak resident set size (VmHWM) of another process, from /proc (Linux)."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 2**20
-    raise RuntimeError("no VmHWM in /proc: peak RSS needs Linux")
-
-
-def full_worker_mode(work: Path) -> str:
-    """The full configuration as a service job: the corpus ingested into PostgreSQL (the sensitive
-    database), the job submitted over HTTP and run by a real `vips worker` (Celery, Redis, the gate over
-    the database store, the ledger), as tests/e2e.py starts them. Wall time from the job's own timestamps;
-    peak RSS of the worker process."""
-    from datetime import datetime
-
-    from privacy_wall.data.docword import BagOfWords
-    from privacy_wall.data.ingest import ingest_bag_of_words
-    from privacy_wall.sqlengine import create_db_engine
-    from service.http.client import VipsClient
-    from tests.e2e import production_service
-
-    setting = FULL_SETTING
-    start = time.perf_counter()
-    data = synthetic_data(setting)
-    log(f"full (worker): generated D = {setting.documents} (nnz {data.train.nnz}) in "
-        f"{time.perf_counter() - start:.0f} s")  # fmt: skip
-    train = data.train
-    corpus = BagOfWords(
-        np.asarray(train.indptr, dtype=np.int64),
-        np.asarray(train.indices, dtype=np.int32),
-        np.asarray(train.data, dtype=np.int32),
-        tuple(f"w{v}" for v in range(setting.vocabulary)),
-    )
-    with production_service(work) as service:
-        control = create_db_engine(service.env["VIPS_CONTROL_DATABASE_URL"])
-        sensitive = create_db_engine(service.env["VIPS_SENSITIVE_DATABASE_URL"])
-        start = time.perf_counter()
-        # Synthetic, so marked public: the paper's delta 1e-4 is not below 1/D, which a private dataset's
-        # budget refuses (docs/design.md, section 3, delta policy); at sigma > 0 the job runs as on
-        # private data.
-        ingest_bag_of_words(control=control, sensitive=sensitive, name="full", corpus=corpus, public=True)
-        ingested = time.perf_counter() - start
-        log(f"  ingested into PostgreSQL in {ingested:.0f} s")
-        custodian, analyst = service.key("custodian", "full"), service.key("analyst")
-        service.vips(
-            "budget", "set", "full", "--epsilon", "3", "--delta", f"{PRIVATE_DELTA:g}", key=custodian
-        )
-        worker_pid = service.processes["worker"].pid
-        rss_before = worker_peak_rss_gb(worker_pid)
-        options = {"topics": float(setting.topics), "doc_length": float(DOC_LENGTH), "clip": CLIP,
-                   "tau0": PRIVATE_TAU0, "kappa": PRIVATE_KAPPA}  # fmt: skip
-        with VipsClient(service.url, analyst) as api:
-            job = api.submit_job(dataset="full", model="lda", iterations=PRIVATE_ITERATIONS,
-                                 batch_size=FULL_BATCH, sigma=FULL_SIGMA, options=options)  # fmt: skip
-            done = api.wait(job["id"], interval=2.0, timeout=3600)
-            if done["status"] != "succeeded":
-                raise RuntimeError(f"the job ended {done['status']}: {done.get('error')}")
-            posterior = api.posterior(job["id"])
-        peak = worker_peak_rss_gb(worker_pid)
-        control.dispose()
-        sensitive.dispose()
-    seconds = (
-        datetime.fromisoformat(done["finished_at"]) - datetime.fromisoformat(done["created_at"])
-    ).total_seconds()
-    lam = np.asarray(posterior["lambda"], dtype=np.float64)
-    completion = data.evaluation.completion(lam)
-    unigram = unigram_perplexity(data.train, data.evaluation.held_out)
-    lines = [
-        "| quantity | value |",
-        "|---|---|",
-        f"| corpus | D = {setting.documents:,}, V = {setting.vocabulary:,}, K = {setting.topics}, "
-        f"{data.train.nnz:,} non-zeros, in PostgreSQL (ingested in {ingested:.0f} s) |",
-        f"| schedule | S = {FULL_BATCH:,}, T = {PRIVATE_ITERATIONS}, N_w = {DOC_LENGTH}, a = {CLIP}, "
-        f"sigma = {FULL_SIGMA} |",
-        f"| epsilon spent (delta = {PRIVATE_DELTA:g}) | {done['epsilon_spent']:.3f} |",
-        f"| job wall time (submit to finished, in the worker) | {seconds:.0f} s ({seconds / 60:.1f} min) |",
-        f"| worker peak RSS | {peak:.2f} GB (idle worker before the job: {rss_before:.2f} GB) |",
-        f"| held-out completion perplexity | {completion:.1f} (unigram {unigram:.1f}) |",
-    ]
-    return "\n".join(lines) + "\n"
-
-
-# --------------------------------------------------------------------------------------------------------
 # Output.
-
-
-def _eps(value: float) -> str:
-    return "inf" if math.isinf(value) else f"{value:.3g}"
 
 
 def markdown(rows: Sequence[Row]) -> str:
@@ -1116,7 +305,7 @@ def markdown(rows: Sequence[Row]) -> str:
     for row in rows:
         speed = f"{np.median(row.docs_per_second):.0f}" if row.docs_per_second else "-"
         lines.append(
-            f"| {row.section} | {row.method} | {row.setting} | {row.sigma:.3g} | {_eps(row.epsilon)} "
+            f"| {row.section} | {row.method} | {row.setting} | {row.sigma:.3g} | {eps_text(row.epsilon)} "
             f"| {speed} | {mean_std(row.completion)} | {mean_std(row.bound)} | {len(row.completion)} |"
         )
     return "\n".join(lines) + "\n"

@@ -1,4 +1,5 @@
-"""bench.lda's private-unigram comparator (--sweep-unigram): the cheap private model at the same epsilon."""
+"""bench.lda_sweeps' private-unigram comparator (--sweep-unigram): the cheap private model at the same
+epsilon."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import math
 import numpy as np
 import scipy.sparse as sp
 
-from bench.lda import SweepRow, private_unigram, sweep_summary
+from bench.lda_sweeps import SweepRow, private_unigram, sweep_summary
 from privacy_wall.data.store import InMemoryBowStore
 from worker.datasets.synthetic_lda import generate_corpus, planted_topics
 
