@@ -14,6 +14,9 @@ from sqlalchemy import Engine
 from privacy_wall.sqlengine import create_db_engine
 from tests.dbservers import finish_drops, fresh_database
 
+#: The tests' root: LONGEST_FIRST names files under it.
+TESTS = Path(__file__).parent
+
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 def engines(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Engine, Engine]]:
@@ -38,10 +41,11 @@ def _dropped_databases() -> Iterator[None]:
     finish_drops()
 
 
-#: The longest test files (their total time, measured with `--durations`), longest first. Under
-#: `pytest -n 2 --dist loadfile` (make test) each process takes a whole file at a time: started last, a long
-#: file would keep one process busy long after the other ran out of files, so these start first and the
-#: other files follow in their usual order (an order only: every file runs, whether listed or not).
+#: The longest test files (paths under tests/; their total time, measured with `--durations`), longest
+#: first. Under `pytest -n 2 --dist loadfile` (make test) each process takes a whole file at a time:
+#: started last, a long file would keep one process busy long after the other ran out of files, so these
+#: start first and the other files follow in their usual order (an order only: every file runs, whether
+#: listed or not).
 LONGEST_FIRST = (
     "test_privacy_audit.py",
     "test_ui_browser.py",
@@ -54,13 +58,13 @@ LONGEST_FIRST = (
     "test_deployment.py",
     "test_shards.py",
     "test_api.py",
-    "test_query_sbn.py",
+    "privacy_wall/queries/test_sbn.py",
     "test_api_fuzz.py",
     "test_e2e_algorithms.py",
     "test_e2e_latent.py",
     "test_worker_memory.py",
     "test_dpsep.py",
-    "test_query_dpsep.py",
+    "privacy_wall/queries/test_dpsep.py",
     "test_demo.py",
     "test_cli_up.py",
 )
@@ -80,7 +84,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.postgres)
     rank = {name: place for place, name in enumerate(LONGEST_FIRST)}
     items.sort(
-        key=lambda item: rank.get(item.path.name, len(rank))
+        key=lambda item: rank.get(item.path.relative_to(TESTS).as_posix(), len(rank))
     )  # stable: a file's tests keep their order
 
 

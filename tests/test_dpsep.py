@@ -18,9 +18,9 @@ from privacy_wall.data.store import Batch, InMemoryTabularStore, RowStore
 from privacy_wall.gate import Gate, PrivacyError
 from privacy_wall.ledger.base import InMemoryLedger
 from tests.fitting import cosine, fit_through_gate, relative_error
+from tests.privacy_wall.queries.test_linreg import regression_store
 from tests.test_blr import D, N
 from tests.test_blr import synthetic as logistic_data  # the same synthetic logistic data
-from tests.test_query_linreg import regression_store
 from worker.datasets.adult import load_adult
 from worker.models.blr import predict_proba
 from worker.models.dpsep import DpSepLinearRegression, DpSepLogisticRegression, DpSepState, site_norm
@@ -451,6 +451,8 @@ def test_noise_aware_linear_steps_are_vips_linregs_on_the_released_sites() -> No
     assert isinstance(paper.query, DpSepLinearQuery) and paper.query.noise_precision == pytest.approx(10.0)
     runs_with = chosen_options("linreg", "dpsep", 10_000, 1.0, {}, 10)
     assert runs_with == {"clip": 0.7}
+    # the rule's clip is the noise-aware mode's: the paper's model keeps its own (its sites' bound)
+    assert chosen_options("linreg", "dpsep", 10_000, 1.0, {"noise_aware": 0, "noise_variance": 0.1}, 10) == {}
     problem = schedule_problem("linreg", {**runs_with, "noise_variance": 0.1}, 1.0)
     assert problem is not None and problem[0] == "noise_variance" and "noise_aware=0" in problem[1]
     assert schedule_problem("linreg", {"noise_variance": 0.1, "noise_aware": 0}, 1.0) is None

@@ -25,7 +25,7 @@ from privacy_wall.noise.mechanisms import (
     fixed_point_grid,
     release_blocks,
 )
-from tests.test_query_dpvi import TestDpviQuery
+from tests.privacy_wall.queries.test_dpvi import TestDpviQuery
 
 
 @pytest.mark.parametrize("sigma", [1e-3, 0.37, 0.5, 1.0, 1.24, 3.0, 17.5, 1e4])

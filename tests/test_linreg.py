@@ -14,7 +14,7 @@ from privacy_wall.accounting.calibration import epsilon
 from privacy_wall.gate import Gate, PrivacyError
 from privacy_wall.ledger.base import InMemoryLedger
 from tests.fitting import fit_through_gate, relative_error
-from tests.test_query_linreg import regression_store
+from tests.privacy_wall.queries.test_linreg import regression_store
 from worker.datasets.regression import load_regression
 from worker.models.linreg import BayesianLinearRegression, LinregState, predict, rmse
 from worker.runner import LoopSettings

@@ -60,12 +60,12 @@ from scipy import optimize, stats
 
 import privacy_wall.accounting.pld as pld
 import privacy_wall.noise.mechanisms as mechanisms
-import tests.test_query_blr as blr_tests
-import tests.test_query_dpsep as dpsep_tests
-import tests.test_query_dpvi as dpvi_tests
-import tests.test_query_lda as lda_tests
-import tests.test_query_linreg as linreg_tests
-import tests.test_query_sbn as sbn_tests
+import tests.privacy_wall.queries.test_blr as blr_tests
+import tests.privacy_wall.queries.test_dpsep as dpsep_tests
+import tests.privacy_wall.queries.test_dpvi as dpvi_tests
+import tests.privacy_wall.queries.test_lda as lda_tests
+import tests.privacy_wall.queries.test_linreg as linreg_tests
+import tests.privacy_wall.queries.test_sbn as sbn_tests
 from privacy_wall.accounting.accountants import PldAccountant, PrivacyCost, clear_caches, get_accountant
 from privacy_wall.accounting.calibration import epsilon
 from privacy_wall.accounting.events import SubsampledGaussianEvent

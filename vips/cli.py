@@ -1,4 +1,4 @@
-"""The `vips` command line (docs/design.md section 6): the dispatch to vips.commands (the parsers: vips.parsers).
+"""The `vips` command line (docs/design.md section 6): the dispatch to vips.commands (parsers: vips.parsers).
 
 Errors are one line `vips: error: ...` on stderr, exit 2 for usage or input errors and 1 for runtime
 failures; no traceback (set VIPS_DEBUG=1 to get one for unexpected errors). Messages never carry data

@@ -116,7 +116,8 @@ PARAMS = ("cavity_mean", "cavity_covariance")
 
 #: Gauss-Hermite nodes of the logistic tilted moments. With 64 nodes g and h agree with adaptive quadrature
 #: to < 1e-8 for cavity variances v <= 3 along x (the prior N(0, I) gives v = ||x||^2 <= 1, and v shrinks
-#: as data arrive), ~2e-5 at v = 10 and ~3e-3 at v = 30 (tests/test_query_dpsep.py checks v <= 3).
+#: as data arrive), ~2e-5 at v = 10 and ~3e-3 at v = 30 (tests/privacy_wall/queries/test_dpsep.py checks
+#: v <= 3).
 QUADRATURE_NODES = 64
 
 #: kappa: the centred release's scale of the gradient part (module docstring, "Centred release"); the
@@ -333,13 +334,15 @@ class DpSepNormalGammaQuery:
     def _chunk_sums(self, batch: Batch) -> dict[str, Array]:
         x, y = bounded_records(batch, self.name)
         z = np.column_stack([x, y])
-        squares = z * z
-        length2 = squares.sum(axis=1)
-        # ||P(z z^T)||^2 = (||z||^4 + sum_i z_i^4) / 2 (module docstring).
-        factors = clip_factors(
-            np.sqrt((length2 * length2 + (squares * squares).sum(axis=1)) / 2.0), self.clip
-        )
-        return {BLOCK: upper_triangle((z * factors[:, None]).T @ z)}
+        # Warnings silenced: a zero row's factor C / tiny overflows (then capped at 1), tiny entries' fourth
+        # powers underflow, and a warning's presence would depend on the data.
+        with np.errstate(all="ignore"):
+            squares = z * z
+            length2 = squares.sum(axis=1)
+            # ||P(z z^T)||^2 = (||z||^4 + sum_i z_i^4) / 2 (module docstring).
+            norms = np.sqrt((length2 * length2 + (squares * squares).sum(axis=1)) / 2.0)
+            factors = clip_factors(norms, self.clip)
+            return {BLOCK: upper_triangle((z * factors[:, None]).T @ z)}
 
     def postprocess(self, noised_means: dict[str, Array], dimension: int) -> dict[str, Array]:
         """Mirror z z^T's mean, project it to the PSD cone, and split it into xx, yx and yy."""

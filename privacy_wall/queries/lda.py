@@ -30,8 +30,8 @@ replacement: the query declares joint sensitivity J = 1 (<= sqrt(2)). The noise 
 sigma sqrt(2) C_s / (S sqrt(1 - w)) on s and sigma sqrt(2) C_u / (S sqrt(w)) on u: the share w splits one
 Gaussian mechanism's budget between them, and the release stays one event at multiplier sigma. The bound
 is reached by replacing a document that reaches both clips with one on disjoint words that does too
-(tests/test_query_lda.py). With the unigram block, post-processing keeps s's negative entries (the
-M-step averages raw releases; setting them to 0 would bias the average upwards).
+(tests/privacy_wall/queries/test_lda.py). With the unigram block, post-processing keeps s's negative
+entries (the M-step averages raw releases; setting them to 0 would bias the average upwards).
 
 Keeping documents as they are (doc_length = 0) makes the per-document bound the document's length,
 which nothing bounds on private data. Such a query must be built with `max_document_length` L, declares

@@ -48,9 +48,9 @@ Why centre: for u, v in a box [0, a]^d, |u - v| <= a sqrt(d), attained by u = 0,
 non-negative blocks (C = a sqrt(d), Delta = sqrt(2) C / S) s4, s5 and s7 would get sqrt(2) times that; centred
 at a/2 (C = a sqrt(d) / 2, signed, Delta = 2 C / S = a sqrt(d) / S) they get exactly the box's diameter.
 (The "- 1/8" is subtracted from every entry.) Each Delta is (nearly) attained: the audit in
-tests/test_query_sbn.py reaches 0.90 (s1) to 1.0 (s3, s6) of them with the all-ones and all-zeros images under
-saturating parameters. postprocess adds the public centres back, and s3 / 2 to s6 (a function of released
-values only).
+tests/privacy_wall/queries/test_sbn.py reaches 0.90 (s1) to 1.0 (s3, s6) of them with the all-ones and
+all-zeros images under saturating parameters. postprocess adds the public centres back, and s3 / 2 to s6
+(a function of released values only).
 
 With s6 as postprocess returns it, <(y_n - 1/2) r_n^T>, and together with the public prior these are the
 natural-parameter updates of q(w^_j) = N (paper Appendix
@@ -59,20 +59,19 @@ Sec. 5, with w_j and c_j in one Gaussian per visible unit): precision_j = prior 
 precision mean = N s1.
 
 Weighting the pixel frequencies (frequency_copies = k, public, fixed per job; issue 35). s3 is released k
-times: blocks s3, s3_2, ..., s3_k, identical sums of the same clipped contributions (y_n - 1/2), each with
-C3 and Delta3 = sqrt(J) / S. Sensitivity: the release is the gate's one Gaussian mechanism over B = 5 + k
-blocks, each divided by its Delta_b; a replacement moves each normalised block by at most 1 (its own bound,
-every copy exactly as s3 does), so the concatenation moves by at most sqrt(B) = sqrt(5 + k), the gate's
-default J (no smaller joint sensitivity is declared). All-ones against all-zeros moves every copy by exactly
-1, so the copies alone reach sqrt(k) of it (tests/test_query_sbn.py). Noise: N(0, (5 + k) sigma^2) per
-normalised coordinate; postprocess averages the copies (post-processing), so s3 gets std
-sqrt(5 + k) sigma Delta3 / sqrt(k) and every other block sqrt(5 + k) sigma Delta_b. This is the jointly
-clipped release with s3 scaled by sqrt(k) (sensitivity sqrt(5 + k)), written as copies so that every block
-the gate sees keeps a Delta that a replacement reaches. Against k = 1 (sqrt(6) for every block), s3's noise
-variance is (5 + k) / (6 k) times as large (k = 4: 0.375) and the others' (5 + k) / 6 (k = 4: 1.5): the
-fallback to the pixel frequencies, which is what a private fit is worth at small epsilon x N, pays s3's
-noise only. A job that gives epsilon but not k gets the schedule rule's k for its epsilon x N
-(docs/schedules.md, "VIPS-SBN").
+times: blocks s3, s3_2, ..., s3_k, identical sums of the same clipped contributions (y_n - 1/2), each with C3
+and Delta3 = sqrt(J) / S. Sensitivity: the release is the gate's one Gaussian mechanism over B = 5 + k blocks,
+each divided by its Delta_b; a replacement moves each normalised block by at most 1 (its own bound, every copy
+exactly as s3 does), so the concatenation moves by at most sqrt(B) = sqrt(5 + k), the gate's default J (no
+smaller joint sensitivity is declared). All-ones against all-zeros moves every copy by exactly 1, so the
+copies alone reach sqrt(k) of it (tests/privacy_wall/queries/test_sbn.py). Noise: N(0, (5 + k) sigma^2) per
+normalised coordinate; postprocess averages the copies (post-processing), so s3 gets std sqrt(5 + k) sigma
+Delta3 / sqrt(k) and every other block sqrt(5 + k) sigma Delta_b. This is the jointly clipped release with s3
+scaled by sqrt(k) (sensitivity sqrt(5 + k)), written as copies so that every block the gate sees keeps a Delta
+that a replacement reaches. Against k = 1 (sqrt(6) for every block), s3's noise variance is (5 + k) / (6 k)
+times as large (k = 4: 0.375) and the others' (5 + k) / 6 (k = 4: 1.5): the fallback to the pixel frequencies,
+which is what a private fit is worth at small epsilon x N, pays s3's noise only. A job that gives epsilon but
+not k gets the schedule rule's k for its epsilon x N (docs/schedules.md, "VIPS-SBN").
 
 Any finite public parameters are accepted; overflow and non-PSD moments cannot push a record outside its
 bounds (NaN is mapped to a value inside them), and floating-point warnings are silenced because a warning's

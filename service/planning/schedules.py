@@ -49,6 +49,9 @@ class Rule:
     #: (largest epsilon x N of the row, what a fit there was measured to give, in words for the quote),
     #: increasing; scales past the last row (and jobs that give sigma) get no such words.
     expect: tuple[tuple[float, str], ...] = ()
+    #: Option values that select another mode of the model, which the rows were not read for: a job that
+    #: gives one of them gets none of the rows' options (its mode's defaults).
+    other_modes: Mapping[str, float] = field(default_factory=dict)
 
 
 #: The rules, one per (model, algorithm): docs/schedules.md has the table each was read off.
@@ -131,6 +134,7 @@ RULES: dict[tuple[str, str], Rule] = {
         options=((math.inf, {"clip": 0.7}),),
         source="the regression section of bench/compare_algorithms.py; the clip by held-out log density "
         "and coverage on synthetic data (bench/calibration.py)",
+        other_modes={"noise_aware": 0},  # the paper's model keeps its clip, the bound of its own sites
     ),
     # Small epsilon x D: most of each release on the word frequencies (the unigram fallback) and few
     # iterations; the topics get more as the scale grows. T 10 for a job that gives sigma. Read off V about
@@ -255,7 +259,10 @@ def rule_iterations(rule: Rule, scale: float) -> int:
 
 
 def rule_options(rule: Rule, scale: float, given: Mapping[str, float]) -> dict[str, float]:
-    """The options of the first row whose bound on epsilon x N is at least `scale`, less those given."""
+    """The options of the first row whose bound on epsilon x N is at least `scale`, less those given; none
+    for a job that gives one of the rule's other modes."""
+    if any(given.get(name) == value for name, value in rule.other_modes.items()):
+        return {}
     row = next((options for bound, options in rule.options if scale <= bound), {})
     return {name: float(value) for name, value in row.items() if name not in given}
 

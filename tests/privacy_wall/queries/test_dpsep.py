@@ -27,7 +27,7 @@ from privacy_wall.queries.dpsep import (
 )
 from privacy_wall.queries.linreg import LinearRegressionQuery, joint_second_moment
 from tests.contracts import Params, QueryContract, QueryModeContract
-from tests.test_query_linreg import regression_rows, regression_store
+from tests.privacy_wall.queries.test_linreg import regression_rows, regression_store
 
 # The extreme public parameters overflow on purpose; numpy's warnings about it are expected.
 pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
@@ -530,3 +530,17 @@ def test_construction_is_checked() -> None:
     for clip in (0.0, math.inf, True):
         with pytest.raises(ValueError, match="clip"):
             DpSepNormalGammaQuery(clip)
+
+
+def test_normal_gamma_sites_warn_of_nothing_whatever_the_rows() -> None:
+    """A zero row (C / tiny overflows in its clip factor) or tiny entries (their fourth powers underflow)
+    must not raise a warning, whose presence would depend on the data; the sums stay finite."""
+    import warnings
+
+    rows = Batch(
+        np.array([[0.0, 0.0, 0.0], [1e-160, 0.0, 1e-170], [0.6, 0.0, 0.0]]), np.array([0.0, 1e-170, 0.5])
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        sums = DpSepNormalGammaQuery(1e6).clipped_sums(rows, {}, np.random.default_rng(0))
+    assert np.isfinite(sums[BLOCK]).all()

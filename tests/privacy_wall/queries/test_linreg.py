@@ -1,7 +1,7 @@
 """Bayesian linear regression's E-step behind the wall: the query contract, plus linreg-specific checks.
 
 `regression_store` (the service's in-memory store of kind "regression") is shared with tests/test_linreg.py,
-tests/test_query_dpsep.py and tests/test_dpsep.py.
+tests/privacy_wall/queries/test_dpsep.py and tests/test_dpsep.py.
 """
 
 from __future__ import annotations
