@@ -1,13 +1,11 @@
 """The accountants side by side: epsilons of the reference settings and the time to price or calibrate.
 
-First, the cost of validity under fully adaptive composition: how many repeated jobs of the usual
-schedules fit under eps 1 by the path-wise `pld` rule (the default before issue 50, not a filter) and by
-the filter (the default). Then rows: each accountant of privacy_wall.accounting.accountants (filter, the
-default; pld; rdp; paper) and
-dp_accounting's own RdpAccountant (REPLACE_ONE, SampledWithoutReplacementDpEvent) and PLD of the reachable
-pair (a floor,
-not an accountant: see tests/test_accounting.py). Times are medians of fresh (uncached) evaluations on
-one core: each run uses a sigma the process has not priced before.
+First, the cost of validity under fully adaptive composition: how many repeated jobs of the usual schedules
+fit under eps 1 by the path-wise `pld` rule (the default before issue 50, not a filter) and by the filter (the
+default). Then rows: each accountant of privacy_wall.accounting.accountants (filter, the default; pld; rdp;
+paper) and dp_accounting's own RdpAccountant (REPLACE_ONE, SampledWithoutReplacementDpEvent) and PLD of the
+reachable pair (a floor, not an accountant: see tests/privacy_wall/accounting/test_accountants.py). Times are
+medians of fresh (uncached) evaluations on one core: each run uses a sigma the process has not priced before.
 
     python -m bench.accounting
 """

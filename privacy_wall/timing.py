@@ -24,7 +24,7 @@ slowed by more than MARGIN since the calibration, or the dataset's first load fr
 read with the first release) is shown at the next multiple of its slot: what is visible is then the count
 k, a quantisation at the slot's grain, not a bound proven for every load. Two neighbouring corpora (one
 document of 1 word against one of 500 distinct words: the attack of issue 52) give the same k and the same
-visible times (tests/test_timing.py; bench/release_timing.py measures the unpadded difference).
+visible times (tests/privacy_wall/test_timing.py; bench/release_timing.py measures the unpadded difference).
 
 Public datasets are not padded (their times hide nothing), nor is an in-process fit, whose times only the
 data's holder sees (Gate's `padded`). The time between a job's start and its first charge holds public

@@ -47,16 +47,16 @@ def _dropped_databases() -> Iterator[None]:
 #: start first and the other files follow in their usual order (an order only: every file runs, whether
 #: listed or not).
 LONGEST_FIRST = (
-    "test_privacy_audit.py",
+    "privacy_wall/test_privacy_audit.py",
     "test_ui_browser.py",
     "test_faults.py",
     "test_e2e.py",
-    "test_accounting.py",
+    "privacy_wall/accounting/test_accountants.py",
     "test_embedded_faults.py",
-    "test_pld.py",
+    "privacy_wall/accounting/test_pld.py",
     "test_shards_e2e.py",
     "test_deployment.py",
-    "test_shards.py",
+    "privacy_wall/test_shards.py",
     "test_api.py",
     "privacy_wall/queries/test_sbn.py",
     "test_api_fuzz.py",

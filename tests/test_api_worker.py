@@ -20,7 +20,7 @@ from service.settings import ServiceSettings
 from service.store.keys import create_key
 from service.store.models import posteriors, releases
 from tests.dbservers import fresh_database
-from tests.test_ingest_store import tabular_data, write_tabular
+from tests.privacy_wall.data.test_ingest_store import tabular_data, write_tabular
 from worker.jobs import execute_job
 
 DELTA = 1e-5

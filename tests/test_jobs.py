@@ -28,7 +28,7 @@ from service.jobs.reaper import reap
 from service.store.models import api_keys, jobs, releases
 from service.store.posteriors import posterior_text
 from tests.dbservers import fresh_database
-from tests.test_ingest_store import tabular_data, write_tabular
+from tests.privacy_wall.data.test_ingest_store import tabular_data, write_tabular
 from worker import jobs as job_runner
 from worker import stored_releases
 from worker.stored_releases import StorageLimits

@@ -23,7 +23,7 @@ is the Gaussian mechanism's PLD.
 Discretisation: one grid h = 2^-k per composition, at most 2^-10 and at most an eighth of the releases'
 loss scale (scale = q sqrt(e^{1/sigma^2} - 1), at most 1/sigma: the spread of one release's privacy loss),
 averaged with weights T scale over the composition (`grid`); coarsened only if a release's PMF would
-exceed MAX_POINTS points. On every case of tests/test_pld.py it charges
+exceed MAX_POINTS points. On every case of tests/privacy_wall/accounting/test_pld.py it charges
 within 2% of the exact value (within 0.2% where that is known to this precision); coarser grids only
 ever charge more, never less.
 """

@@ -12,7 +12,7 @@ the term is min(4 (e^{1/sigma^2} - 1), 2 e^{1/sigma^2})); above 256 only the sec
 (their "Stirling" branch); fractional orders interpolate the CGF between floor and ceiling (WBK19,
 Corollary 10). RDP(a) = log A_a / (a - 1). dp_accounting loops over orders and terms in Python (about
 0.3 s per curve); here each curve is a few numpy passes, so calibrating sigma costs milliseconds.
-tests/test_accounting.py holds the two to 1e-9 relative on a grid of (sigma, q).
+tests/privacy_wall/accounting/test_accountants.py holds the two to 1e-9 relative on a grid of (sigma, q).
 """
 
 from __future__ import annotations

@@ -22,17 +22,17 @@ Bernoulli(a / (I + 1)) and Bernoulli(a / (I + 1)) again; Bernoulli(a / (I + 1)) 
 Bernoulli(F/D)", J uniform below I + 1. (w >= 0: I = V, F = w; w < 0 < V: I = V - 1, F = D + w; w < 0 = V:
 I = 0, F = -w.)
 
-Everything is exact: every probability is a ratio of integers, and Bernoulli(a/b) is "a uniform integer
-below b is below a". Uniform integers below b come from the bit generator's 64-bit words (its C interface's
+Everything is exact: every probability is a ratio of integers, and Bernoulli(a/b) is "a uniform integer below
+b is below a". Uniform integers below b come from the bit generator's 64-bit words (its C interface's
 next_uint64; in production `private_generator().bit_generator`, AES-128 in counter mode) by Lemire's
 multiply-shift with exact rejection ("Fast random integer generation in an interval", 2019): b = 1 takes no
-bits; b <= 2^8 a 16-bit piece, b <= 2^32 a 32-bit piece (pieces are cut from the low end of a word, a new
-word taken when fewer bits than needed remain; each call starts with none, and the bits left at its end are
-dropped, never reused), larger b a whole word x with the 128-bit product x b; the
-value is floor(x b / 2^S), rejected while x b mod 2^S is below 2^S mod b. So no float is formed and the
-output is a fixed function of the sequence of 64-bit words, the same on every platform:
-tests/test_discrete_gaussian.py replays it in Python integers (which cannot overflow) and checks the
-compiled sampler against it word for word.
+bits; b <= 2^8 a 16-bit piece, b <= 2^32 a 32-bit piece (pieces are cut from the low end of a word, a new word
+taken when fewer bits than needed remain; each call starts with none, and the bits left at its end are
+dropped, never reused), larger b a whole word x with the 128-bit product x b; the value is floor(x b / 2^S),
+rejected while x b mod 2^S is below 2^S mod b. So no float is formed and the output is a fixed function of the
+sequence of 64-bit words, the same on every platform: tests/privacy_wall/noise/test_discrete_gaussian.py
+replays it in Python integers (which cannot overflow) and checks the compiled sampler against it word for
+word.
 
 Overflow argument for the compiled code (the limits SIGMA2_MAX = 2^48 and DENOMINATOR_MAX = 2^12 are
 checked here, and p <= 2^60, q <= 2^12, V_CAP <= 2^30 again by the compiled entry point;

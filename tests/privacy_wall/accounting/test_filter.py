@@ -27,8 +27,8 @@ from privacy_wall.accounting.calibration import calibrate_sigma, epsilon
 from privacy_wall.accounting.events import SubsampledGaussianEvent, vips_job_event
 from privacy_wall.ledger.base import BudgetExceeded, Charge, InMemoryLedger
 from tests.dbservers import fresh_database
+from tests.privacy_wall.test_privacy_audit import ALPHA, epsilon_lower_bound, gaussian_dp_epsilon
 from tests.test_api import BATCH, DELTA, SIGMA, N, make_api
-from tests.test_privacy_audit import ALPHA, epsilon_lower_bound, gaussian_dp_epsilon
 
 FILTER = get_accountant("filter")
 #: Schedules of every kind the service runs: (sigma, S, N, T, delta).

@@ -42,7 +42,7 @@ from privacy_wall.shards import (
     pending,
 )
 from tests.dbservers import schema_drift
-from tests.test_ingest_store import tabular_data, write_tabular
+from tests.privacy_wall.data.test_ingest_store import tabular_data, write_tabular
 
 N, D = 101, 4
 PER_BLOCK = 7  # 101 rows: 14 full blocks and one of 3
@@ -425,7 +425,7 @@ def test_sharded_lda_sums_equal_the_unsharded_pass(engines: tuple[Engine, Engine
     ones a document's gamma depends on its chunk's padded width at float32 rounding (~4e-8 relative)."""
     from privacy_wall.data.ingest import ingest_bag_of_words
     from privacy_wall.queries.lda import LdaQuery
-    from tests.test_block_store import corpus
+    from tests.privacy_wall.data.test_blocks import corpus
 
     _, sensitive = engines
     control = engines[0]

@@ -116,7 +116,7 @@ def spy_setup(
     ledger = InMemoryLedger(delta=DELTA, epsilon_budget=budget)
     store = SpyStore(InMemoryTabularStore("private", x, y), log)
     # Unpadded: the slot's calibration runs the spied query on a public stand-in before the charge
-    # (tests/test_timing.py); these tests follow the query on the data.
+    # (tests/privacy_wall/test_timing.py); these tests follow the query on the data.
     gate = Gate(store, SpyLedger(ledger, log, fail=fail), padded=False)
     return gate, SpyQuery(log, ledger), ledger, log
 

@@ -26,7 +26,7 @@ from privacy_wall.accounting.events import SelfComposedEvent, SubsampledGaussian
 @pytest.fixture(autouse=True, scope="module")
 def pld_is_configured() -> Iterator[None]:
     """Every test here prices by `pld` where it names no accountant (the budget's default is the filter:
-    tests/test_filter.py)."""
+    tests/privacy_wall/accounting/test_filter.py)."""
     with mock.patch.object(accountants, "configured_accountant", lambda: accountants.get_accountant("pld")):
         yield
 

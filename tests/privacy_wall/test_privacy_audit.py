@@ -33,13 +33,13 @@ implementation would fail with another seed about once in 1,000 seeds):
   epsilon lower bound must exceed the exact epsilon of the declared mechanism. These are the power checks:
   the expected margins, from the Gaussian model, are stated at each test.
 
-Stores are public and the gates seeded (private data refuses seeds): public and private releases run the
-same code apart from where the generator comes from. The last two sections audit subsampled releases (S < N)
+Stores are public and the gates seeded (private data refuses seeds): public and private releases run the same
+code apart from where the generator comes from. The last two sections audit subsampled releases (S < N)
 against the `pld` accountant's price (a job's own price; the budget's filter, which charges more, is audited
-under full adaptivity in tests/test_filter.py): single releases on a private store, with the private
-generator and sampler; and a job of T = 10 releases at q = 1/4, its transcripts simulated from their exact
-distribution, against what the real gate's ledger charges for them, where a price 0.6 x the real one (which
-the single-release audits let pass) is shown to fail the audit.
+under full adaptivity in tests/privacy_wall/accounting/test_filter.py): single releases on a private store,
+with the private generator and sampler; and a job of T = 10 releases at q = 1/4, its transcripts simulated
+from their exact distribution, against what the real gate's ledger charges for them, where a price 0.6 x the
+real one (which the single-release audits let pass) is shown to fail the audit.
 """
 
 from __future__ import annotations
@@ -590,8 +590,8 @@ def composed_epsilon_bound(seed: int = COMPOSED_SEED) -> float:
 def composed_charge() -> float:
     """What the ledger reports spent after the real gate made the job's T releases of S of N rows (a private
     store, so the gate's own sampler and generator). The accountant is `pld`, the tight price of releases
-    fixed in advance (the budget's filter charges more: tests/test_filter.py audits it), named so that a
-    VIPS_ACCOUNTANT in the environment does not change what is audited."""
+    fixed in advance (the budget's filter charges more: tests/privacy_wall/accounting/test_filter.py audits
+    it), named so that a VIPS_ACCOUNTANT in the environment does not change what is audited."""
     contract = dpvi_tests.TestDpviQuery()
     query = contract.make_query()
     rows = contract.make_batch(np.random.default_rng(COMPOSED_SEED), COMPOSED_POPULATION)

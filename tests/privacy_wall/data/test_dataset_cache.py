@@ -20,7 +20,7 @@ from privacy_wall.data.ingest import ingest
 from privacy_wall.data.store import Batch
 from privacy_wall.sqlengine import create_db_engine
 from tests.dbservers import fresh_database
-from tests.test_ingest_store import tabular_data, write_tabular
+from tests.privacy_wall.data.test_ingest_store import tabular_data, write_tabular
 
 N, D = 300, 4
 

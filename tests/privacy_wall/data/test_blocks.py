@@ -24,7 +24,7 @@ from privacy_wall.data.schema import blocks, stored_datasets
 from privacy_wall.data.store import Batch
 from privacy_wall.sqlengine import create_db_engine
 from tests.dbservers import fresh_database
-from tests.test_ingest_store import tabular_data, write_tabular
+from tests.privacy_wall.data.test_ingest_store import tabular_data, write_tabular
 from vips.migrate import alembic_config
 
 N, D, V = 101, 4, 9

@@ -31,10 +31,10 @@ from privacy_wall.ledger.delta_policy import (
 from privacy_wall.ledger.schema import budgets, reservations
 from service.store.models import jobs
 from tests.dbservers import fresh_database
+from tests.privacy_wall.data.test_ingest_store import tabular_data, write_tabular
+from tests.privacy_wall.data.test_ingest_streaming import catalogued, stored
 from tests.test_api import Api, add_dataset, make_api
 from tests.test_cli_verbs import use
-from tests.test_ingest_store import tabular_data, write_tabular
-from tests.test_ingest_streaming import catalogued, stored
 from tests.test_ui import csrf, sign_in
 from vips.cli import main
 

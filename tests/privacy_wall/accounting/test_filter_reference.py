@@ -1,14 +1,15 @@
 """The ledger's price against an accurate reference in every regime (issue 50, item 6): sigma, q, T and delta
 from the usual to the extreme (delta 1e-12, T 10^5), and injected under-prices confined to one regime fail.
 
-The reference prices the same filter independently of the ledger's summation and root-finding (it shares
-only the closed-form profile, pld.log_profile, which tests/test_pld.py checks against quadrature;
-tests/test_profile_rdp.py checks the curve against each ordered pair's exact RDP, tiny sigma included): the
-Gaussian part by the analytic Gaussian mechanism written out (tests.test_privacy_audit.gaussian_dp_epsilon);
-the Renyi curve of a release as the least of dp_accounting's own Theorem 27 (its scalar loop) and the
-profile formula of docs/design.md integrated by the trapezoid rule on ~100,000 points spaced geometrically
-(0.03%) from the release's loss scale (the ledger sums from above on ~4,000 cells, so it may only be
-higher); the mixture's root by bisection on the rule as the docs state it.
+The reference prices the same filter independently of the ledger's summation and root-finding (it shares only
+the closed-form profile, pld.log_profile, which tests/privacy_wall/accounting/test_pld.py checks against
+quadrature; tests/privacy_wall/accounting/test_profile_rdp.py checks the curve against each ordered pair's
+exact RDP, tiny sigma included): the Gaussian part by the analytic Gaussian mechanism written out
+(tests.privacy_wall.test_privacy_audit.gaussian_dp_epsilon); the Renyi curve of a release as the least of
+dp_accounting's own Theorem 27 (its scalar loop) and the profile formula of docs/design.md integrated by the
+trapezoid rule on ~100,000 points spaced geometrically (0.03%) from the release's loss scale (the ledger sums
+from above on ~4,000 cells, so it may only be higher); the mixture's root by bisection on the rule as the docs
+state it.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from privacy_wall.accounting import filter as filter_rule
 from privacy_wall.accounting.accountants import ORDERS, FilterAccountant, PrivacyCost
 from privacy_wall.accounting.calibration import epsilon
 from privacy_wall.accounting.pld import log_profile, loss_scale
-from tests.test_privacy_audit import gaussian_dp_epsilon
+from tests.privacy_wall.test_privacy_audit import gaussian_dp_epsilon
 
 #: (sigma, S, N, T, delta): every regime the ledger prices, tiny delta and long T included.
 REGIMES = [

@@ -12,7 +12,7 @@ from sqlalchemy import Engine
 
 from privacy_wall.data.ingest import PUBLIC_DATASET, IngestError, ingest
 from privacy_wall.data.vocabulary import DECLARED, public_construction, public_words
-from tests.test_ingest_store import row_count
+from tests.privacy_wall.data.test_ingest_store import row_count
 from worker.datasets.wikipedia import write_bag_of_words
 
 
