@@ -160,14 +160,16 @@ def test_dpvi_takes_its_learning_rate_by_epsilon_n() -> None:
     assert choose_schedule("blr", "dpvi", 32_561, None).options == {}
 
 
-def test_dpsep_takes_noise_aware_releases_above_two_thousand() -> None:
-    """DP-SEP-BLR's rule, read at epsilon x N x sqrt(10 / d): the paper's damped site average with clip 0.25
-    up to 2,000 (Telco, d 41, at epsilon 0.3: 730), the noise-aware mode with clip 0.3 up to 8,000
-    (synthetic d 10 at epsilon 0.3: 3,000; Adult, d 114, at 0.3: 2,893) and 0.35 above (synthetic at 1:
-    10,000); a job that gives sigma keeps the model's defaults, and a given option is kept."""
-    paper = {"clip": 0.25, "noise_aware": 0.0}
+def test_dpsep_takes_noise_aware_releases_and_fewer_at_small_scales() -> None:
+    """DP-SEP-BLR's rule, read at epsilon x N x sqrt(10 / d): the noise-aware mode with clip 0.3 up to 8,000
+    (Telco, d 41, at epsilon 0.3: 730; synthetic d 10 at epsilon 0.3: 3,000; Adult, d 114, at 0.3: 2,893)
+    and 0.35 above (synthetic at 1: 10,000); T 2 up to 1,000, 3 up to 2,000, 5 above and for a job that
+    gives sigma, which keeps the model's defaults; a given option is kept."""
     near, far = {"clip": 0.3, "noise_aware": 1.0}, {"clip": 0.35, "noise_aware": 1.0}
-    assert choose_schedule("blr", "dpsep", 4_930, 0.3, dimension=41).options == paper
+    telco = choose_schedule("blr", "dpsep", 4_930, 0.3, dimension=41)
+    assert (telco.options, telco.iterations) == (near, 2)
+    assert choose_schedule("blr", "dpsep", 4_930, 0.6, dimension=41).iterations == 3  # 1,460
+    assert choose_schedule("blr", "dpsep", 32_561, None).iterations == 5
     assert choose_schedule("blr", "dpsep", 10_000, 0.3, dimension=10).options == near
     assert choose_schedule("blr", "dpsep", 32_561, 0.3, dimension=114).options == near
     assert choose_schedule("blr", "dpsep", 4_930, 1.0, dimension=41).options == near

@@ -266,7 +266,7 @@ def test_the_interval_note_names_the_tested_coverage_and_nothing_for_untested_mo
     note = str(interval_note("blr", "vips", False))
     assert note.endswith(f"covered {at_zero} of the true weights at sigma 0.")
     # DP-SEP's noise-aware mode (the default) and the paper's (noise_aware 0) have their own lines.
-    assert str(interval_note("blr", "dpsep", True, {"clip": 0.3})).endswith("given only epsilon 0.3-3.")
+    assert str(interval_note("blr", "dpsep", True, {"clip": 0.3})).endswith("the means shrunk towards 0.")
     paper = str(interval_note("blr", "dpsep", True, {"noise_aware": 0, "clip": 0.25}))
     assert "(the paper's mode, noise_aware=0) covered 18-56%" in paper and paper.endswith("far too narrow).")
     assert str(interval_note("linreg", "dpsep", True, {"noise_aware": 0})).endswith(

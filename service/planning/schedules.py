@@ -106,14 +106,16 @@ RULES: dict[tuple[str, str], Rule] = {
     # 0.88 / 0.86 / 0.84 / 0.84, slope 0.95-0.99, and the lowest held-out log loss measured on Adult and
     # Telco or within 0.002 of it (Adult 0.3530 / 0.3409 / 0.3389 / 0.3334); a smaller clip biases the
     # means outward (0.25: slope 1.05-1.07, coverage 0.53-0.74 from epsilon 0.6), and 0.3 does so from
-    # 10,000 (coverage 0.81, 0.74 at 30,000). Below 2,000, where the Newton steps from a site precision the
-    # noise dominates diverge in some fits (Telco at 730: log loss 0.8-2.3 on average), the paper's damped
-    # site average with the clip 0.25 (docs/schedules.md, "DP-SEP-BLR: noise-aware releases"). The model's
-    # defaults (noise-aware, clip 1) for a job that gives sigma.
+    # 10,000 (coverage 0.81, 0.74 at 30,000). Below 2,000, where five Newton steps from a site precision
+    # the noise dominates diverge in some fits (Telco at 730: log loss 1.53 on average over 8 fits, up to
+    # 3.9), fewer of them: two up to 1,000 (Telco at 730: 0.4658, at most 0.4775; synthetic at 500 / 1,000:
+    # coverage 0.64 / 0.66, the paper's update 0.09 / 0.13), three up to 2,000 (Telco at 1,460: 0.4554;
+    # synthetic at 1,500: coverage 0.80, the paper's 0.17; Adult at 1,929: 0.3642 against the paper's
+    # 0.4060) (docs/schedules.md, "DP-SEP-BLR: small scales"). The model's defaults (noise-aware, clip 1,
+    # T 5) for a job that gives sigma.
     ("blr", "dpsep"): Rule(
-        iterations=((math.inf, 5),),
+        iterations=((1_000.0, 2), (2_000.0, 3), (math.inf, 5)),
         options=(
-            (2_000.0, {"clip": 0.25, "noise_aware": 0}),
             (8_000.0, {"clip": 0.3, "noise_aware": 1}),
             (math.inf, {"clip": 0.35, "noise_aware": 1}),
         ),
