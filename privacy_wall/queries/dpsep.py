@@ -109,7 +109,7 @@ from scipy.special import expit
 from privacy_wall.data.store import Batch
 from privacy_wall.noise.mechanisms import clip_factors, project_psd, symmetric_from_upper, upper_triangle
 from privacy_wall.queries.base import Array, Block, chunked_sums
-from privacy_wall.queries.linreg import bounded_records
+from privacy_wall.queries.linreg import bounded_records, split_joint
 
 BLOCK = "site"
 PARAMS = ("cavity_mean", "cavity_covariance")
@@ -203,15 +203,20 @@ def clip_sites(alpha: Array, beta: Array, sq_norms: Array, bound: float) -> tupl
     return alpha * factors, beta * factors
 
 
+def checked_clip(clip: float) -> float:
+    """A site clip C, refused unless a finite number > 0 (a bool is not a number here)."""
+    if isinstance(clip, bool) or not isinstance(clip, int | float) or not (0 < clip < math.inf):
+        raise ValueError("clip must be a finite number > 0")
+    return float(clip)
+
+
 class DpSepQuery:
     """Shared machinery of the DP-SEP queries: one block of clipped site natural parameters."""
 
     name = "dpsep"
 
     def __init__(self, clip: float) -> None:
-        if isinstance(clip, bool) or not isinstance(clip, int | float) or not (0 < clip < math.inf):
-            raise ValueError("clip must be a finite number > 0")
-        self.clip = float(clip)
+        self.clip = checked_clip(clip)
 
     def sites(self, labels: Array, m: Array, v: Array) -> tuple[Array, Array]:
         """1-D site natural parameters (alpha_n, beta_n) along x_n given the cavity marginals of x_n^T w."""
@@ -314,9 +319,7 @@ class DpSepNormalGammaQuery:
     name = "dpsep-linreg"
 
     def __init__(self, clip: float) -> None:
-        if isinstance(clip, bool) or not isinstance(clip, int | float) or not (0 < clip < math.inf):
-            raise ValueError("clip must be a finite number > 0")
-        self.clip = float(clip)
+        self.clip = checked_clip(clip)
 
     def blocks(self, dimension: int) -> tuple[Block, ...]:
         return (Block(BLOCK, self.clip, nonnegative_or_psd=True),)
@@ -346,9 +349,4 @@ class DpSepNormalGammaQuery:
 
     def postprocess(self, noised_means: dict[str, Array], dimension: int) -> dict[str, Array]:
         """Mirror z z^T's mean, project it to the PSD cone, and split it into xx, yx and yy."""
-        joint = project_psd(symmetric_from_upper(noised_means[BLOCK], dimension + 1))
-        return {
-            "xx": joint[:dimension, :dimension],
-            "yx": joint[:dimension, dimension].copy(),
-            "yy": np.array([joint[dimension, dimension]]),
-        }
+        return split_joint(project_psd(symmetric_from_upper(noised_means[BLOCK], dimension + 1)))

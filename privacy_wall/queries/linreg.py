@@ -88,6 +88,12 @@ def bounded_records(batch: Batch, query: str) -> tuple[Array, Array]:
     return x, np.clip(y, -1.0, 1.0)
 
 
+def split_joint(joint: Array) -> dict[str, Array]:
+    """The statistics xx, yx and yy of a (d + 1) x (d + 1) joint second moment [[xx, yx], [yx^T, yy]]."""
+    d = joint.shape[0] - 1
+    return {"xx": joint[:d, :d], "yx": joint[:d, d].copy(), "yy": np.array([joint[d, d]])}
+
+
 class LinearRegressionQuery:
     """The wall's half of VIPS for conjugate Bayesian linear regression: clipped data statistics."""
 
@@ -129,9 +135,6 @@ class LinearRegressionQuery:
     def postprocess(self, noised_means: dict[str, Array], dimension: int) -> dict[str, Array]:
         """Mirror xx and project the joint second moment [[xx, yx], [yx^T, yy]] to the PSD cone."""
         xx = symmetric_from_upper(noised_means["xx"], dimension)
-        joint = project_psd(joint_second_moment(xx, noised_means["yx"], float(noised_means["yy"][0])))
-        return {
-            "xx": joint[:dimension, :dimension],
-            "yx": joint[:dimension, dimension].copy(),
-            "yy": np.array([joint[dimension, dimension]]),
-        }
+        return split_joint(
+            project_psd(joint_second_moment(xx, noised_means["yx"], float(noised_means["yy"][0])))
+        )

@@ -27,7 +27,12 @@ from privacy_wall.queries.dpsep import (
 )
 from privacy_wall.queries.linreg import LinearRegressionQuery, joint_second_moment
 from tests.contracts import Params, QueryContract, QueryModeContract
-from tests.privacy_wall.queries.test_linreg import regression_rows, regression_store
+from tests.privacy_wall.queries.test_linreg import (
+    regression_extremes,
+    regression_out_of_bounds,
+    regression_rows,
+    regression_store,
+)
 
 # The extreme public parameters overflow on purpose; numpy's warnings about it are expected.
 pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
@@ -243,17 +248,10 @@ class TestDpSepLinearQuery(QueryContract):
     def adversarial_records(self, params: Params) -> list[Batch]:
         # (e_1, 1) -> (e_1, -1): sites (tau e_1, tau e_1 e_1^T) and (-tau e_1, tau e_1 e_1^T), both clipped to
         # norm C, differ by sqrt(2) C, 0.71 of Delta = 2 C / S.
-        directions = [*np.eye(D), unit([1.0, 1.0, 0.0]), unit([1.0, -1.0, 1.0]), np.zeros(D)]
-        return [record(x, y) for x in directions for y in (-1.0, 0.0, 1.0)]
+        return regression_extremes()
 
     def out_of_bound_records(self, rng: np.random.Generator) -> list[Batch]:
-        return [
-            record(5 * unit(rng.normal(size=D)), 1.0),
-            record(np.eye(D)[0], 40.0),
-            record(1e6 * unit([1.0, -2.0, 0.5]), -1e6),
-            record(np.zeros(D), 7.0),
-            record(1e160 * np.eye(D)[0], 0.0),  # ||x||^2 overflows
-        ]
+        return regression_out_of_bounds(rng)
 
     def malformed_params(self) -> list[Params]:
         return [{}, cavity(np.zeros(D), np.eye(D + 1)), cavity([np.inf, 0.0, 0.0], np.eye(D))]
@@ -302,17 +300,10 @@ class TestDpSepNormalGammaQuery(QueryContract):
     def adversarial_records(self, params: Params) -> list[Batch]:
         # Orthogonal z = (e_i, 0) -> (e_j, 0) or (0, +-1): packed triangles of norm 1 = C and inner product 0,
         # so the sum moves by sqrt(2) C, the whole Delta; (e_1, 1) -> (e_1, -1) moves only the y x part.
-        directions = [*np.eye(D), unit([1.0, 1.0, 0.0]), unit([1.0, -1.0, 1.0]), np.zeros(D)]
-        return [record(x, y) for x in directions for y in (-1.0, 0.0, 1.0)]
+        return regression_extremes()
 
     def out_of_bound_records(self, rng: np.random.Generator) -> list[Batch]:
-        return [
-            record(5 * unit(rng.normal(size=D)), 1.0),
-            record(np.eye(D)[0], 40.0),
-            record(1e6 * unit([1.0, -2.0, 0.5]), -1e6),
-            record(np.zeros(D), 7.0),
-            record(1e160 * np.eye(D)[0], 0.0),  # ||x||^2 overflows
-        ]
+        return regression_out_of_bounds(rng)
 
     def malformed_params(self) -> list[Params]:
         return [cavity(np.zeros(D), np.eye(D)), {"cavity_mean": np.zeros(D)}]

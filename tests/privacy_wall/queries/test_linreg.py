@@ -52,6 +52,23 @@ def regression_rows(rng: np.random.Generator, size: int, dimension: int) -> Batc
     return Batch(directions * radii[:, None], labels)
 
 
+def regression_extremes() -> list[Batch]:
+    """Records at the ingestion bounds' corners: axes, diagonals and 0, with labels -1, 0 and 1."""
+    directions = [*np.eye(D), unit([1.0, 1.0, 0.0]), unit([1.0, -1.0, 1.0]), np.zeros(D)]
+    return [record(x, y) for x in directions for y in (-1.0, 0.0, 1.0)]
+
+
+def regression_out_of_bounds(rng: np.random.Generator) -> list[Batch]:
+    """Records beyond the ingestion bounds (only reachable by building a Batch directly)."""
+    return [
+        record(5 * unit(rng.normal(size=D)), 1.0),
+        record(np.eye(D)[0], 40.0),
+        record(1e6 * unit([1.0, -2.0, 0.5]), -1e6),
+        record(np.zeros(D), 7.0),
+        record(1e160 * np.eye(D)[0], 0.0),  # ||x||^2 overflows
+    ]
+
+
 class TestLinregQuery(QueryContract):
     dimension = D
 
@@ -70,17 +87,12 @@ class TestLinregQuery(QueryContract):
     def adversarial_records(self, params: Params) -> list[Batch]:
         # x x^T: e_i -> e_j moves one diagonal packed coordinate down by 1 and another up by 1 (sqrt(2) C);
         # y x: (e_1, 1) -> (e_1, -1) moves it by 2 C; y^2: 0 -> 1 moves it by C (1/sqrt(2) of its Delta).
-        directions = [*np.eye(D), unit([1.0, 1.0, 0.0]), unit([1.0, -1.0, 1.0]), np.zeros(D)]
-        return [record(x, y) for x in directions for y in (-1.0, 0.0, 1.0)]
+        return regression_extremes()
 
     def out_of_bound_records(self, rng: np.random.Generator) -> list[Batch]:
         return [
-            record(5 * unit(rng.normal(size=D)), 1.0),
-            record(np.eye(D)[0], 40.0),
-            record(1e6 * unit([1.0, -2.0, 0.5]), -1e6),
+            *regression_out_of_bounds(rng),
             record(3 * np.eye(D)[1], -3.0),
-            record(np.zeros(D), 7.0),
-            record(1e160 * np.eye(D)[0], 0.0),  # ||x||^2 overflows
             record(1e160 * unit([1.0, 1.0, 1.0]), 0.5),
         ]
 
