@@ -70,28 +70,31 @@ def problems(model: str, algorithm: str, options: dict[str, float]) -> list[str]
 
 
 def test_vips_blr_takes_whole_batch_releases_by_log_loss_and_coverage() -> None:
-    """With epsilon, S = N and T by scale epsilon x N x sqrt(10 / d): Polya-Gamma releases, 1 up to 400,
-    3 up to 2,000; above, five Laplace releases with a gradient bound: from the first (its curvature left
-    out of the pool) with bound 0.25 up to 4,000 and 0.3 up to 8,000, then from the second with 0.35
-    (docs/schedules.md, "VIPS-BLR: the gradient bound"); a job that gives sigma keeps T 10 and the model's
-    defaults (Laplace from the second, no bound)."""
+    """With epsilon, S = N and T by scale epsilon x N x sqrt(10 / d): one Polya-Gamma release up to 400;
+    above, Laplace releases with a gradient bound from the first (its curvature left out of the pool):
+    three with bound 0.2 up to 2,000 (docs/schedules.md, "VIPS-BLR: small scales"), five with 0.25 up to
+    4,000 and 0.3 up to 8,000, then five from the second with 0.35 (docs/schedules.md, "VIPS-BLR: the
+    gradient bound"); a job that gives sigma keeps T 10 and the model's defaults (Laplace from the
+    second, no bound)."""
     rule = rule_for("blr", "vips")
     scales = (1e-3, 400.0, 401.0, 2_000.0, 2_001.0, 8e3, 8_001.0, 1e300, math.inf)
     assert [rule_iterations(rule, scale) for scale in scales] == [1, 1, 3, 3, 5, 5, 5, 5, 10]
     first = {"laplace_from": 1.0, "pool_from": 2.0}
     assert [
-        rule_options(rule, scale, {}) for scale in (400.0, 2_000.0, 2_001.0, 4_001.0, 8_001.0, 1e300)
+        rule_options(rule, scale, {}) for scale in (400.0, 401.0, 2_000.0, 2_001.0, 4_001.0, 8_001.0, 1e300)
     ] == [
         {"laplace_from": 0.0},
-        {"laplace_from": 0.0},
+        {**first, "gradient_bound": 0.2},
+        {**first, "gradient_bound": 0.2},
         {**first, "gradient_bound": 0.25},
         {**first, "gradient_bound": 0.3},
         {"laplace_from": 2.0, "gradient_bound": 0.35},
         {"laplace_from": 2.0, "gradient_bound": 0.35},
     ]
-    # (N, epsilon, d, T, options): Telco at 0.1, 1 and 3, Adult at 0.3 and 1, the synthetic sets at 1.
+    # (N, epsilon, d, T, options): Telco at 0.1, 0.3, 1 and 3, Adult at 0.3 and 1, the synthetic sets at 1.
     for population, epsilon, dimension, t, expected in (
         (4_930, 0.1, 41, 1, {"laplace_from": 0}),
+        (4_930, 0.3, 41, 3, {**first, "gradient_bound": 0.2}),
         (4_930, 1.0, 41, 5, {**first, "gradient_bound": 0.25}),
         (32_561, 0.3, 114, 5, {**first, "gradient_bound": 0.25}),
         (4_930, 3.0, 41, 5, {**first, "gradient_bound": 0.3}),
@@ -179,6 +182,26 @@ def test_dpsep_takes_noise_aware_releases_and_fewer_at_small_scales() -> None:
     assert choose_schedule("blr", "dpsep", 32_561, 1.0, dimension=114).iterations == 5
 
 
+def test_the_quote_names_the_coverage_tested_at_a_small_scale() -> None:
+    """Issue 51: where the tests found intervals narrower than nominal (service.planning.coverage: a band
+    with a caution), the schedule's reason says so before anything is spent; elsewhere it says nothing."""
+    from service.planning.coverage import TESTED
+
+    for algorithm in ("vips", "dpvi", "dpsep"):
+        _, covered, caution = TESTED[("blr", algorithm)].band(1_000.0)
+        small = choose_schedule("blr", algorithm, 1_000, 1.0, dimension=10)
+        assert (
+            caution and f"covered {covered} of known weights in tests at this scale: {caution}" in small.why
+        )
+        assert (
+            "of known weights in tests"
+            not in choose_schedule("blr", algorithm, 10_000, 1.0, dimension=10).why
+        )
+    assert "in tests" not in choose_schedule("blr", "vips", 1_000, None, dimension=10).why  # sigma given
+    paper = choose_schedule("blr", "dpsep", 1_000, 1.0, dimension=10, options={"noise_aware": 0})
+    assert "in tests" not in paper.why
+
+
 def test_lda_reads_its_rows_per_topic_word_count() -> None:
     """LDA's rows were read at K V = 100,000 (K 20, V 5,000): 3,000 documents at epsilon 1 take the
     fallback's largest share; 4 topics over 50 words (500 times fewer counts, each with that much more
@@ -209,9 +232,8 @@ def test_a_job_with_only_epsilon_gets_the_rules_schedule_and_the_quote_says_why(
     body = quote.json()
     assert (body["iterations"], body["batch_size"]) == (expected.iterations, expected.batch_size)
     schedule = body["schedule"]
-    assert (
-        schedule["auto"] == ["iterations", "batch_size", "laplace_from"] and schedule["why"] == expected.why
-    )
+    assert schedule["auto"] == ["iterations", "batch_size", *expected.options] == list(expected.auto)
+    assert schedule["why"] == expected.why
     assert "epsilon x N = 1e+03" in schedule["why"] and "docs/schedules.md" in schedule["why"]
     assert body["epsilon_job"] == pytest.approx(1.0, rel=1e-3)  # sigma calibrated for the chosen T and S
     job = api.submit(iterations=None, batch_size=None, sigma=None, epsilon=1.0).json()
@@ -220,7 +242,9 @@ def test_a_job_with_only_epsilon_gets_the_rules_schedule_and_the_quote_says_why(
 
 def test_explicit_iterations_win_over_the_rule_and_sigma_keeps_the_old_default(api: Api) -> None:
     quote = api.submit(iterations=7, batch_size=None, sigma=None, epsilon=1.0, dry_run=True).json()
-    assert (quote["iterations"], quote["schedule"]["auto"]) == (7, ["batch_size", "laplace_from"])
+    chosen = list(chosen_options("blr", "vips", N, 1.0, dimension=3))  # the rule's options at 1,826
+    assert (quote["iterations"], quote["schedule"]["auto"]) == (7, ["batch_size", *chosen])
+    assert chosen == ["laplace_from", "pool_from", "gradient_bound"]
     given = api.submit(dry_run=True).json()["schedule"]
     assert (given["auto"], given["why"]) == ([], "given")
     with_sigma = api.submit(iterations=None, batch_size=None, sigma=2.0, dry_run=True).json()

@@ -4,16 +4,19 @@ the spend curve against the ledger. tests/test_ui_browser.py drives the same pag
 
 from __future__ import annotations
 
+import html
+import math
 import re
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from privacy_wall.ledger import database as ledger_db
+from service.planning import coverage
 from service.store.keys import Principal, revoke_key
-from service.ui import coverage
 from service.ui import spend_curve as spend_curves
 from service.ui.sessions import COOKIE, find_session, open_session
 from service.ui.spend_curve import spend_curve
@@ -41,8 +44,8 @@ def csrf(api: Api, path: str = "/ui") -> str:
     return match.group(1)
 
 
-def finished_job(api: Api, iterations: int = 3) -> str:
-    job_id: str = api.submit(iterations=iterations).json()["id"]
+def finished_job(api: Api, iterations: int = 3, **spec: Any) -> str:
+    job_id: str = api.submit(iterations=iterations, **spec).json()["id"]
     for t in range(1, iterations + 1):
         charge(api.engine, job_id, t)
     finish(api.engine, job_id, {"model": "blr", "algorithm": "vips", "mean": [1.0, -2.0, 0.5],
@@ -195,8 +198,8 @@ def test_the_job_page_shows_progress_epsilon_and_the_posterior(api: Api) -> None
     alone = re.search(r"the job alone, by PLD</dt><dd>([0-9.e+-]+)</dd>", page)
     assert alone is not None, page
     assert 0 < float(alone.group(1)) < job["epsilon_job"]
-    # how often such intervals held the truth in tests, in one line under the table (service.ui.coverage)
-    tested = coverage.TESTED[("blr", "vips")][0]
+    # how often such intervals held the truth in tests, one line under the table (service.planning.coverage)
+    _, tested, _ = coverage.TESTED[("blr", "vips")].band(math.inf)  # sigma given: the largest scale's line
     assert f"nominal 90% intervals of blr by vips covered {tested} of the true weights" in page
     # coefficients named by the dataset's features, with 95% intervals: mean +- 1.96 sd
     assert '<td>b</td><td class="num">-2.0000</td><td class="num">[-3.9600, -0.0400]</td>' in page
@@ -255,18 +258,35 @@ def test_the_warmer_prices_the_curves_of_changed_ledgers_ahead_of_any_view(api: 
     assert spend_curve(api.engine, "priv", 1e-5) is warmed
 
 
+def test_a_small_jobs_page_names_the_coverage_tested_at_its_scale(api: Api) -> None:
+    """Issue 51: below epsilon x N x sqrt(10 / d) = 2,000 VIPS-BLR's intervals covered far less than at
+    epsilon 0.3-3; a job there (epsilon 0.5, N 1,000, d 3: 913) gets that band's line, with its caution."""
+    from service.planning.schedules import job_scale
+
+    assert job_scale("blr", "vips", 1000, 0.5, {}, 3) < 2_000
+    job_id = finished_job(api, 1, epsilon=0.5, sigma=None, batch_size=None)
+    sign_in(api, "analyst")
+    page = api.client.get(f"/ui/jobs/{job_id}").text
+    _, small, caution = coverage.TESTED[("blr", "vips")].band(913.0)
+    _, large, _ = coverage.TESTED[("blr", "vips")].band(math.inf)
+    assert small != large and f"covered {small} of the true weights given only epsilon" in page, page
+    assert html.escape(caution, quote=True) in page
+
+
 def test_the_interval_note_names_the_tested_coverage_and_nothing_for_untested_models() -> None:
-    from service.ui.coverage import TESTED, interval_note
+    from service.planning.coverage import TESTED, interval_note
 
     assert interval_note("linreg", "vips", True) == (
         "Tested on data of known weights (docs/calibration.md), nominal 90% intervals of linreg by vips "
-        "covered 86-93% of the true weights given only epsilon 0.3-3."
+        "covered 86-93% of the true weights given only epsilon, at epsilon 0.3-3."
     )
-    at_zero = TESTED[("blr", "vips")][1]
+    assert "covered 95-99%" in str(interval_note("linreg", "vips", True, scale=1_000.0))
+    at_zero = TESTED[("blr", "vips")].at_zero
     note = str(interval_note("blr", "vips", False))
     assert note.endswith(f"covered {at_zero} of the true weights at sigma 0.")
     # DP-SEP's noise-aware mode (the default) and the paper's (noise_aware 0) have their own lines.
-    assert str(interval_note("blr", "dpsep", True, {"clip": 0.3})).endswith("the means shrunk towards 0.")
+    assert str(interval_note("blr", "dpsep", True, {"clip": 0.3}, 1_500.0)).endswith("little information.")
+    assert str(interval_note("blr", "dpsep", True, {"clip": 0.3}, 3_000.0)).endswith("3,000-30,000).")
     paper = str(interval_note("blr", "dpsep", True, {"noise_aware": 0, "clip": 0.25}))
     assert "(the paper's mode, noise_aware=0) covered 18-56%" in paper and paper.endswith("far too narrow).")
     assert str(interval_note("linreg", "dpsep", True, {"noise_aware": 0})).endswith(

@@ -22,6 +22,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from service.planning.coverage import TESTED
 from service.planning.options import LDA_DEFAULTS, SBN_DEFAULTS
 
 
@@ -58,17 +59,20 @@ class Rule:
 RULES: dict[tuple[str, str], Rule] = {
     # Whole-batch releases, chosen by held-out log loss and coverage (issue 51), read at epsilon x N x
     # sqrt(10 / d) (H's noise grows with the spectral norm of a d x d noise matrix): one Polya-Gamma
-    # release up to 400 (more diverge there), three up to 2,000; above, five Laplace (Newton) releases
-    # with each record's gradient term bounded (gradient_bound: less noise for a bias on the misclassified
-    # records): from the first release (the one at w = 0, whose curvature is left out of the pool) with
-    # bound 0.25 up to 4,000 and 0.3 up to 8,000, then after one Polya-Gamma release with bound 0.35,
-    # where the smaller bounds' bias shows in the coverage (docs/schedules.md, "VIPS-BLR: the gradient
-    # bound"). T 10 for a job that gives sigma, whose row is the one for infinite scale (with the model's
-    # defaults: Laplace releases from the second, no bound).
+    # release up to 400 (more diverge there); above, Laplace (Newton) releases from the first (the one at
+    # w = 0, whose curvature is left out of the pool) with each record's gradient term bounded
+    # (gradient_bound: less noise for a bias on the misclassified records): three with bound 0.2 up to
+    # 2,000, where three Polya-Gamma releases' intervals covered 0.48-0.57 (these 0.80-0.88, with the same
+    # or lower log loss on Adult, Telco and synthetic data but Adult at 1,000, +0.002; docs/schedules.md,
+    # "VIPS-BLR: small scales"), then five with bound 0.25 up to 4,000 and 0.3 up to 8,000, then five after
+    # one Polya-Gamma release with bound 0.35, where the smaller bounds' bias shows in the coverage
+    # (docs/schedules.md, "VIPS-BLR: the gradient bound"). T 10 for a job that gives sigma, whose row is
+    # the one for infinite scale (with the model's defaults: Laplace releases from the second, no bound).
     ("blr", "vips"): Rule(
         iterations=((400.0, 1), (2_000.0, 3), (sys.float_info.max, 5), (math.inf, 10)),
         options=(
-            (2_000.0, {"laplace_from": 0}),
+            (400.0, {"laplace_from": 0}),
+            (2_000.0, {"laplace_from": 1, "pool_from": 2, "gradient_bound": 0.2}),
             (4_000.0, {"laplace_from": 1, "pool_from": 2, "gradient_bound": 0.25}),
             (8_000.0, {"laplace_from": 1, "pool_from": 2, "gradient_bound": 0.3}),
             (math.inf, {"laplace_from": 2, "gradient_bound": 0.35}),
@@ -109,9 +113,10 @@ RULES: dict[tuple[str, str], Rule] = {
     # 10,000 (coverage 0.81, 0.74 at 30,000). Below 2,000, where five Newton steps from a site precision
     # the noise dominates diverge in some fits (Telco at 730: log loss 1.53 on average over 8 fits, up to
     # 3.9), fewer of them: two up to 1,000 (Telco at 730: 0.4658, at most 0.4775; synthetic at 500 / 1,000:
-    # coverage 0.64 / 0.66, the paper's update 0.09 / 0.13), three up to 2,000 (Telco at 1,460: 0.4554;
-    # synthetic at 1,500: coverage 0.80, the paper's 0.17; Adult at 1,929: 0.3642 against the paper's
-    # 0.4060) (docs/schedules.md, "DP-SEP-BLR: small scales"). The model's defaults (noise-aware, clip 1,
+    # coverage 0.64 / 0.66, the paper's update 0.09 / 0.13; with q widened along its last step 0.73 /
+    # 0.79), three up to 2,000 (Telco at 1,460: 0.4554; synthetic at 1,500: coverage 0.80, widened 0.87,
+    # the paper's 0.17; Adult at 1,929: 0.3642 against the paper's 0.4060) (docs/schedules.md, "DP-SEP-BLR:
+    # small scales"). The model's defaults (noise-aware, clip 1,
     # T 5) for a job that gives sigma.
     ("blr", "dpsep"): Rule(
         iterations=((1_000.0, 2), (2_000.0, 3), (math.inf, 5)),
@@ -336,4 +341,9 @@ def choose_schedule(
     expected = rule_expectation(rule, scale)
     if expected is not None:
         why += f"; expect {expected}"
+    tested = TESTED.get((model, algorithm))
+    if tested is not None and epsilon is not None and (options or {}).get("noise_aware", 1) != 0:
+        _, covered, caution = tested.band(scale)
+        if caution:
+            why += f"; its 90% intervals covered {covered} of known weights in tests at this scale: {caution}"
     return Schedule(chosen_t, chosen_s, auto, why, chosen)

@@ -36,6 +36,8 @@ from service.http.deps import EngineDep, SettingsDep
 from service.http.params import JOB_ID_RULE, decimal_number, is_job_id
 from service.jobs.storage import human_bytes
 from service.planning.admission import alone_by_pld
+from service.planning.coverage import interval_note
+from service.planning.schedules import job_scale
 from service.routes.budgets import set_budget
 from service.routes.datasets import list_datasets, show_dataset
 from service.routes.job_outputs import job_posterior, posterior_response
@@ -45,7 +47,6 @@ from service.settings import ServiceSettings
 from service.store.keys import Principal, authenticate
 from service.store.posteriors import posterior_bytes
 from service.ui import convergence, views
-from service.ui.coverage import interval_note
 from service.ui.sessions import COOKIE, UiSession, close_session, find_session, open_session
 from service.ui.svg import inline as inline_svg
 
@@ -443,12 +444,29 @@ def job_page(request: Request, engine: EngineDep, settings: SettingsDep, job_id:
             "alone_by_pld": None
             if dataset is None
             else alone_by_pld(job.sigma, job.batch_size, dataset.population, job.iterations, job.delta),
-            "interval_note": interval_note(job.model, job.algorithm, job.sigma > 0, job.options),
+            "interval_note": interval_note(
+                job.model, job.algorithm, job.sigma > 0, job.options, _job_scale(job, dataset)
+            ),
             "timing": views.job_timing(public),
         }
         return _page(request, "job.html", session=session, **context)
 
     return _guarded(request, engine, render)
+
+
+def _job_scale(job: Any, dataset: Any) -> float:
+    """The scale the job's rule read it at (service.planning.schedules.job_scale), from its epsilon, N and
+    d; infinite without them (sigma given, or the dataset gone)."""
+    if dataset is None or job.epsilon_target is None:
+        return math.inf
+    return job_scale(
+        job.model,
+        job.algorithm,
+        int(dataset.population),
+        float(job.epsilon_target),
+        job.options,
+        int(dataset.dimension),
+    )
 
 
 def _per_iteration(job: Any, dataset: Any) -> float | None:
