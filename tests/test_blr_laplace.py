@@ -95,6 +95,9 @@ def test_a_fit_that_stopped_short_says_so_and_a_converged_one_is_not_widened(est
         own.append(np.sqrt(np.diag(short.state_.covariance)))
         reported.append(np.sqrt(np.diag(short.covariance_)))
         np.testing.assert_allclose(converged.covariance_, converged.state_.covariance, rtol=1e-6, atol=1e-12)
+        kept = short.posterior_["variational_parameters"]  # q's own, and the step it was widened along
+        np.testing.assert_array_equal(kept["covariance"], short.state_.covariance)
+        np.testing.assert_array_equal(kept["last_step"], short.state_.last_step)
     truth, mean, sd_q, sd = (np.concatenate(v) for v in (truths, means, own, reported))
     assert np.mean(np.abs(truth - mean) <= Z90 * sd_q) < 0.7
     assert np.mean(np.abs(truth - mean) <= Z90 * sd) >= 0.9

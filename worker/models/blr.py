@@ -66,12 +66,13 @@ damped by rho, as the paper's M-step averages.
 q(alpha) = Gamma(a0 + d/2, b0 + (mu^T mu + tr Sigma) / 2). Every step is post-processing of released
 values and their public noise std (bench/README.md, "BLR accuracy" and "VIPS-BLR schedules and M-steps",
 measure the gains).
-The last step (noise_aware; issue 51): the posterior document's q is q(w) of the last release widened
-along the iteration's last step s = m_T - m_{T-1}, u = s / |s|, by the part of |s|^2 that two iterates at
-the fixed point would not show: Sigma + max(0, |s|^2 - 2 u^T Sigma u) u u^T (were m_T and m_{T-1} two
-draws about the fixed point with q's spread, E (u^T s)^2 = 2 u^T Sigma u). A few Newton steps from w = 0
-stop short of the mode, by about the last step's length (a Newton iteration contracts its error; sigma 0,
-T 2: coverage 0.57, slope 0.88), and q's Sigma, the curvature's inverse at that point, leaves that error
+The last step (noise_aware; issue 51): the posterior document's `covariance` is q(w)'s of the last
+release (variational_parameters keeps q's own, and the step) widened along the iteration's last step
+s = m_T - m_{T-1}, u = s / |s|, by the part of |s|^2 that two iterates at the fixed point would not show:
+Sigma + max(0, |s|^2 - 2 u^T Sigma u) u u^T (were m_T and m_{T-1} two draws about the fixed point with
+q's spread, E (u^T s)^2 = 2 u^T Sigma u). A few Newton steps from w = 0 stop short of the mode, by about
+the last step's length (a Newton iteration contracts its error; sigma 0, T 2: coverage 0.57, slope 0.88),
+and q's Sigma, the curvature's inverse at that point, leaves that error
 out. The widening is public post-processing of q's iterates; the iterations themselves are unchanged.
 On 100 unseen datasets at epsilon 0.3 / 1 / 3 (N 10,000) VIPS's intervals cover 0.93 / 0.95 / 0.91
 (0.83 / 0.85 / 0.83 before) and DP-SEP's 0.96 / 0.90 / 0.89 (0.86 / 0.81 / 0.80), the held-out log loss
@@ -526,15 +527,25 @@ class BayesianLogisticRegression:
         )
 
     def posterior(self, state: BlrState) -> dict[str, Any]:
-        """q(w) as the posterior document's fields; with noise_aware, its covariance widened along the last
-        step (widened_covariance)."""
+        """The posterior document's fields: `covariance` (and the natural parameters, of the same Gaussian)
+        with noise_aware q's widened along the last step (widened_covariance); variational_parameters q's
+        own, with the last step."""
         covariance = state.covariance
         if self.noise_aware and state.last_step is not None:
             covariance = widened_covariance(covariance, state.last_step)
         second_moment = covariance + np.outer(state.mean, state.mean)
-        # q's own natural parameters (with the noise-aware step they differ from the averaged nu1, nu2).
+        # The reported Gaussian's natural parameters (with the noise-aware step they differ from the
+        # averaged nu1, nu2).
         precision = np.linalg.inv(covariance)
         precision = (precision + precision.T) / 2.0
+        variational: dict[str, Any] = {
+            "mean": state.mean.tolist(),
+            "covariance": state.covariance.tolist(),
+            "alpha_shape": state.alpha_shape,
+            "alpha_rate": state.alpha_rate,
+        }
+        if state.last_step is not None:
+            variational["last_step"] = state.last_step.tolist()
         return {
             "natural_parameters": {
                 "precision_times_mean": (precision @ state.mean).tolist(),
@@ -543,12 +554,7 @@ class BayesianLogisticRegression:
                 "expected_neg_half_wwT": (-0.5 * second_moment).tolist(),
             },
             "sufficient_statistics": {k: v.tolist() for k, v in state.statistics.items()},
-            "variational_parameters": {
-                "mean": state.mean.tolist(),
-                "covariance": covariance.tolist(),
-                "alpha_shape": state.alpha_shape,
-                "alpha_rate": state.alpha_rate,
-            },
+            "variational_parameters": variational,
             "mean": state.mean.tolist(),
             "covariance": covariance.tolist(),
         }
