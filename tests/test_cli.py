@@ -198,12 +198,28 @@ def test_fit_local_sigma_zero_recovers_the_weights(
     assert metrics["baseline"] == pytest.approx(expected)
 
     # a posterior pointing the wrong way is no better than a constant, and evaluate says so
+    covariance = document["covariance"]
     document["mean"] = (-mean).tolist()
     posterior.write_text(json.dumps(document))
     assert main(evaluate) == 0
     out, err = capsys.readouterr()
     assert json.loads(out)["auc"] < 0.5
     assert "vips: warning: this posterior is no better than the baseline: auc" in err
+    # one that ranks about as well as the fit but states probabilities far from the truth (its weights 30
+    # times too large, its covariance 0) is flagged by its log loss, above the constant's (issue 55)
+    document["mean"] = (30.0 * mean).tolist()
+    document["covariance"] = np.zeros((mean.size, mean.size)).tolist()
+    posterior.write_text(json.dumps(document))
+    assert main(evaluate) == 0
+    out, err = capsys.readouterr()
+    overconfident = json.loads(out)
+    assert overconfident["auc"] > metrics["auc"] - 0.02
+    assert overconfident["log_loss"] > overconfident["baseline"]["log_loss"]
+    assert "no better than the baseline: log_loss" in err and " auc " not in err
+    # and the fit itself is flagged by neither
+    posterior.write_text(json.dumps({**document, "mean": mean.tolist(), "covariance": covariance}))
+    assert main(evaluate) == 0
+    assert "warning" not in capsys.readouterr().err
 
 
 def test_fit_local_with_epsilon_spends_at_most_epsilon(

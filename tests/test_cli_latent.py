@@ -96,6 +96,38 @@ def test_lda_local_fit_evaluate_and_predict(
         assert len(owners) == 1, line
         groups |= owners
     assert groups == set(range(TOPICS))
+    assert "note" not in capsys.readouterr().err  # three distinct topics: nothing to say
+
+
+def test_topics_say_when_they_are_the_private_word_frequencies(
+    capsys: pytest.CaptureFixture[str], corpus: Corpus, tmp_path: Path
+) -> None:
+    """Issue 55: at an epsilon where no topic clears the release noise every topic is the fallback, the
+    private word frequencies; `vips topics` (and the job page, service.ui.views) says so instead of
+    printing the same words K times without a word."""
+    posterior = tmp_path / "lda.json"
+    run_ok(capsys, lda_argv(corpus, "--epsilon", "0.05", "--delta", "1e-5", "-o", str(posterior)))
+    assert main(["topics", "--posterior", str(posterior), "--words", "3"]) == 0
+    captured = capsys.readouterr()
+    assert len({line.split(": ")[1] for line in captured.out.splitlines()}) == 1  # one distribution
+    assert f"vips: note: All {TOPICS} topics are one word distribution" in captured.err
+
+
+def test_repeated_topics_count_topics_of_one_distribution() -> None:
+    """Rows proportional to each other are one distribution, whatever their mass; a row that differs in
+    one word by more than the tolerance is not."""
+    from service.ui.posterior_summary import repeated_topics, repeated_topics_note
+
+    base = [5.0, 3.0, 2.0, 1.0]
+    other = [1.0, 1.0, 1.0, 8.0]
+    almost = [5.0, 3.0, 2.0, 1.0 + 1e-6]
+    assert repeated_topics({"lambda": [base, [2 * v for v in base], other]}) == 2
+    assert repeated_topics({"lambda": [base, other, almost]}) == 0
+    assert repeated_topics({"lambda": [base, [3 * v for v in base], other, [0.5 * v for v in other]]}) == 4
+    assert repeated_topics({"lambda": [base]}) == 0
+    assert repeated_topics_note(0, 3) is None
+    assert str(repeated_topics_note(2, 3)).startswith("2 of the 3 topics are one word distribution")
+    assert str(repeated_topics_note(3, 3)).startswith("All 3 topics are one word distribution")
 
 
 def test_lda_local_private_fit_spends_at_most_epsilon(

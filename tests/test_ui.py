@@ -301,6 +301,27 @@ def test_the_interval_note_names_the_tested_coverage_and_nothing_for_untested_mo
     assert {key for key in RULES if key[0] in ("blr", "linreg")} == set(TESTED)
 
 
+def test_an_lda_page_says_when_its_topics_are_the_private_word_frequencies() -> None:
+    """Issue 55: topics that are all one word distribution (the fallback) get one line above the table
+    that names it, and distinct topics none."""
+    from service.ui.routes import templates
+    from service.ui.views import summarize
+
+    def lda(lam: list[list[float]]) -> dict[str, Any]:
+        order = [{"word_ids": [0, 1, 2], "probabilities": [0.5, 0.3, 0.2]} for _ in lam]
+        return {"model": "lda", "lambda": lam, "vocabulary": ["a", "b", "c"], "topics": order}
+
+    block = templates.env.from_string(
+        (Path(__file__).parents[1] / "service/ui/templates/job.html")
+        .read_text()
+        .split("{% elif summary.topics %}")[1]
+        .split("<table")[0]
+    )
+    fallback = block.render(summary=summarize(lda([[5.0, 3.0, 2.0], [10.0, 6.0, 4.0]]), {}))
+    assert 'id="lda-fallback"' in fallback and "All 2 topics are one word distribution" in fallback
+    assert "lda-fallback" not in block.render(summary=summarize(lda([[5.0, 3.0, 2.0], [1.0, 1.0, 8.0]]), {}))
+
+
 def test_an_sbn_summary_counts_active_units_and_the_page_names_the_fallback() -> None:
     """Issue 51: a fit whose hidden units are all off is its private pixel frequencies alone; the job page
     says so, and otherwise how many units are active."""

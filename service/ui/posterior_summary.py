@@ -40,6 +40,38 @@ def top_words(document: dict[str, Any], count: int = 10) -> list[TopicWords]:
     ]
 
 
+def repeated_topics(document: dict[str, Any]) -> int:
+    """How many topics share their word distribution E[beta_k] = lambda_k / sum_w lambda_kw with another
+    topic (to 1e-9 of the largest probability). Topics in which no excess over the word frequencies cleared
+    the noise threshold are all that one distribution, the corpus's private word frequencies (the fallback
+    of worker.models.lda): K of K when nothing cleared it. Rows are bucketed by sum_w beta_kw^2 (equal
+    distributions share it to rounding) and compared within a bucket."""
+    groups: dict[str, list[tuple[list[float], list[int]]]] = {}
+    for row in document["lambda"]:
+        total = sum(row)
+        beta = [value / total for value in row] if total > 0 else [float(value) for value in row]
+        tolerance = 1e-9 * max(beta, default=0.0)
+        bucket = groups.setdefault(f"{sum(p * p for p in beta):.6g}", [])
+        for representative, count in bucket:
+            if all(abs(a - b) <= tolerance for a, b in zip(beta, representative, strict=True)):
+                count[0] += 1
+                break
+        else:
+            bucket.append((beta, [1]))
+    return sum(count[0] for bucket in groups.values() for _, count in bucket if count[0] > 1)
+
+
+def repeated_topics_note(repeated: int, topics: int) -> str | None:
+    """One sentence on topics that are one word distribution (repeated_topics), or None when none are."""
+    if repeated == 0:
+        return None
+    which = f"All {topics} topics are" if repeated == topics else f"{repeated} of the {topics} topics are"
+    return (
+        f"{which} one word distribution, the corpus's private word frequencies: no topic structure in them "
+        "cleared the release noise (more documents, a larger epsilon or fewer topics let topics form)."
+    )
+
+
 @dataclass(frozen=True)
 class Coefficient:
     """A regression coefficient: its name, posterior mean and 95% credible interval (mean +- 1.96 sd)."""

@@ -23,7 +23,14 @@ from service.store.models import jobs
 from service.store.timestamps import aware
 from service.ui import convergence
 from service.ui import spend_curve as spend_curves
-from service.ui.posterior_summary import Coefficient, TopicWords, coefficients, top_words
+from service.ui.posterior_summary import (
+    Coefficient,
+    TopicWords,
+    coefficients,
+    repeated_topics,
+    repeated_topics_note,
+    top_words,
+)
 from service.ui.spend_curve import SpendCurve, ledger_state, spend_curve
 
 #: Jobs per page of a dataset's jobs table.
@@ -154,6 +161,8 @@ class PosteriorSummary:
     #: support; none active: the posterior is its private pixel frequencies alone, the fallback).
     active_units: int | None = None
     square_pixels: bool = False
+    #: LDA: what to say when topics are one word distribution, the private word frequencies (None: none are).
+    topics_note: str | None = None
 
 
 def summarize(document: dict[str, Any], schema: dict[str, Any]) -> PosteriorSummary:
@@ -164,7 +173,9 @@ def summarize(document: dict[str, Any], schema: dict[str, Any]) -> PosteriorSumm
             model, coefficients=coefficients(document, names if isinstance(names, list) else None)
         )
     if model == "lda":
-        return PosteriorSummary(model, topics=top_words(document, 10))
+        topics = top_words(document, 10)
+        note = repeated_topics_note(repeated_topics(document), len(topics))
+        return PosteriorSummary(model, topics=topics, topics_note=note)
     if model == "sbn":
         weights = document["W"]
         pixels = len(weights)
