@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, StringConstraints, field_validator
 
 from privacy_wall.accounting.sigma_range import sigma_problem
+from privacy_wall.accounting.weak import WEAK_EPSILON
 from privacy_wall.names import NAME_MAX_LENGTH, NAME_REGEX
 from service.store.job_status import JobStatus
 from service.store.keys import KEY_NAME_MAX_LENGTH, Role, key_name_problem
@@ -73,6 +74,11 @@ class BudgetUpdate(_Strict):
         gt=0,
         lt=1,
         description="below 1/N of a private dataset (N its record count); delta << 1/N is the usual choice",
+    )
+    weak_privacy_ok: bool = Field(
+        default=False,
+        description=f"true to confirm a cap above epsilon {WEAK_EPSILON:g}, which protects little (refused "
+        "without it)",
     )
 
 
@@ -268,6 +274,11 @@ class JobCreate(_Strict):
         default=None, gt=0, description="target epsilon of this job on its own; the server solves for sigma"
     )
     options: dict[str, FiniteFloat] = Field(default_factory=dict)
+    weak_privacy_ok: bool = Field(
+        default=False,
+        description=f"true to confirm a job on a private dataset whose epsilon (asked, or its cost when "
+        f"sigma is given) is above {WEAK_EPSILON:g}, which protects little (refused without it)",
+    )
     dry_run: bool = Field(
         default=False, strict=True, description="quote the cost without reserving or queueing anything"
     )
@@ -419,6 +430,11 @@ class JobQuote(BaseModel):
     )
     quota_remaining: float | None = Field(
         default=None, description="quota minus quota_epsilon_reserved now; null without a quota"
+    )
+    note: str | None = Field(
+        default=None,
+        description="one line when the job would differ from what was asked (an epsilon no sigma at or "
+        "above the floor reaches: sigma is at the floor and epsilon_job says what it costs); null otherwise",
     )
 
 

@@ -308,3 +308,48 @@ def test_over_real_http_one_connection_survives_every_error(tmp_path: Path) -> N
                 assert status == expected, (request[:80], status, body[:300])
                 assert json.loads(body)
         engine.dispose()
+
+
+def test_an_epsilon_above_ten_needs_weak_privacy_ok_for_a_budget_and_a_job(api: Api) -> None:
+    """Issue 55: a cap of 1000 and a job at 500 had gone through without a word. Above WEAK_EPSILON a budget
+    and a job that gives epsilon are 422 naming weak_privacy_ok (and why) until it is given; nothing
+    changes on a refusal. A job that gives sigma is held by the cap, which needed the same confirmation."""
+    from privacy_wall.accounting.weak import WEAK_EPSILON
+
+    before = api.call("GET", "/v1/datasets/priv", "cust").json()["budget"]
+    large = {"epsilon": 1000.0, "delta": 1e-5}
+    r = api.call("PUT", "/v1/datasets/priv/budget", "cust", json=large)
+    assert r.status_code == 422, r.text
+    detail = str(r.json())
+    assert "weak_privacy_ok" in detail and "protects little" in detail and "--weak-privacy-ok" in detail
+    assert api.call("GET", "/v1/datasets/priv", "cust").json()["budget"] == before
+    at_ten = api.call("PUT", "/v1/datasets/priv/budget", "cust", json={**large, "epsilon": WEAK_EPSILON})
+    assert at_ten.status_code == 200, at_ten.text  # the threshold itself needs nothing
+    r = api.call("PUT", "/v1/datasets/priv/budget", "cust", json={**large, "weak_privacy_ok": True})
+    assert r.status_code == 200 and r.json()["epsilon"] == 1000.0, r.text
+
+    job = {"iterations": None, "batch_size": None, "sigma": None, "epsilon": 500.0}
+    r = api.submit(**job, dry_run=True)
+    assert r.status_code == 422 and "weak_privacy_ok" in r.text, r.text
+    assert api.submit(**job).status_code == 422 and api.queue.sent == []
+    quote = api.submit(**job, dry_run=True, weak_privacy_ok=True)
+    assert quote.status_code == 200 and quote.json()["note"] is None, quote.text
+    assert api.submit(**job, weak_privacy_ok=True).status_code == 202
+    # the public dataset's jobs spend an unbounded epsilon by design: nothing to confirm there
+    assert api.submit(dataset="pub", sigma=0.0, dry_run=True).status_code == 200
+
+
+def test_a_quote_says_when_sigma_sits_at_its_floor(api: Api) -> None:
+    """Issue 55: epsilon 1e9 calibrates to sigma's floor 0.001, whose job costs far less than was asked;
+    the quote's note says so in one line, and a quote whose sigma reaches the epsilon asked has none."""
+    r = api.call(
+        "PUT",
+        "/v1/datasets/priv/budget",
+        "cust",
+        json={"epsilon": 1e12, "delta": 1e-5, "weak_privacy_ok": True},
+    )
+    assert r.status_code == 200, r.text
+    quote = api.submit(iterations=5, sigma=None, epsilon=1e9, dry_run=True, weak_privacy_ok=True).json()
+    assert quote["sigma"] == 0.001 and quote["epsilon_job"] < 1e9
+    assert quote["note"].startswith("no sigma at or above its floor 0.001 reaches epsilon 1e+09")
+    assert api.submit(iterations=5, sigma=None, epsilon=1.0, dry_run=True).json()["note"] is None

@@ -222,6 +222,20 @@ def test_fit_local_sigma_zero_recovers_the_weights(
     assert "warning" not in capsys.readouterr().err
 
 
+def test_a_local_fit_above_epsilon_ten_needs_the_flag(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, data: Synthetic
+) -> None:
+    """Issue 55: `--epsilon 500` names the flag that confirms it and why, and writes nothing; with
+    --weak-privacy-ok the fit runs."""
+    posterior = tmp_path / "weak.json"
+    argv = fit_argv(data.train, "--epsilon", "500", "--iterations", "2", "-o", str(posterior))
+    err = run_error(capsys, argv)
+    assert "above 10" in err and "protects little" in err and "--weak-privacy-ok" in err
+    assert not posterior.exists()
+    assert run_ok(capsys, [*argv, "--weak-privacy-ok"])["epsilon"] <= 500.0
+    assert posterior.exists()
+
+
 def test_fit_local_with_epsilon_spends_at_most_epsilon(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, data: Synthetic
 ) -> None:

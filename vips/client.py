@@ -110,11 +110,12 @@ class Client:
         batch_size: int | None = None,
         algorithm: str = "vips",
         options: Mapping[str, float] | None = None,
+        weak_privacy_ok: bool = False,
     ) -> dict[str, Any]:
         """What the job would cost and whether the budget admits it (`vips fit --dry-run`): its schedule,
         sigma, epsilon_job, epsilon_after, admissible, largest_epsilon, resources... Nothing is reserved."""
         spec = _spec(dataset, model, epsilon, sigma, iterations, batch_size, algorithm, options)
-        return self.api.submit_job(**spec, dry_run=True)
+        return self.api.submit_job(**spec, dry_run=True, weak_privacy_ok=weak_privacy_ok)
 
     def submit(
         self,
@@ -128,14 +129,16 @@ class Client:
         algorithm: str = "vips",
         options: Mapping[str, float] | None = None,
         idempotency_key: str | None = None,
+        weak_privacy_ok: bool = False,
     ) -> dict[str, Any]:
         """Submit the job without waiting; returns it queued (its "id" for wait, estimator, cancel). A
-        timed-out answer is resent with the same idempotency key: one job however many attempts arrive."""
+        timed-out answer is resent with the same idempotency key: one job however many attempts arrive.
+        weak_privacy_ok confirms an epsilon above 10, which protects little (refused without it)."""
         spec = _spec(dataset, model, epsilon, sigma, iterations, batch_size, algorithm, options)
         key = idempotency_key or uuid.uuid4().hex
         for attempt in range(1, SUBMIT_ATTEMPTS + 1):
             try:
-                return self.api.submit_job(**spec, idempotency_key=key)
+                return self.api.submit_job(**spec, idempotency_key=key, weak_privacy_ok=weak_privacy_ok)
             except ApiTimeout as exc:
                 if attempt == SUBMIT_ATTEMPTS:
                     raise ApiTimeout(
@@ -158,6 +161,7 @@ class Client:
         timeout: float | None = None,
         output: str | Path | None = None,
         classes: Any = None,
+        weak_privacy_ok: bool = False,
     ) -> VipsEstimator:
         """Submit the job, wait for it under a progress bar and return the fitted scikit-learn estimator of
         its released posterior (VIPSLogisticRegression for blr by vips, ...; its `posterior_` is the
@@ -174,6 +178,7 @@ class Client:
             batch_size=batch_size,
             algorithm=algorithm,
             options=options,
+            weak_privacy_ok=weak_privacy_ok,
         )
         self._say(f"job {job['id']} submitted; client.wait({job['id']!r}) reattaches if this wait stops")
         self.wait(job["id"], timeout=timeout)

@@ -224,8 +224,13 @@ class VipsClient:
         result: dict[str, Any] = self._request("GET", f"/v1/datasets/{quote(name, safe='')}")
         return result
 
-    def set_budget(self, name: str, epsilon: float | None, delta: float) -> dict[str, Any]:
-        body = {"epsilon": epsilon, "delta": delta}
+    def set_budget(
+        self, name: str, epsilon: float | None, delta: float, *, weak_privacy_ok: bool = False
+    ) -> dict[str, Any]:
+        """Set the cap and delta; weak_privacy_ok confirms a cap above epsilon 10 (refused without it)."""
+        body: dict[str, Any] = {"epsilon": epsilon, "delta": delta}
+        if weak_privacy_ok:
+            body["weak_privacy_ok"] = True
         result: dict[str, Any] = self._request(
             "PUT", f"/v1/datasets/{quote(name, safe='')}/budget", json=body
         )
@@ -293,6 +298,7 @@ class VipsClient:
         options: Mapping[str, float] | None = None,
         dry_run: bool = False,
         idempotency_key: str | None = None,
+        weak_privacy_ok: bool = False,
     ) -> dict[str, Any]:
         """The queued job (202), or with dry_run the quote (nothing reserved). Resending with the same
         `idempotency_key` returns the job it first created instead of submitting another. iterations and
@@ -313,6 +319,8 @@ class VipsClient:
         for name, value in given:
             if value is not None:
                 spec[name] = value
+        if weak_privacy_ok:  # confirms an epsilon above 10 (privacy_wall.accounting.weak)
+            spec["weak_privacy_ok"] = True
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
         result: dict[str, Any] = self._request("POST", "/v1/jobs", json=spec, extra_headers=headers)
         return result

@@ -4,6 +4,7 @@ dataset's delta), the dry-run quote, and the numbers of a budget refusal."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -12,6 +13,8 @@ from sqlalchemy import Engine, Row
 from privacy_wall.accounting.calibration import CalibrationError, calibrate_sigma
 from privacy_wall.accounting.calibration import epsilon as job_epsilon
 from privacy_wall.accounting.events import SubsampledGaussianEvent
+from privacy_wall.accounting.sigma_range import SIGMA_MIN
+from privacy_wall.accounting.weak import weak_privacy_problem
 from privacy_wall.ledger import database as ledger_db
 from privacy_wall.ledger.base import BudgetExceeded
 from privacy_wall.ledger.delta_policy import delta_problem, suggested_delta
@@ -138,6 +141,15 @@ def job_resources(spec: JobCreate, dataset: Row[Any], schedule: Schedule) -> Res
 def plan_job(engine: Engine, spec: JobCreate, dataset: Row[Any], settings: ServiceSettings) -> Plan:
     """Check the spec, find the budget (409 without one) and choose sigma."""
     schedule, resources = check_spec(spec, dataset, settings)
+    # The epsilon asked (a job that gives sigma is held by the budget's cap, which needed the same
+    # confirmation above WEAK_EPSILON).
+    weak = (
+        None
+        if dataset.public or spec.epsilon is None
+        else weak_privacy_problem("a job", spec.epsilon, spec.weak_privacy_ok)
+    )
+    if weak is not None:
+        raise SpecError([(("weak_privacy_ok",), weak)])
     batch_size, iterations = schedule.batch_size, schedule.iterations
     delta = ensure_budget_delta(engine, dataset)
     population = int(dataset.population)
@@ -260,6 +272,23 @@ def quote_job(
         quota_epsilon_reserved=None if mine is None else finite(mine.epsilon_reserved),
         quota_epsilon_after=None if mine is None else finite(mine.epsilon_after),
         quota_remaining=None if mine is None else mine.remaining,
+        note=floor_note(spec.epsilon, plan.sigma, plan.epsilon_job),
+    )
+
+
+def floor_note(asked: float | None, sigma: float, epsilon_job: float | None) -> str | None:
+    """One line when the calibrated sigma sits at its floor SIGMA_MIN and the job's epsilon differs from
+    the epsilon asked (no larger sigma reaches it; a smaller one is not run), else None."""
+    if (
+        asked is None
+        or epsilon_job is None
+        or sigma > SIGMA_MIN
+        or math.isclose(epsilon_job, asked, rel_tol=1e-3)
+    ):
+        return None
+    return (
+        f"no sigma at or above its floor {SIGMA_MIN:g} reaches epsilon {asked:.4g}: sigma is {SIGMA_MIN:g} "
+        f"and the job costs epsilon {epsilon_job:.4g}, not the {asked:.4g} asked"
     )
 
 

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Query
 from fastapi.exceptions import RequestValidationError
 from sqlalchemy import select
 
+from privacy_wall.accounting.weak import weak_privacy_problem
 from privacy_wall.ledger import database as ledger_db
 from privacy_wall.ledger.delta_policy import DeltaTooLarge
 from privacy_wall.sqlengine import reading
@@ -46,12 +47,20 @@ def set_budget(
     dataset's delta must be below 1/N, N its record count (422 otherwise; delta << 1/N is the usual
     choice). A public dataset takes no cap (epsilon null; 422 otherwise): its sigma-0 jobs spend an
     unbounded epsilon, which any cap would refuse. A cap at or below what is already spent is accepted,
-    with a `warning` that no job can be admitted."""
+    with a `warning` that no job can be admitted. A cap above epsilon 10 needs weak_privacy_ok (422
+    otherwise: privacy_wall.accounting.weak)."""
     row = visible_dataset(engine, principal, name, administer=True)
     if budget.epsilon is None and not row.public:
         raise SpecError([(("epsilon",), f"dataset {name} is private: it needs an epsilon cap (> 0)")])
     if budget.epsilon is not None and row.public:
         raise SpecError([(("epsilon",), public_cap_refusal(name))])
+    weak = (
+        None
+        if budget.epsilon is None
+        else weak_privacy_problem("a cap", budget.epsilon, budget.weak_privacy_ok)
+    )
+    if weak is not None:
+        raise SpecError([(("weak_privacy_ok",), weak)])
     try:
         status = ledger_db.set_budget(engine, name, budget.epsilon, budget.delta)
     except DeltaTooLarge as exc:  # not below 1/N of the dataset

@@ -27,6 +27,7 @@ from pydantic import ValidationError
 from sqlalchemy import Engine
 
 from privacy_wall.accounting.calibration import epsilon
+from privacy_wall.accounting.weak import WEAK_EPSILON
 from privacy_wall.names import NAME_RULE, is_dataset_name
 from service.budgets.datasets import exhausted, load_dataset
 from service.budgets.key_spend import key_spend
@@ -155,6 +156,7 @@ def _exhausted(budget: BudgetPublic | None) -> bool:
 
 templates.env.filters["eps"] = _epsilon
 templates.env.filters["held"] = _held
+templates.env.globals["weak_epsilon"] = f"{WEAK_EPSILON:g}"  # a cap above it needs the form's box
 templates.env.tests["exhausted"] = _exhausted
 
 
@@ -332,10 +334,11 @@ def budget_form(
     name: str,
     epsilon: Annotated[str, Form(max_length=64)] = "",
     delta: Annotated[str, Form(max_length=64)] = "",
+    weak_privacy_ok: Annotated[str, Form(max_length=8)] = "",
     csrf_token: Annotated[str | None, Form()] = None,
 ) -> Response:
     """The custodian's budget form: the checks and errors of PUT /v1/datasets/{name}/budget (an empty
-    epsilon is no cap, which only a public dataset takes)."""
+    epsilon is no cap, which only a public dataset takes; a cap above epsilon 10 needs its box ticked)."""
 
     def render(session: UiSession) -> Response:
         if not _check_csrf(session, csrf_token):
@@ -354,6 +357,7 @@ def budget_form(
                 {
                     "epsilon": _number("epsilon", epsilon) if epsilon.strip() else None,
                     "delta": _number("delta", delta),
+                    "weak_privacy_ok": weak_privacy_ok == "on",
                 }
             )
             set_budget(name, update, engine, session.principal)

@@ -17,6 +17,7 @@ from typing import Any
 
 import scipy.sparse as sp
 
+from privacy_wall.accounting.weak import WEAK_FLAG, weak_privacy_problem
 from privacy_wall.data.docword import read_docword, read_vocabulary
 from privacy_wall.data.formats import FIRST_DATA_LINE, read_binary_csv, read_tabular_csv
 from privacy_wall.data.store import (
@@ -98,6 +99,13 @@ def _check_available(args: argparse.Namespace) -> None:
         raise UsageError("give exactly one of --sigma and --epsilon")
     if not 0 < args.delta < 1:
         raise UsageError("--delta must be in (0, 1)")
+    weak = (
+        None
+        if args.epsilon is None
+        else weak_privacy_problem("a fit", args.epsilon, args.weak_privacy_ok, WEAK_FLAG)
+    )
+    if weak is not None:
+        raise UsageError(weak)
 
 
 @dataclass(frozen=True)

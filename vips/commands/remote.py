@@ -49,7 +49,7 @@ def _url_hint() -> str:
 def run_budget_set(args: argparse.Namespace) -> int:
     """The new budget as one JSON line; its warning (a cap at or below the spend) also on stderr."""
     with client() as api:
-        answer = api.set_budget(args.name, args.epsilon, args.delta)
+        answer = api.set_budget(args.name, args.epsilon, args.delta, weak_privacy_ok=args.weak_privacy_ok)
     print_json(answer)
     if answer.get("warning"):
         note(f"warning: {answer['warning']}")
@@ -265,6 +265,7 @@ def run_fit_remote(args: argparse.Namespace, options: dict[str, float]) -> int:
                 sigma=args.sigma,
                 epsilon=args.epsilon,
                 options=options,
+                weak_privacy_ok=args.weak_privacy_ok,
             )
         except KeyboardInterrupt:
             print(
@@ -397,8 +398,11 @@ def _quote(args: argparse.Namespace, options: dict[str, float]) -> int:
             epsilon=args.epsilon,
             options=options,
             dry_run=True,
+            weak_privacy_ok=args.weak_privacy_ok,
         )
     print_json(quote)
+    if quote.get("note"):
+        note(quote["note"])
     return 0
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from privacy_wall.accounting.weak import WEAK_EPSILON, WEAK_FLAG
 from service.planning.options import option_summary
 from vips import choices
 from vips.parsers.base import (
@@ -77,6 +78,11 @@ def add_fit(commands: Subparsers) -> None:
     noise.add_argument("--sigma", type=sigma, help="noise multiplier (0 = non-private, --local only)")
     noise.add_argument("--epsilon", type=epsilon, help="target epsilon; sigma is calibrated for it")
     parser.add_argument("--delta", type=delta, default=choices.DEFAULT_DELTA, help="--local: delta")
+    parser.add_argument(
+        WEAK_FLAG,
+        action="store_true",
+        help=f"confirm an --epsilon above {WEAK_EPSILON:g}, which protects little (refused without it)",
+    )
     parser.add_argument(
         "--option",
         action="append",

@@ -3,6 +3,7 @@ vips.commands.remote)."""
 
 from __future__ import annotations
 
+from privacy_wall.accounting.weak import WEAK_EPSILON, WEAK_FLAG
 from service.store.job_status import JOB_STATUSES
 from vips.parsers.base import (
     Subparsers,
@@ -43,6 +44,11 @@ def add_client(commands: Subparsers) -> None:
         required=True,
         help="the delta every job on the dataset is priced at; below 1/N for a private dataset "
         "(delta << 1/N, e.g. 1e-5 for N up to 10,000)",
+    )
+    sub.add_argument(
+        WEAK_FLAG,
+        action="store_true",
+        help=f"confirm a cap above epsilon {WEAK_EPSILON:g}, which protects little (refused without it)",
     )
     sub.set_defaults(handler="remote:run_budget_set")
     sub = verbs.add_parser("show", help="a dataset with its budget and spend")
