@@ -200,6 +200,10 @@ def test_the_quote_names_the_coverage_tested_at_a_small_scale() -> None:
     assert "in tests" not in choose_schedule("blr", "vips", 1_000, None, dimension=10).why  # sigma given
     paper = choose_schedule("blr", "dpsep", 1_000, 1.0, dimension=10, options={"noise_aware": 0})
     assert "in tests" not in paper.why
+    # a job that sets the schedule itself (its T, or an option the rule would choose) was not measured
+    assert "in tests" not in choose_schedule("blr", "vips", 1_000, 1.0, iterations=20, dimension=10).why
+    own = choose_schedule("blr", "vips", 1_000, 1.0, options={"laplace_from": 2.0}, dimension=10)
+    assert "in tests" not in own.why
 
 
 def test_lda_reads_its_rows_per_topic_word_count() -> None:

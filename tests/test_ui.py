@@ -44,12 +44,17 @@ def csrf(api: Api, path: str = "/ui") -> str:
     return match.group(1)
 
 
-def finished_job(api: Api, iterations: int = 3, **spec: Any) -> str:
+#: A VIPS-BLR posterior of the fixture's three features, widened along its last step (as its kind is).
+POSTERIOR = {"model": "blr", "algorithm": "vips", "mean": [1.0, -2.0, 0.5],
+             "covariance": [[0.25, 0, 0], [0, 1.0, 0], [0, 0, 0.01]],
+             "variational_parameters": {"last_step": [0.1, 0.0, 0.0]}}  # fmt: skip
+
+
+def finished_job(api: Api, iterations: int = 3, document: dict[str, Any] = POSTERIOR, **spec: Any) -> str:
     job_id: str = api.submit(iterations=iterations, **spec).json()["id"]
     for t in range(1, iterations + 1):
         charge(api.engine, job_id, t)
-    finish(api.engine, job_id, {"model": "blr", "algorithm": "vips", "mean": [1.0, -2.0, 0.5],
-                                "covariance": [[0.25, 0, 0], [0, 1.0, 0], [0, 0, 0.01]]})  # fmt: skip
+    finish(api.engine, job_id, document)
     return job_id
 
 
@@ -271,6 +276,10 @@ def test_a_small_jobs_page_names_the_coverage_tested_at_its_scale(api: Api) -> N
     _, large, _ = coverage.TESTED[("blr", "vips")].band(math.inf)
     assert small != large and f"covered {small} of the true weights given only epsilon" in page, page
     assert html.escape(caution, quote=True) in page
+    # a posterior stored before the widening (no last_step) is not what the lines measured: no line
+    unwidened = {name: value for name, value in POSTERIOR.items() if name != "variational_parameters"}
+    older = finished_job(api, 1, unwidened, epsilon=0.5, sigma=None, batch_size=None)
+    assert "interval-note" not in api.client.get(f"/ui/jobs/{older}").text
 
 
 def test_the_interval_note_names_the_tested_coverage_and_nothing_for_untested_models() -> None:
@@ -293,7 +302,9 @@ def test_the_interval_note_names_the_tested_coverage_and_nothing_for_untested_mo
         "so its intervals are wide."
     )
     assert "covered 87-93%" in str(interval_note("linreg", "dpsep", True, {"clip": 0.7}))
-    assert interval_note("blr", "vips", True, {"noise_aware": 0}) == interval_note("blr", "vips", True)
+    # a paper mode no test measured gets no line (not the noise-aware mode's)
+    assert interval_note("blr", "vips", True, {"noise_aware": 0}) is None
+    assert interval_note("blr", "dpvi", True, {"noise_aware": 0}) is None
     assert interval_note("lda", "vips", True) is None and interval_note("sbn", "vips", False) is None
     # every (model, algorithm) with coefficients has a line, so no coefficient table goes without one
     from service.planning.schedules import RULES

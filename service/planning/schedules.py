@@ -62,7 +62,7 @@ RULES: dict[tuple[str, str], Rule] = {
     # release up to 400 (more diverge there); above, Laplace (Newton) releases from the first (the one at
     # w = 0, whose curvature is left out of the pool) with each record's gradient term bounded
     # (gradient_bound: less noise for a bias on the misclassified records): three with bound 0.2 up to
-    # 2,000, where three Polya-Gamma releases' intervals covered 0.48-0.57 (these 0.80-0.88, with the same
+    # 2,000, where three Polya-Gamma releases' intervals covered 0.26-0.57 (these 0.62-0.88, with the same
     # or lower log loss on Adult, Telco and synthetic data but Adult at 1,000, +0.002; docs/schedules.md,
     # "VIPS-BLR: small scales"), then five with bound 0.25 up to 4,000 and 0.3 up to 8,000, then five after
     # one Polya-Gamma release with bound 0.35, where the smaller bounds' bias shows in the coverage
@@ -113,10 +113,9 @@ RULES: dict[tuple[str, str], Rule] = {
     # 10,000 (coverage 0.81, 0.74 at 30,000). Below 2,000, where five Newton steps from a site precision
     # the noise dominates diverge in some fits (Telco at 730: log loss 1.53 on average over 8 fits, up to
     # 3.9), fewer of them: two up to 1,000 (Telco at 730: 0.4658, at most 0.4775; synthetic at 500 / 1,000:
-    # coverage 0.64 / 0.66, the paper's update 0.09 / 0.13; with q widened along its last step 0.73 /
-    # 0.79), three up to 2,000 (Telco at 1,460: 0.4554; synthetic at 1,500: coverage 0.80, widened 0.87,
-    # the paper's 0.17; Adult at 1,929: 0.3642 against the paper's 0.4060) (docs/schedules.md, "DP-SEP-BLR:
-    # small scales"). The model's defaults (noise-aware, clip 1,
+    # coverage 0.64 / 0.66, the paper's update 0.09 / 0.13), three up to 2,000 (Telco at 1,460: 0.4554;
+    # synthetic at 1,500: coverage 0.80, the paper's 0.17; Adult at 1,929: 0.3642 against the paper's
+    # 0.4060) (docs/schedules.md, "DP-SEP-BLR: small scales"). The model's defaults (noise-aware, clip 1,
     # T 5) for a job that gives sigma.
     ("blr", "dpsep"): Rule(
         iterations=((1_000.0, 2), (2_000.0, 3), (math.inf, 5)),
@@ -342,7 +341,8 @@ def choose_schedule(
     if expected is not None:
         why += f"; expect {expected}"
     tested = TESTED.get((model, algorithm))
-    if tested is not None and epsilon is not None and (options or {}).get("noise_aware", 1) != 0:
+    own = iterations is not None or bool(set(options or {}) & rule_option_names(model, algorithm))
+    if tested is not None and epsilon is not None and not own and (options or {}).get("noise_aware", 1) != 0:
         _, covered, caution = tested.band(scale)
         if caution:
             why += f"; its 90% intervals covered {covered} of known weights in tests at this scale: {caution}"

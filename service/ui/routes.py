@@ -426,12 +426,14 @@ def job_page(request: Request, engine: EngineDep, settings: SettingsDep, job_id:
     def render(session: UiSession) -> Response:
         job, dataset = _job(engine, session.principal, job_id)
         (public,) = to_public(engine, [job])
-        summary, large = None, None
+        summary, large, measured = None, None, True
         deleted = job.outputs_deleted_at is not None  # its record stays; nothing to plot or summarise
         if job.status == "succeeded" and not deleted:
             if _small_posterior(engine, settings, job) is not None:
                 schema = dict(dataset.schema) if dataset is not None else {}
-                summary = views.summarize(job_posterior(engine, job), schema)
+                document = job_posterior(engine, job)
+                summary = views.summarize(document, schema)
+                measured = _as_measured(job, document)
             else:
                 large = human_bytes(posterior_bytes(engine, job.id) or 0)
         context = {
@@ -450,12 +452,23 @@ def job_page(request: Request, engine: EngineDep, settings: SettingsDep, job_id:
             else alone_by_pld(job.sigma, job.batch_size, dataset.population, job.iterations, job.delta),
             "interval_note": interval_note(
                 job.model, job.algorithm, job.sigma > 0, job.options, _job_scale(job, dataset)
-            ),
+            )
+            if measured
+            else None,
             "timing": views.job_timing(public),
         }
         return _page(request, "job.html", session=session, **context)
 
     return _guarded(request, engine, render)
+
+
+def _as_measured(job: Any, document: dict[str, Any]) -> bool:
+    """Whether the posterior is of the kind service.planning.coverage's lines were measured on: VIPS's and
+    DP-SEP's noise-aware logistic posteriors are widened along their last step (worker.models.blr), which
+    one stored before that, without variational_parameters.last_step, was not."""
+    if job.model != "blr" or job.algorithm not in ("vips", "dpsep") or job.options.get("noise_aware", 1) == 0:
+        return True
+    return "last_step" in (document.get("variational_parameters") or {})
 
 
 def _job_scale(job: Any, dataset: Any) -> float:
