@@ -214,7 +214,8 @@ def test_a_tampered_or_revoked_key_is_401(api: Api) -> None:
 
 def test_a_key_unknown_here_is_told_so_and_nothing_more(tmp_path: Path, api: Api) -> None:
     """Issue 24.8: a key made against another store gets a 401 saying the key is unknown to this service,
-    word for word the answer to a tampered or a revoked one (nothing says whether it exists elsewhere)."""
+    word for word the answer to a tampered one (nothing says whether it exists elsewhere). Issue 55: the
+    holder of a revoked key (its whole secret) is told it was revoked; nobody without the secret is."""
     with fresh_database("sqlite", tmp_path) as url:
         migrate("control", url)
         other = create_db_engine(url)
@@ -225,12 +226,15 @@ def test_a_key_unknown_here_is_told_so_and_nothing_more(tmp_path: Path, api: Api
     key = api.keys["cust"]
     tampered = key[:-1] + ("A" if key[-1] != "A" else "B")
     assert revoke_key(api.engine, api.ids["analyst"])
-    details = set()
-    for presented in (elsewhere, tampered, api.keys["analyst"]):
+    details = []
+    revoked = api.keys["analyst"]
+    tampered_revoked = revoked[:-1] + ("A" if revoked[-1] != "A" else "B")
+    for presented in (elsewhere, tampered, tampered_revoked, revoked):
         r = api.client.get("/v1/jobs", headers={"Authorization": f"Bearer {presented}"})
         assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer"
-        details.add(r.json()["detail"])
-    assert details == {UNKNOWN_KEY} and "unknown to this service" in UNKNOWN_KEY
+        details.append(r.json()["detail"])
+    assert details[:3] == [UNKNOWN_KEY] * 3 and "unknown to this service" in UNKNOWN_KEY
+    assert details[3].startswith("this API key was revoked: ask an admin of this service for a new one")
 
 
 @pytest.mark.parametrize(
@@ -914,6 +918,7 @@ def test_an_expired_key_is_401_like_a_revoked_one(api: Api) -> None:
     r = api.client.get("/v1/datasets", headers=headers)
     assert r.status_code == 401
     assert r.headers["www-authenticate"] == "Bearer"
+    assert r.json()["detail"].startswith("this API key expired at ")  # its holder learns why (issue 55)
     listed = {k["id"]: k for k in api.call("GET", "/v1/keys", "admin").json()}
     assert listed[created["id"]]["expired"] is True and listed[created["id"]]["revoked"] is False
     assert listed[api.ids["analyst"]]["expires_at"] is None and listed[api.ids["analyst"]]["expired"] is False

@@ -16,6 +16,7 @@ import pytest
 from sklearn.metrics import roc_auc_score
 
 from vips.cli import main
+from vips.parsers.base import duration_days
 
 TRUE_WEIGHTS = np.array([6.0, -4.0, 3.0, 0.0, 5.0])
 PAPER_LDA = ["--batch-size", "20000", "--population", "400000", "--iterations", "20", "--delta", "1e-4"]
@@ -498,6 +499,9 @@ def test_admin_key_verbs_create_list_and_revoke(
     assert main(["admin", "create-key", "--role", "analyst", "--dataset", "a", "--all-datasets"]) == 2
     assert main(["admin", "create-key", "--role", "custodian", "--all-datasets"]) == 2
     assert main(["admin", "create-key", "--role", "admin", "--expires-in", "0"]) == 2
+    for bad in ("0h", "-2d", "soon", "3y", "infd"):
+        assert main(["admin", "create-key", "--role", "admin", "--expires-in", bad]) == 2
+        assert "--expires-in" in capsys.readouterr().err
     capsys.readouterr()
 
     assert main(["admin", "create-key", "--role", "analyst", "--all-datasets"]) == 0
@@ -505,7 +509,9 @@ def test_admin_key_verbs_create_list_and_revoke(
     assert main(["admin", "create-key", "--role", "analyst", "--dataset", "later", "--expires-in", "30"]) == 0
     out = capsys.readouterr()
     scoped = out.out.strip()
-    assert "dataset later" in out.err and "expires" in out.err
+    assert "dataset later" in out.err and "expires" in out.err and "in 30 days" in out.err
+    # a plain number is days; a unit says otherwise (issue 55: only --help had said days)
+    assert [duration_days(text) for text in ("30", "12h", "2w", "1.5D")] == [30.0, 0.5, 14.0, 1.5]
 
     assert main(["admin", "list-keys"]) == 0
     listed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]

@@ -150,6 +150,20 @@ def test_column_order_and_its_errors() -> None:
     assert column_order(["b", "a", "c"], ["a", "b", "c"]).tolist() == [1, 0, 2]
     with pytest.raises(ColumnMismatch, match=r"missing 'c'; unexpected 'd'; repeated 'a'"):
         column_order(["a", "b", "a", "d"], ["a", "b", "c"])
+    # another dataset's file (issue 55: Adult's posterior on a German-credit file printed ~7,000 characters
+    # of columns with misleading did-you-mean hints): the first five of each list, how many more, no hints
+    adult = [f"education_{k}" for k in range(40)]
+    german = [f"education_level_{k}" for k in range(30)]
+    with pytest.raises(ColumnMismatch) as caught:
+        column_order(german, adult)
+    message = str(caught.value)
+    assert "none of them is one of the posterior's: a file for another dataset?" in message
+    assert (
+        "missing 'education_0', 'education_1', 'education_2', 'education_3', 'education_4' and 35 more"
+        in message
+    )
+    assert "and 25 more" in message and "did you mean" not in message and len(message) < 500
+    assert caught.value.missing == tuple(adult)  # every name is still kept for a program
     assert input_columns(np.zeros((2, 2))) is None and input_columns([[1, 2]]) is None
     assert input_columns(Frame(["a", "b"], np.zeros((1, 2)))) == ("a", "b")
     assert input_columns(Frame([0, 1], np.zeros((1, 2)))) is None  # non-string names: positional

@@ -115,6 +115,32 @@ def test_ledger_summary_and_entries_pages(
     assert "next_cursor" not in whole
 
 
+def test_ledger_and_budget_show_say_why_the_epsilons_do_not_add_up(
+    api: Api, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 55: per-job epsilons (each job's releases alone) add up to more than the dataset's spend (all
+    of them composed); `vips ledger` says why in one line, and `budget show` that the largest next job can
+    exceed what is left."""
+    use(api, monkeypatch)
+    jobs = [submitted(api, capsys), submitted(api, capsys)]
+    for job_id in jobs:
+        for iteration in (1, 2, 3):
+            charge(api.engine, job_id, iteration)
+    use(api, monkeypatch, "cust")
+    assert main(["ledger", "priv"]) == 0
+    captured = capsys.readouterr()
+    rows = lines(captured.out)[0]["jobs"]
+    total = sum(row["epsilon_spent"] for row in rows)  # type: ignore[union-attr]
+    spent = api.call("GET", "/v1/datasets/priv", "cust").json()["budget"]["epsilon_spent"]
+    assert len(rows) == 2 and total > spent  # type: ignore[arg-type]
+    assert "the 2 jobs' epsilons add up to" in captured.err and "compose, not add" in captured.err
+    assert main(["ledger", "priv", "--by-key"]) == 0  # one key: nothing to add up
+    assert "add up" not in capsys.readouterr().err
+    assert main(["budget", "show", "priv"]) == 0
+    err = capsys.readouterr().err
+    assert "left of" in err and "Spends compose rather than add up" in err and "largest_epsilon" in err
+
+
 def test_ledger_usage_and_role_errors(
     api: Api, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -264,6 +264,16 @@ def test_a_mistyped_choice_label_column_or_bound_gets_a_suggestion(
     """--model bl, --label lable, --text-column txt and a bounds file's typo: each names the close name."""
     err = _run(capsys, ["fit", "--local", "--model", "bl", "--sigma", "1"])
     assert "invalid choice: 'bl'" in err and "(did you mean 'blr'?)" in err
+    # another tool's name for a model names ours, not the closest spelling (logreg is not linreg; issue 55)
+    for name in ("logreg", "LogisticRegression", "logistic_regression"):
+        err = _run(capsys, ["fit", "--local", "--model", name, "--sigma", "1"])
+        assert (
+            "(logistic regression is 'blr')" in err
+            and "linreg" not in err.split("(choose from")[1].split(")")[1]
+        )
+    assert "(linear regression is 'linreg')" in _run(
+        capsys, ["fit", "--local", "--model", "ols", "--sigma", "1"]
+    )
     data = tmp_path / "d.csv"
     data.write_text("age,hours,label\n0.1,0.2,1\n0.3,0.1,0\n")
     err = _run(
@@ -288,6 +298,7 @@ def test_a_mistyped_choice_label_column_or_bound_gets_a_suggestion(
         ],
     )
     assert "no label column 'lable' (did you mean 'label'?)" in err, err
+    assert "--label names the label column" in err
     notes = tmp_path / "notes.csv"
     notes.write_text("id,text\n1,a secret note\n")
     vocab = tmp_path / "vocab.txt"

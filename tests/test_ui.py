@@ -103,6 +103,17 @@ def test_each_role_sees_the_datasets_it_sees_over_http(api: Api, who: str) -> No
         assert r.status_code == (200 if name in over_http else 404), (who, name)
 
 
+def test_a_revoked_keys_holder_is_told_so_at_sign_in(api: Api) -> None:
+    """Issue 55: the key's holder (its whole secret) learns that it was revoked; a tampered copy does not."""
+    assert revoke_key(api.engine, api.ids["analyst"])
+    key = api.keys["analyst"]
+    r = api.client.post("/ui/signin", data={"api_key": key}, follow_redirects=False)
+    assert r.status_code == 401 and "That key was revoked: ask an admin" in r.text
+    tampered = key[:-1] + ("A" if key[-1] != "A" else "B")
+    r = api.client.post("/ui/signin", data={"api_key": tampered}, follow_redirects=False)
+    assert r.status_code == 401 and "invalid, revoked or expired" in r.text and "was revoked" not in r.text
+
+
 def test_the_dataset_page_states_the_budget_and_lists_the_jobs_for_its_custodian(api: Api) -> None:
     job_id = finished_job(api)
     status = ledger_db.budget_status(api.engine, "priv")

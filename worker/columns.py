@@ -8,7 +8,7 @@ error naming every such column. Names are public schema (never cell values), so 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -27,6 +27,17 @@ class ColumnMismatch(ValueError):
         self.unexpected = tuple(unexpected)
 
 
+#: Columns a mismatch names in each of its lists before "and N more".
+SHOWN_COLUMNS = 5
+
+
+def _first(names: Sequence[str], shown: Callable[[str], str]) -> str:
+    """The first SHOWN_COLUMNS names, each as `shown` renders it, and how many more there are."""
+    listed = ", ".join(shown(name) for name in names[:SHOWN_COLUMNS])
+    more = len(names) - SHOWN_COLUMNS
+    return listed + (f" and {more} more" if more > 0 else "")
+
+
 def column_order(
     given: Sequence[str], expected: Sequence[str], *, source: str = "the input"
 ) -> NDArray[np.intp]:
@@ -42,16 +53,25 @@ def column_order(
     missing = [name for name in expected if name not in position]
     unexpected = [name for name in position if name not in known]
     if missing or unexpected or repeated:
-        # a missing column next to an unexpected one of a close name is a typo: name the pair
-        shown = {"missing": [f"{name!r}{did_you_mean(name, unexpected)}" for name in missing]}
+        shared = len(known) - len(missing)
+        # a missing column next to an unexpected one of a close name is a typo: name the pair (only where a
+        # few are missing: between two unrelated files every close name would be a false lead)
+        typos = len(missing) <= SHOWN_COLUMNS and shared > 0
         problems = [
-            f"{label} {', '.join(shown.get(label, [repr(name) for name in names]))}"
-            for label, names in (("missing", missing), ("unexpected", unexpected), ("repeated", repeated))
+            f"{label} {_first(names, (lambda n: f'{n!r}{did_you_mean(n, unexpected)}') if typo else repr)}"
+            for label, names, typo in (
+                ("missing", missing, typos),
+                ("unexpected", unexpected, False),
+                ("repeated", repeated, False),
+            )
             if names
         ]
+        unrelated = (
+            " (none of them is one of the posterior's: a file for another dataset?)" if not shared else ""
+        )
         raise ColumnMismatch(
-            f"{source}: its {len(given)} columns do not match the posterior's {len(expected)} columns: "
-            + "; ".join(problems),
+            f"{source}: its {len(given)} columns do not match the posterior's {len(expected)} columns"
+            f"{unrelated}: " + "; ".join(problems),
             missing,
             unexpected,
         )

@@ -265,7 +265,9 @@ class TabularStream:
         if label is not None and label not in names:
             raise FormatError(
                 f"{self.path}: no label column {label!r}{did_you_mean(label, names)}; the header has "
-                f"{len(names)} columns" + (f" ({', '.join(names)})" if len(names) <= 20 else "")
+                f"{len(names)} columns"
+                + (f" ({', '.join(names)})" if len(names) <= 20 else "")
+                + "; --label names the label column"
             )
         if label is not None and len(names) == 1:
             raise FormatError(f"{self.path}: the label column {label!r} is the only column: no features")

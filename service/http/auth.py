@@ -12,10 +12,11 @@ from typing import Annotated, Any
 
 from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from sqlalchemy import Engine
 
 from service.http.deps import EngineDep
 from service.http.rate_limits import KeyInFlight, KeyRateLimiter
-from service.store.keys import Principal, Role, authenticate
+from service.store.keys import Principal, Role, authenticate, held_key_state
 
 #: Methods that only read: each costs a token of its key's read limit (VIPS_READ_RATE_PER_KEY).
 READ_METHODS = frozenset({"GET", "HEAD"})
@@ -29,6 +30,15 @@ UNKNOWN_KEY = (
     "API key unknown to this service: not a key of its store, or revoked or expired (a key works only "
     "with the service whose store made it: check VIPS_URL against the `vips up` or admin that gave it)"
 )
+
+
+def refused_key_detail(engine: Engine, key: str) -> str:
+    """The 401's words: to the holder of a revoked or expired key (its whole secret matches), which it is
+    and what to do; to any other key, UNKNOWN_KEY (service.store.keys.held_key_state)."""
+    state = held_key_state(engine, key)
+    if state is None:
+        return UNKNOWN_KEY
+    return f"this API key {state}: ask an admin of this service for a new one (vips admin create-key)"
 
 
 def _unauthorized(detail: str) -> HTTPException:
@@ -66,7 +76,7 @@ def current_key(
         raise _unauthorized("missing API key: send `Authorization: Bearer <key>`")
     principal = authenticate(engine, credentials.credentials)
     if principal is None:
-        raise _unauthorized(UNKNOWN_KEY)
+        raise _unauthorized(refused_key_detail(engine, credentials.credentials))
     with read_slot(request, principal):
         yield principal
 

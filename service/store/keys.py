@@ -178,6 +178,28 @@ def authenticate(engine: Engine, key: str) -> Principal | None:
     return Principal(key_id=key_id, role=row.role, dataset=row.dataset)
 
 
+def held_key_state(engine: Engine, key: str) -> str | None:
+    """Why a key its holder presents in full (its secret matches the stored hash) no longer works: "was
+    revoked" or "expired at <time>"; None for any other key, which learns nothing (not whether its id
+    exists). Only the key's own holder can tell its own state: nobody else has the secret."""
+    key_id = split_key(key)
+    if key_id is None:
+        return None
+    with reading(engine) as conn:
+        row = conn.execute(
+            select(api_keys.c.key_hash, api_keys.c.revoked, api_keys.c.expires_at).where(
+                api_keys.c.id == key_id
+            )
+        ).one_or_none()
+    if row is None or not hmac.compare_digest(row.key_hash, hash_key(key)):
+        return None
+    if row.revoked:
+        return "was revoked"
+    if expired(row.expires_at):
+        return f"expired at {aware(row.expires_at).isoformat(timespec='seconds')}"
+    return None
+
+
 def revoke_key(engine: Engine, key_id: str) -> bool:
     """Revoke a key; returns whether it existed (revoking a revoked key again is harmless)."""
     with engine.begin() as conn:

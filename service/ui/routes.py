@@ -45,7 +45,7 @@ from service.routes.job_outputs import job_posterior, posterior_response
 from service.routes.job_reads import to_public, visible_job
 from service.schemas import BudgetPublic, BudgetUpdate
 from service.settings import ServiceSettings
-from service.store.keys import Principal, authenticate
+from service.store.keys import Principal, authenticate, held_key_state
 from service.store.posteriors import posterior_bytes
 from service.ui import convergence, views
 from service.ui.sessions import COOKIE, UiSession, close_session, find_session, open_session
@@ -229,7 +229,8 @@ def signin(
 ) -> Response:
     principal = authenticate(engine, api_key.strip())
     if principal is None:
-        return _page(request, "signin.html", 401, session=None, failed=True)
+        state = held_key_state(engine, api_key.strip())  # only the key's holder learns its state
+        return _page(request, "signin.html", 401, session=None, failed=True, key_state=state)
     token, _ = open_session(engine, principal, SESSION_LIFETIME, max_sessions=settings.max_sessions_per_key)
     response = RedirectResponse("/ui", status_code=303)
     response.set_cookie(

@@ -54,7 +54,11 @@ def run_create_key(args: argparse.Namespace) -> int:
     assert record is not None
     print(key)
     scope = f"dataset {args.dataset}" if args.dataset else "every dataset"
-    expiry = "" if record["expires_at"] is None else f", expires {record['expires_at'].isoformat()}"
+    expiry = (
+        ""
+        if record["expires_at"] is None
+        else f", expires {record['expires_at'].isoformat()}, in {args.expires_in:g} days"
+    )
     named = "" if record["name"] is None else f" named {record['name']!r}"
     print(
         f"vips: created {args.role} key {key_id}{named} ({scope}{expiry}); it is shown only once",

@@ -135,9 +135,11 @@ def _what_is_left(dataset: dict[str, Any], mine: dict[str, Any] | None) -> str:
             f"your key's quota has epsilon {epsilon_text(mine['epsilon_remaining'])} left of "
             f"{epsilon_text(mine['epsilon'])}"
         )
+    if budget.get("epsilon") is not None or mine is not None:
+        fits = "a job must fit both; s" if mine is not None else "S"
         parts.append(
-            "a job must fit both; spends compose rather than add up, so the largest job of a schedule can "
-            f"exceed both: `vips fit --dataset {name} ... --dry-run` quotes it (largest_epsilon)"
+            f"{fits}pends compose rather than add up, so the largest next job of a schedule can exceed what "
+            f"is left: `vips fit --dataset {name} ... --dry-run` quotes it (largest_epsilon)"
         )
     return "; ".join(parts)
 
@@ -171,15 +173,42 @@ def run_ledger(args: argparse.Namespace) -> int:
     if not args.entries and (args.limit is not None or args.cursor is not None or args.all):
         raise UsageError("--limit, --cursor and --all page the charge entries: add --entries")
     with client() as api:
-        if args.by_key:
-            print_json(api.ledger_keys(args.name))
-        elif not args.entries:
-            print_json(api.ledger_jobs(args.name))
+        if args.by_key or not args.entries:
+            summary = api.ledger_keys(args.name) if args.by_key else api.ledger_jobs(args.name)
+            print_json(summary)
+            rows = summary.get("keys" if args.by_key else "jobs", [])
+            composed = _composition_note(rows, "keys'" if args.by_key else "jobs'", _spent(api, args.name))
+            if composed is not None:
+                note(composed)
         elif args.all:
             print_json(api.ledger(args.name, page_size=args.limit or LEDGER_PAGE))
         else:
             print_json(api.ledger_page(args.name, limit=args.limit, cursor=args.cursor))
     return 0
+
+
+def _spent(api: VipsClient, name: str) -> float | None:
+    """The dataset's composed spend, or None when this key may not read it or it is unbounded."""
+    try:
+        budget = api.dataset(name).get("budget") or {}
+    except ApiError:
+        return None
+    spent = budget.get("epsilon_spent")
+    return float(spent) if isinstance(spent, (int, float)) else None
+
+
+def _composition_note(rows: list[dict[str, Any]], whose: str, spent: float | None) -> str | None:
+    """One line when the rows' epsilons (each a job's or key's releases on their own) add up to more than
+    the dataset's spend, which composes them all: why the numbers do not add up (as the dashboard says)."""
+    epsilons = [float(row["epsilon_spent"]) for row in rows if row.get("epsilon_spent") is not None]
+    total = sum(epsilons)
+    if spent is None or len(epsilons) < 2 or not total > spent * (1 + 1e-9):
+        return None
+    return (
+        f"the {len(epsilons)} {whose} epsilons add up to {epsilon_text(total)}, more than the dataset's "
+        f"spend {epsilon_text(spent)}: each is what those releases cost on their own; the budget holds their "
+        "composition at the dataset's delta, which costs less than the sum (epsilons compose, not add)"
+    )
 
 
 #: Entries per page when `vips ledger --entries --all` follows the pages (the server's maximum).

@@ -6,7 +6,7 @@ from __future__ import annotations
 from vips import choices
 from vips.parsers.base import (
     Subparsers,
-    positive_float,
+    duration_days,
     positive_int,
 )
 
@@ -40,7 +40,10 @@ def add_admin_data(commands: Subparsers) -> None:
         help="an analyst or client key that sees every dataset",
     )
     sub.add_argument(
-        "--expires-in", type=positive_float, metavar="DAYS", help="the key is refused after this many days"
+        "--expires-in",
+        type=duration_days,
+        metavar="DURATION",
+        help="the key is refused after this long: days, or a number with a unit: 12h, 30d, 2w",
     )
     sub.add_argument(
         "--name",

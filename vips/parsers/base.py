@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import NoReturn, TypeAlias
 
 from privacy_wall.names import did_you_mean
+from vips.choices import MODEL_ALIASES
 from vips.errors import UsageError
 
 
@@ -30,6 +31,9 @@ def with_suggestion(message: str) -> str:
     if found is None:
         return message
     choices = re.findall(r"'([^']*)'", found["choices"])
+    meant = MODEL_ALIASES.get(found["given"].lower().replace("-", "").replace("_", ""))
+    if meant is not None and meant[0] in choices:
+        return message + f" ({meant[1]} is {meant[0]!r})"
     return message + did_you_mean(found["given"], choices)
 
 
@@ -41,6 +45,24 @@ def whole(text: str, minimum: int) -> int:
     if value < minimum:
         raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
     return value
+
+
+#: The units --expires-in takes, in days.
+_DAYS_PER_UNIT = {"h": 1 / 24, "d": 1.0, "w": 7.0}
+
+
+def duration_days(text: str) -> float:
+    """A positive duration in days: a plain number is days; 12h, 30d and 2w give their unit."""
+    value = text.strip().lower()
+    unit = value[-1:] if value[-1:] in _DAYS_PER_UNIT else "d"
+    number = value[:-1] if value[-1:] in _DAYS_PER_UNIT else value
+    try:
+        days = float(number) * _DAYS_PER_UNIT[unit]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected days or a number with h, d or w, got {text!r}") from None
+    if not (math.isfinite(days) and days > 0):
+        raise argparse.ArgumentTypeError(f"must be a positive duration, got {text!r}")
+    return days
 
 
 def positive_int(text: str) -> int:
