@@ -24,8 +24,10 @@ READ_METHODS = frozenset({"GET", "HEAD"})
 _bearer = HTTPBearer(auto_error=False, description="an API key: `Authorization: Bearer vips_<id>_<secret>`")
 
 
-#: The 401 of a key that does not authenticate here. The same words whatever the reason (never a key
-#: of this store, tampered, revoked or expired), and nothing about any other service or store.
+#: The 401 of a key that does not authenticate here: the same words whatever the reason (never a key
+#: of this store, tampered, or a revoked or expired one presented without its whole secret), and nothing
+#: about any other service or store. The holder of a revoked or expired key is told which
+#: (refused_key_detail): only the secret's holder can present it.
 UNKNOWN_KEY = (
     "API key unknown to this service: not a key of its store, or revoked or expired (a key works only "
     "with the service whose store made it: check VIPS_URL against the `vips up` or admin that gave it)"
