@@ -17,6 +17,7 @@ import pytest
 from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import KernelManager
 from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError
 
 from service.http.client import ApiError
 from tests.e2e import Service, embedded_service, synthetic_csv
@@ -102,6 +103,29 @@ def test_the_notebook_runs_top_to_bottom_against_vips_up(setup: Setup, tmp_path:
     auc = float(text.split("AUC ")[1].split(",")[0])
     assert auc > 0.7  # the private fit learnt something from the training rows
     assert "409 dataset synth: " in text  # the refused job's message, caught as ApiError
+
+
+def test_a_notebook_run_that_cannot_score_stops_before_it_spends(setup: Setup, tmp_path: Path) -> None:
+    """Issue 55: run with a test file that is not there, the notebook had spent epsilon 0.05 on its fit
+    before it failed on reading it. It reads the file in its first cell: the run stops there, with the
+    dataset's spend unchanged."""
+    with setup.client(setup.custodian) as custodian:
+        before = custodian.budget(DATASET).loc[DATASET, "epsilon_reserved"]
+    notebook = nbformat.read(NOTEBOOK, as_version=4)  # type: ignore[no-untyped-call]
+    env = {
+        **setup.service.env,
+        "VIPS_URL": setup.service.url,
+        "VIPS_API_KEY": setup.analyst,
+        "VIPS_DATASET": DATASET,
+        "VIPS_TEST_CSV": str(tmp_path / "no such file.csv"),
+    }
+    runner = NotebookClient(
+        notebook, km=_kernel(tmp_path), timeout=120, resources={"metadata": {"path": "/"}}
+    )
+    with pytest.raises(CellExecutionError, match="No such file or directory"):
+        runner.execute(env=env)
+    with setup.client(setup.custodian) as custodian:
+        assert custodian.budget(DATASET).loc[DATASET, "epsilon_reserved"] == before
 
 
 def test_fit_returns_an_estimator_predicting_as_vips_predict(setup: Setup, tmp_path: Path) -> None:
