@@ -125,9 +125,11 @@ def test_repeated_topics_count_topics_of_one_distribution() -> None:
     assert repeated_topics({"lambda": [base, other, almost]}) == 0
     assert repeated_topics({"lambda": [base, [3 * v for v in base], other, [0.5 * v for v in other]]}) == 4
     assert repeated_topics({"lambda": [base]}) == 0
-    assert repeated_topics_note(0, 3) is None
-    assert str(repeated_topics_note(2, 3)).startswith("2 of the 3 topics are one word distribution")
-    assert str(repeated_topics_note(3, 3)).startswith("All 3 topics are one word distribution")
+    assert repeated_topics_note({"lambda": [base, other, almost]}) is None
+    partly = repeated_topics_note({"lambda": [base, [2 * v for v in base], other]})
+    assert str(partly).startswith("2 of the 3 topics are one word distribution")
+    every = repeated_topics_note({"lambda": [base, [2 * v for v in base], [3 * v for v in base]]})
+    assert str(every).startswith("All 3 topics are one word distribution")
 
 
 def test_lda_local_private_fit_spends_at_most_epsilon(

@@ -100,6 +100,13 @@ PAPER_MODE: dict[tuple[str, str], Tested] = {
 }
 
 
+def tested_lines(model: str, algorithm: str, options: Mapping[str, Any] | None = None) -> Tested | None:
+    """The lines measured for intervals of this kind: TESTED's, or PAPER_MODE's for a job whose options
+    give noise_aware 0 (the paper's mode); None where none were measured."""
+    paper = (options or {}).get("noise_aware", 1) == 0
+    return (PAPER_MODE if paper else TESTED).get((model, algorithm))
+
+
 def interval_note(
     model: str,
     algorithm: str,
@@ -110,17 +117,17 @@ def interval_note(
     """One sentence on how often intervals of this kind held the true weights in tests; None if untested
     (a paper mode without a PAPER_MODE line among them). `options`: the job's, whose noise_aware 0 picks
     the paper's mode; `scale`: the job's (service.planning.schedules.job_scale), which picks the band."""
-    paper = (options or {}).get("noise_aware", 1) == 0
-    found = (PAPER_MODE if paper else TESTED).get((model, algorithm))  # a paper mode not measured: None
+    found = tested_lines(model, algorithm, options)
     if found is None:
         return None
+    paper = found is PAPER_MODE.get((model, algorithm))
     words, at_epsilon, caution = found.band(scale)
     measured = (
         f"covered {at_epsilon} of the true weights given only epsilon, at {words}"
         if private
         else f"covered {found.at_zero} of the true weights at sigma 0"
     )
-    mode = " (the paper's mode, noise_aware=0)" if paper and (model, algorithm) in PAPER_MODE else ""
+    mode = " (the paper's mode, noise_aware=0)" if paper else ""
     return (
         f"Tested on data of known weights (docs/calibration.md), nominal 90% intervals of {model} by "
         f"{algorithm}{mode} {measured}" + (f": {caution}." if caution and private else ".")

@@ -22,7 +22,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from service.planning.coverage import TESTED
+from service.planning.coverage import tested_lines
 from service.planning.options import LDA_DEFAULTS, SBN_DEFAULTS
 
 
@@ -340,9 +340,9 @@ def choose_schedule(
     expected = rule_expectation(rule, scale)
     if expected is not None:
         why += f"; expect {expected}"
-    tested = TESTED.get((model, algorithm))
+    tested = tested_lines(model, algorithm, options)  # the rule's own schedule is what was measured
     own = iterations is not None or bool(set(options or {}) & rule_option_names(model, algorithm))
-    if tested is not None and epsilon is not None and not own and (options or {}).get("noise_aware", 1) != 0:
+    if tested is not None and epsilon is not None and not own:
         _, covered, caution = tested.band(scale)
         if caution:
             why += f"; its 90% intervals covered {covered} of known weights in tests at this scale: {caution}"

@@ -155,43 +155,37 @@ def create_key(
     return key_id, key
 
 
-def authenticate(engine: Engine, key: str) -> Principal | None:
-    """The principal of a valid, unrevoked, unexpired key, or None (the caller answers 401 without saying
-    why)."""
+def _held_row(engine: Engine, key: str) -> Any | None:
+    """The stored row (id, role, dataset, revoked, expires_at) of the key whose whole secret this is, or
+    None: an id this store never made, a malformed key or a wrong secret."""
     key_id = split_key(key)
     if key_id is None:
         return None
+    columns = (api_keys.c.id, api_keys.c.key_hash, api_keys.c.role, api_keys.c.dataset)
     with reading(engine) as conn:
         row = conn.execute(
-            select(
-                api_keys.c.key_hash,
-                api_keys.c.role,
-                api_keys.c.dataset,
-                api_keys.c.revoked,
-                api_keys.c.expires_at,
-            ).where(api_keys.c.id == key_id)
+            select(*columns, api_keys.c.revoked, api_keys.c.expires_at).where(api_keys.c.id == key_id)
         ).one_or_none()
+    if row is None or not hmac.compare_digest(row.key_hash, hash_key(key)):
+        return None
+    return row
+
+
+def authenticate(engine: Engine, key: str) -> Principal | None:
+    """The principal of a valid, unrevoked, unexpired key, or None (the caller's 401 tells only the key's
+    holder why: held_key_state)."""
+    row = _held_row(engine, key)
     if row is None or row.revoked or row.role not in ROLES or expired(row.expires_at):
         return None
-    if not hmac.compare_digest(row.key_hash, hash_key(key)):
-        return None
-    return Principal(key_id=key_id, role=row.role, dataset=row.dataset)
+    return Principal(key_id=row.id, role=row.role, dataset=row.dataset)
 
 
 def held_key_state(engine: Engine, key: str) -> str | None:
     """Why a key its holder presents in full (its secret matches the stored hash) no longer works: "was
     revoked" or "expired at <time>"; None for any other key, which learns nothing (not whether its id
     exists). Only the key's own holder can tell its own state: nobody else has the secret."""
-    key_id = split_key(key)
-    if key_id is None:
-        return None
-    with reading(engine) as conn:
-        row = conn.execute(
-            select(api_keys.c.key_hash, api_keys.c.revoked, api_keys.c.expires_at).where(
-                api_keys.c.id == key_id
-            )
-        ).one_or_none()
-    if row is None or not hmac.compare_digest(row.key_hash, hash_key(key)):
+    row = _held_row(engine, key)
+    if row is None:
         return None
     if row.revoked:
         return "was revoked"

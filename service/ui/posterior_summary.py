@@ -61,8 +61,10 @@ def repeated_topics(document: dict[str, Any]) -> int:
     return sum(count[0] for bucket in groups.values() for _, count in bucket if count[0] > 1)
 
 
-def repeated_topics_note(repeated: int, topics: int) -> str | None:
-    """One sentence on topics that are one word distribution (repeated_topics), or None when none are."""
+def repeated_topics_note(document: dict[str, Any]) -> str | None:
+    """One sentence on an LDA posterior's topics that are one word distribution (repeated_topics), or None
+    when none are."""
+    repeated, topics = repeated_topics(document), len(document["lambda"])
     if repeated == 0:
         return None
     which = f"All {topics} topics are" if repeated == topics else f"{repeated} of the {topics} topics are"

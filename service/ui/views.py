@@ -27,7 +27,6 @@ from service.ui.posterior_summary import (
     Coefficient,
     TopicWords,
     coefficients,
-    repeated_topics,
     repeated_topics_note,
     top_words,
 )
@@ -173,9 +172,9 @@ def summarize(document: dict[str, Any], schema: dict[str, Any]) -> PosteriorSumm
             model, coefficients=coefficients(document, names if isinstance(names, list) else None)
         )
     if model == "lda":
-        topics = top_words(document, 10)
-        note = repeated_topics_note(repeated_topics(document), len(topics))
-        return PosteriorSummary(model, topics=topics, topics_note=note)
+        return PosteriorSummary(
+            model, topics=top_words(document, 10), topics_note=repeated_topics_note(document)
+        )
     if model == "sbn":
         weights = document["W"]
         pixels = len(weights)

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from service.ui.posterior_summary import repeated_topics, repeated_topics_note, top_words
+from service.ui.posterior_summary import repeated_topics_note, top_words
 from vips.errors import UsageError
 from worker.posterior import lda_parameters, load_posterior
 
@@ -23,7 +23,7 @@ def run(args: argparse.Namespace) -> int:
     for topic in order:
         sys.stdout.write(f"topic {topic.topic:>3} ({100 * topic.share:4.1f}%): {' '.join(topic.words)}\n")
     sys.stdout.flush()
-    note = repeated_topics_note(repeated_topics(document), len(topics))
+    note = repeated_topics_note(document)
     if note is not None:
         print(f"vips: note: {note}", file=sys.stderr)
     return 0
