@@ -36,7 +36,7 @@ def test_algorithms_share_one_budget_over_http(tmp_path: Path) -> None:
         for algorithm, iterations, batch, extra in (
             ("vips", 5, N, []),
             ("dpvi", 200, 200, ["--option", "learning_rate=0.5"]),
-            ("dpsep", 10, 500, ["--option", "clip=0.5"]),
+            ("dpsep", 5, N, ["--option", "clip=0.5"]),
         ):
             posterior = tmp_path / f"{algorithm}.json"
             done = service.vips(
@@ -56,7 +56,9 @@ def test_algorithms_share_one_budget_over_http(tmp_path: Path) -> None:
             assert document["algorithm"] == algorithm and document["model"] == "blr"
             mean = np.asarray(document["mean"])
             # Private fits cannot be seeded. Observed in-process at these schedules, the smallest cosine
-            # over 30 fits: VIPS 0.993, DPVI 0.988; over 200 DP-SEP fits 0.945 (median 0.990).
+            # over 30 fits: VIPS 0.993, DPVI 0.988; over 100 DP-SEP fits 0.993 (its noise-aware default on
+            # the whole batch, as its rule schedules it; on T 10 batches of 500 it fell below 0.9 in 3 of 60
+            # fits, 0.755 at worst, and once in CI to 0.48).
             assert mean @ weights / np.linalg.norm(mean) / np.linalg.norm(weights) > 0.9
             metrics = json.loads(
                 service.vips("evaluate", "--posterior", str(posterior), "--input", str(test)).stdout
@@ -66,14 +68,14 @@ def test_algorithms_share_one_budget_over_http(tmp_path: Path) -> None:
         with VipsClient(service.url, custodian) as api:
             ledger = api.ledger("synth")
         # The three jobs' charges compose on the dataset's one ledger.
-        assert len(ledger["entries"]) == 5 + 200 + 10
+        assert len(ledger["entries"]) == 5 + 200 + 5
         curve = (
             privacy_cost(SubsampledGaussianEvent(jobs[0]["sigma"], N, N)).scaled(5)
             + privacy_cost(SubsampledGaussianEvent(jobs[1]["sigma"], 200, N)).scaled(200)
-            + privacy_cost(SubsampledGaussianEvent(jobs[2]["sigma"], 500, N)).scaled(10)
+            + privacy_cost(SubsampledGaussianEvent(jobs[2]["sigma"], N, N)).scaled(5)
         )
         assert ledger["budget"]["epsilon_spent"] == pytest.approx(curve.epsilon(DELTA), rel=1e-9)
-        # A full-batch and two minibatch jobs compose to at most the sum of their own epsilons (issue 20).
+        # Two full-batch jobs and a minibatch one compose to at most the sum of their own epsilons (issue 20).
         own = [job["epsilon_spent"] for job in jobs]
         assert max(own) <= ledger["budget"]["epsilon_spent"] <= sum(own)
         regression_flow(service, tmp_path, analyst)
