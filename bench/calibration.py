@@ -23,14 +23,17 @@ synthetic: coverage / slope / log loss), the table its rule's mode and clip come
 
 Logistic data: d 10, column 0 the intercept (a constant c = 0.3, named "intercept"), the other 9 drawn
 uniformly in direction with norm sqrt(1 - c^2) U(0, 1)^(1/2) (every row has norm <= 1, as the service
-requires), w ~ N(0, 3^2 I), y ~ Bernoulli(sigmoid(w^T x)). Linear data: the same rows, y = w^T x + N(0,
-0.1^2) with w ~ N(0, 0.3^2 I), clipped to [-1, 1]. Dataset k is drawn from seed `--first-seed` + k: tune
+requires), w ~ N(0, 3^2 I), y ~ Bernoulli(sigmoid(w^T x)); `--weight-sd 1` draws weights of the size the
+models' default prior expects (N(0, 1)), against which the small scales' intervals are read (at little
+information a posterior is mostly its prior). Linear data: the same rows, y = w^T x + N(0, 0.1^2) with
+w ~ N(0, 0.3^2 I), clipped to [-1, 1]. Dataset k is drawn from seed `--first-seed` + k: tune
 on seeds 0-99, judge on 1000 and up (data the methods were not tuned on).
 A non-private reference: the Laplace approximation at scikit-learn's maximum a posteriori (prior
 N(0, 10^2 I)).
 
     python -m bench.calibration [--models blr,linreg] [--datasets 20] [--rows 10000] [--first-seed 0]
-                                [--epsilons 0.3,1,3] [--algorithms VIPS,DPVI,DP-SEP] [--public] [--rule]
+                                [--epsilons 0.3,1,3] [--algorithms VIPS,DPVI,DP-SEP] [--weight-sd 3]
+                                [--public] [--rule]
                                 [--dpsep-clip] [--repeats 3] [--out DIR]
 
 Writes calibration.md to --out (bench/out by default).
@@ -83,12 +86,13 @@ def rows(rng: np.random.Generator, count: int) -> pd.DataFrame:
     return pd.DataFrame(features, columns=["intercept", *(f"x{j}" for j in range(1, DIMENSION))])
 
 
-def draw(model: str, seed: int, count: int) -> Dataset:
-    """Dataset `seed` of the model's synthetic family (module docstring)."""
+def draw(model: str, seed: int, count: int, weight_sd: float = LOGISTIC_WEIGHT_SD) -> Dataset:
+    """Dataset `seed` of the model's synthetic family (module docstring); `weight_sd`: the logistic
+    weights' standard deviation."""
     rng = np.random.default_rng([51, seed])
     train, test = rows(rng, count), rows(rng, TEST_ROWS)
     if model == "blr":
-        weights = rng.normal(0.0, LOGISTIC_WEIGHT_SD, DIMENSION)
+        weights = rng.normal(0.0, weight_sd, DIMENSION)
 
         def labels(x: pd.DataFrame) -> Array:
             return (rng.uniform(size=len(x)) < 1.0 / (1.0 + np.exp(-(x.to_numpy() @ weights)))).astype(float)
@@ -209,11 +213,12 @@ def run(
     first_seed: int,
     epsilons: Sequence[float],
     algorithms: Sequence[str] = ("VIPS", "DPVI", "DP-SEP"),
+    weight_sd: float = LOGISTIC_WEIGHT_SD,
 ) -> list[str]:
     cells: dict[str, Cell] = {}
     factories = methods(model, epsilons, algorithms)
     for k in range(datasets):
-        data = draw(model, first_seed + k, count)
+        data = draw(model, first_seed + k, count, weight_sd)
         labels = (["Laplace at the MAP (non-private)"] if model == "blr" else []) + list(factories)
         for label in labels:
             started = time.perf_counter()
@@ -403,6 +408,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--first-seed", type=int, default=0)
     parser.add_argument("--epsilons", default="0.3,1,3")
     parser.add_argument("--algorithms", default="VIPS,DPVI,DP-SEP", help="which algorithms' posteriors")
+    parser.add_argument(
+        "--weight-sd",
+        type=float,
+        default=LOGISTIC_WEIGHT_SD,
+        help="the logistic weights' sd (1: the size the models' default prior expects)",
+    )
     parser.add_argument("--public", action="store_true", help="also score on held-out Adult and Telco")
     parser.add_argument("--rule", action="store_true", help="VIPS-BLR's candidate schedules by log loss")
     parser.add_argument("--dpsep-clip", action="store_true", help="DP-SEP-BLR's site clips by log loss")
@@ -412,12 +423,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     epsilons = [float(e) for e in args.epsilons.split(",")]
     algorithms = args.algorithms.split(",")
     lines = [
-        f"{args.datasets} datasets of {args.rows} rows from seed {args.first_seed}, d {DIMENSION} "
-        "(bench/calibration.py)",
+        f"{args.datasets} datasets of {args.rows} rows from seed {args.first_seed}, d {DIMENSION}, "
+        f"logistic weights of sd {args.weight_sd:g} (bench/calibration.py)",
         "",
     ]
     for model in args.models.split(",") if args.datasets > 0 else []:
-        lines += [*run(model, args.datasets, args.rows, args.first_seed, epsilons, algorithms), ""]
+        lines += [
+            *run(model, args.datasets, args.rows, args.first_seed, epsilons, algorithms, args.weight_sd),
+            "",
+        ]
     if args.public:
         lines += [*public_section(epsilons, args.repeats, algorithms), ""]
     if args.rule:

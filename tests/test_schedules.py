@@ -372,8 +372,9 @@ def test_an_lda_job_with_only_epsilon_runs_the_fallback_the_rule_chooses(api: Ap
 
 
 def test_the_quote_says_what_the_scale_was_measured_to_give() -> None:
-    """LDA's and the SBN's small scales end `why` with what their sweeps measured there (docs/schedules.md);
-    larger scales, jobs that give sigma and rules without such rows say nothing of it."""
+    """LDA's, the SBN's and logistic regression's small scales end `why` with what their sweeps measured
+    there (docs/schedules.md); larger scales, jobs that give sigma and rules without such rows say nothing
+    of it."""
     news = choose_schedule("lda", "vips", 3_000, 1.0, dimension=5_000, options={"topics": 50})  # scale 1,200
     assert news.why.endswith("; expect about the private word frequencies the fit falls back to (its "
                              "posterior's private_unigram): at this scale topics clear the noise only where "
@@ -387,7 +388,10 @@ def test_the_quote_says_what_the_scale_was_measured_to_give() -> None:
     pixels = choose_schedule("sbn", "vips", 4_000, 1.0)
     assert pixels.why.endswith("; expect about the pixel means: no hidden unit learns reliably at this scale")
     assert "expect" not in choose_schedule("sbn", "vips", 40_000, 1.0).why
-    assert "expect" not in choose_schedule("blr", "vips", 1_000, 0.1).why
+    assert "expect" not in choose_schedule("blr", "vips", 1_000, 0.3).why  # 300
+    for algorithm in ("vips", "dpsep"):  # scale 200: no algorithm reliably beat the base rate there
+        tiny = choose_schedule("blr", algorithm, 1_000, 0.2, dimension=10)
+        assert "; expect probabilities about as good as a constant prediction at the base rate" in tiny.why
 
 
 def test_the_sbn_rule_reads_its_scale_at_784_pixels_and_50_units() -> None:

@@ -286,7 +286,7 @@ def test_a_small_jobs_page_names_the_coverage_tested_at_its_scale(api: Api) -> N
     _, small, caution = coverage.TESTED[("blr", "vips")].band(913.0)
     _, large, _ = coverage.TESTED[("blr", "vips")].band(math.inf)
     assert small != large and f"covered {small} of the true weights given only epsilon" in page, page
-    assert html.escape(caution, quote=True) in page
+    assert caution in html.unescape(page)
     # a posterior stored before the widening (no last_step) is not what the lines measured: no line
     unwidened = {name: value for name, value in POSTERIOR.items() if name != "variational_parameters"}
     older = finished_job(api, 1, unwidened, epsilon=0.5, sigma=None, batch_size=None)
@@ -305,7 +305,9 @@ def test_the_interval_note_names_the_tested_coverage_and_nothing_for_untested_mo
     note = str(interval_note("blr", "vips", False))
     assert note.endswith(f"covered {at_zero} of the true weights at sigma 0.")
     # DP-SEP's noise-aware mode (the default) and the paper's (noise_aware 0) have their own lines.
-    assert str(interval_note("blr", "dpsep", True, {"clip": 0.3}, 1_500.0)).endswith("little information.")
+    small = str(interval_note("blr", "dpsep", True, {"clip": 0.3}, 1_500.0))
+    assert "held 80-92% of weights of the prior's size (sd 1)" in small
+    assert small.endswith("held-out log loss).")
     assert str(interval_note("blr", "dpsep", True, {"clip": 0.3}, 3_000.0)).endswith("3,000-30,000).")
     paper = str(interval_note("blr", "dpsep", True, {"noise_aware": 0, "clip": 0.25}))
     assert "(the paper's mode, noise_aware=0) covered 18-56%" in paper and paper.endswith("far too narrow).")

@@ -55,6 +55,12 @@ class Rule:
     other_modes: Mapping[str, float] = field(default_factory=dict)
 
 
+#: What a logistic fit was measured to give at the smallest scales (epsilon x N x sqrt(10 / d) up to 250).
+BASE_RATE = (
+    "probabilities about as good as a constant prediction at the base rate, or worse: at this scale no "
+    "algorithm beat it reliably on Adult, Telco or Credit (vips evaluate says which a fit did)"
+)
+
 #: The rules, one per (model, algorithm): docs/schedules.md has the table each was read off.
 RULES: dict[tuple[str, str], Rule] = {
     # Whole-batch releases, chosen by held-out log loss and coverage (issue 51), read at epsilon x N x
@@ -68,6 +74,8 @@ RULES: dict[tuple[str, str], Rule] = {
     # one Polya-Gamma release with bound 0.35, where the smaller bounds' bias shows in the coverage
     # (docs/schedules.md, "VIPS-BLR: the gradient bound"). T 10 for a job that gives sigma, whose row is
     # the one for infinite scale (with the model's defaults: Laplace releases from the second, no bound).
+    # Up to 250 no schedule of any algorithm beat a constant prediction at the base rate reliably on Adult,
+    # Telco or Credit (docs/schedules.md, "The smallest scales, re-read and left"): the quote says so.
     ("blr", "vips"): Rule(
         iterations=((400.0, 1), (2_000.0, 3), (sys.float_info.max, 5), (math.inf, 10)),
         options=(
@@ -81,6 +89,7 @@ RULES: dict[tuple[str, str], Rule] = {
         size_exponent=0.5,
         source="VIPS-BLR's grid by log loss and coverage on Adult, Telco and synthetic data "
         "(python -m bench.calibration --rule)",
+        expect=((250.0, BASE_RATE),),
     ),
     # Full batches up to epsilon x N = 150,000: the budget's filter prices a release on the whole dataset
     # exactly and a subsampled one by its Renyi curve (at 0.002 of delta), and there 300 full-batch steps
@@ -127,6 +136,7 @@ RULES: dict[tuple[str, str], Rule] = {
         size_exponent=0.5,
         source="DP-SEP's grid on Adult (bench/compare_algorithms.py); its mode and clip by held-out log loss "
         "and coverage on Adult, Telco and synthetic data (bench/calibration.py --dpsep-clip)",
+        expect=((250.0, BASE_RATE),),
     ),
     ("linreg", "vips"): Rule(
         iterations=((math.inf, 5),), source="the regression section of bench/compare_algorithms.py"
