@@ -11,6 +11,7 @@ WORKDIR /src
 COPY pyproject.toml setup.py README.md alembic.ini ./
 COPY privacy_wall ./privacy_wall
 COPY worker ./worker
+COPY control ./control
 COPY service ./service
 COPY vips ./vips
 COPY migrations ./migrations

@@ -17,7 +17,7 @@ schedules it, and sigma 0), fit `--datasets` synthetic datasets of known weights
 train split, score the test split): AUC, log loss and ECE, each algorithm given only epsilon. `--rule`
 scores VIPS-BLR's candidate schedules (Polya-Gamma releases T 1-3, Laplace releases T 3 and 5) by held-out
 log loss on Adult, Telco and synthetic data, with the scale the rule reads: the table the rule
-(service.planning.schedules) was read from. `--dpsep-clip` scores DP-SEP-BLR's modes (the paper's damped
+(control.planning.schedules) was read from. `--dpsep-clip` scores DP-SEP-BLR's modes (the paper's damped
 site average, the noise-aware centred releases) and site clips C the same way (public data: log loss / AUC;
 synthetic: coverage / slope / log loss), the table its rule's mode and clip come from.
 
@@ -350,7 +350,7 @@ def dpsep_clip_section(epsilons: Sequence[float], repeats: int, datasets: int) -
     """Held-out log loss / AUC of DP-SEP-BLR in each setting (DPSEP_SETTINGS) on Adult and Telco (mean over
     `repeats` fits, with the scale epsilon x N x sqrt(10 / d) its rule reads), and coverage / slope / log
     loss on `datasets` synthetic datasets (seeds 0..): the table the rule's mode and clip
-    (service.planning.schedules) were read from."""
+    (control.planning.schedules) were read from."""
     from sklearn.metrics import roc_auc_score
 
     from worker.datasets.adult import load_adult

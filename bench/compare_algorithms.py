@@ -4,7 +4,7 @@ Sections (every private fit goes through the same gate, accountant and ledger; s
 target epsilon for each algorithm's own schedule; private fits cannot be seeded, so "seeds" are repeats):
 
 - adult: test AUC at epsilon in {0.1, 0.3, 1, 3} (delta = 1e-5) of VIPS-BLR with only epsilon (the
-  schedule service.planning.schedules chooses; docs/schedules.md) and with the old T = 10, S = N, DPVI with
+  schedule control.planning.schedules chooses; docs/schedules.md) and with the old T = 10, S = N, DPVI with
   only epsilon (its usual S = N/50, T = 1000) and tuned (S = 1000, T = 300, AdaGrad step 0.5, clip 1), DP-SEP
   (batch S = N, T = 5, clip 0.5, damping rho_t = 1/t) and diffprivlib's LogisticRegression (objective
   perturbation, pure epsilon-DP), with the non-private fits (sigma = 0) of each and scikit-learn's
@@ -71,7 +71,7 @@ def adult_makers(population: int) -> dict[str, tuple[str, Make]]:
     """Per method: its setting and a factory (epsilon, sigma, random_state) -> estimator."""
     return {
         "VIPS-BLR (auto)": (
-            "only epsilon: T and S chosen by service.planning.schedules (docs/schedules.md), rho = 1/t",
+            "only epsilon: T and S chosen by control.planning.schedules (docs/schedules.md), rho = 1/t",
             lambda eps, sigma, seed: VIPSLogisticRegression(
                 epsilon=eps, sigma=sigma, delta=DELTA, random_state=seed
             ),
@@ -102,7 +102,7 @@ def adult_makers(population: int) -> dict[str, tuple[str, Make]]:
             ),
         ),
         "DPVI (auto)": (
-            "only epsilon: its usual S = N/50, T = 1000 (service.planning.schedules), its default options",
+            "only epsilon: its usual S = N/50, T = 1000 (control.planning.schedules), its default options",
             lambda eps, sigma, seed: DPVILogisticRegression(
                 epsilon=eps, sigma=sigma, delta=DELTA, random_state=seed
             ),

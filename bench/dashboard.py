@@ -30,17 +30,17 @@ import numpy as np
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, insert
 
+from control.settings import ServiceSettings
+from control.store.keys import authenticate, create_key
+from control.store.models import jobs, releases
+from control.store.posteriors import store_posterior
+from control.store.release_arrays import encode_arrays
 from privacy_wall.accounting.events import SubsampledGaussianEvent
 from privacy_wall.ledger import database as ledger_db
 from privacy_wall.ledger.base import Charge
 from privacy_wall.ledger.schema import datasets
 from privacy_wall.sqlengine import create_db_engine
 from service.app import create_app
-from service.settings import ServiceSettings
-from service.store.keys import authenticate, create_key
-from service.store.models import jobs, releases
-from service.store.posteriors import store_posterior
-from service.store.release_arrays import encode_arrays
 from service.ui import views
 from tests.dbservers import fresh_database
 from tests.test_api import RecordingQueue

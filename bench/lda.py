@@ -21,7 +21,7 @@ Sections:
   sigma = 0, on the README's job (the bundled corpus, K = 50, S = 2,000, T = 20, N_w = 500, a = 0.1) and on
   planted-topic corpora shaped like it (V = 5,000, ~50 tokens, K = 20) of growing D at S / D = 0.05, T = 20.
 - --sweep-unigram: the unigram fallback (issue 36) on the LDA schedule rule's rows
-(service.planning.schedules: T and
+(control.planning.schedules: T and
   unigram_share by epsilon x D, S = D) at epsilon 0.5-10 and sigma 0, on the bundled corpus, planted-topic
   corpora and a stand-in from a third generator (`dirichlet_corpus`), against the training unigram.
   With --text-csv, a public CSV text corpus (bench.text_corpus) instead of the bundled one, at K 50 and 10.

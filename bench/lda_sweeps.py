@@ -26,9 +26,9 @@ from bench.lda_common import (
     vips_fit,
 )
 from bench.text_corpus import TextCorpus
+from control.planning.schedules import job_scale, rule_for, rule_iterations, rule_options
 from privacy_wall.accounting.calibration import calibrate_sigma
 from privacy_wall.data.store import InMemoryBowStore
-from service.planning.schedules import job_scale, rule_for, rule_iterations, rule_options
 from worker.datasets.synthetic_lda import generate_corpus
 from worker.datasets.wikipedia import load_wikipedia
 from worker.models.lda import (
@@ -189,7 +189,7 @@ def sweep_section(sizes: Sequence[int]) -> list[SweepRow]:
     return rows
 
 
-#: --sweep-unigram (issue 36): the rows reported for service/planning/schedules.py's ("lda", "vips") rule, by
+#: --sweep-unigram (issue 36): the rows reported for control/planning/schedules.py's ("lda", "vips") rule, by
 #: privacy scale epsilon x D: (largest scale of the row, iterations T, unigram_share w); S = D,
 #: unigram_clip 3 and doc_length 500 (N_w) in every row. Read off grids on the bundled corpus and on
 #: planted-topic corpora (D 3,000 and 30,000; docs/schedules.md, "LDA"); a job that gives sigma
@@ -201,7 +201,7 @@ TEXT_TOPICS = (50, 10)
 
 def unigram_rule(scale: float) -> tuple[int, float, float]:
     """(T, unigram_share, unigram_clip) the service's LDA rule chooses at `scale` (epsilon x D x 100,000 /
-    (K V): service.planning.schedules); sigma 0 (an infinite scale) takes the largest finite scale's."""
+    (K V): control.planning.schedules); sigma 0 (an infinite scale) takes the largest finite scale's."""
     rule = rule_for("lda", "vips")
     scale = min(scale, sys.float_info.max)
     options = rule_options(rule, scale, {})

@@ -1,7 +1,7 @@
 """Stored releases and their download, against JSON text (what the service stored before revision 0007).
 
 The job of issue 21's storage finding: SBN with 50 hidden units on 256 pixels, 5 releases of 666,162
-values each. Stored: the .npz blobs (service.store.release_arrays) vs json.dumps of the same statistics.
+values each. Stored: the .npz blobs (control.store.release_arrays) vs json.dumps of the same statistics.
 Served: the API's peak traced memory (tracemalloc, in process) while a client downloads every page of
 GET /v1/jobs/ID/releases, vs the size of the JSON it receives and vs a plain in-process json.dumps of the
 same releases at once (the old endpoint built that whole list).
@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 from fastapi.testclient import TestClient
 
-from service.store.release_arrays import encode_arrays
+from control.store.release_arrays import encode_arrays
 from tests.dbservers import fresh_database
 from tests.test_api import make_api, store_release
 

@@ -27,7 +27,7 @@ test-split images held out), K = 50, S = 400, T = 50, rho_t = t^-kappa (tau0 = 0
 kappa = 1, and kappa = 0.6): non-private SBN next to scikit-learn's BernoulliRBM with 50 units (its
 reconstruction NLL through p(h | v), learning rates 0.1 / 0.02 / 0.005 with 10 / 40 / 150 epochs), and the
 private SBN's NLL against epsilon (delta 1e-5) next to the exact per-pixel means, each private fit with the
-schedule the service chooses from epsilon alone (service.planning.schedules, ("sbn", "vips"): S = N, T by
+schedule the service chooses from epsilon alone (control.planning.schedules, ("sbn", "vips"): S = N, T by
 epsilon x N) and kappa 1; CPU seconds per iteration. --frequency-copies runs each epsilon at each listed k
 ("rule": the rule's choice; the table's "rule's choice" column shows what the rule picks: T and k),
 --iterations fixes T, --init-scale the model's init_scale, --private-only leaves out the RBM and the
@@ -67,12 +67,12 @@ from numpy.typing import NDArray
 from scipy.special import expit
 
 from bench.strong_composition import calibrate_sigma_strong, strong_composition_epsilon
+from control.planning.schedules import choose_schedule
 from privacy_wall.accounting.calibration import calibrate_sigma, epsilon
 from privacy_wall.data.store import InMemoryBinaryStore
 from privacy_wall.gate import Gate
 from privacy_wall.ledger.base import InMemoryLedger
 from privacy_wall.queries.sbn import DEFAULT_FREQUENCY_COPIES
-from service.planning.schedules import choose_schedule
 from worker.datasets.digits import load_binary_digits
 from worker.models.sbn import (
     SigmoidBeliefNetwork,

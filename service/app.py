@@ -20,17 +20,17 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.errors import BudgetRefused, ServiceError, SpecError, StorageFull
+from control.errors import BudgetRefused, ServiceError, SpecError, StorageFull
+from control.jobs.periodic import run_every
+from control.jobs.queue import CeleryQueue, JobQueue
+from control.jobs.reaper import start_reaper_thread
+from control.rate_limits import KeyInFlight, KeyRateLimiter
+from control.settings import ServiceSettings, get_settings
+from control.store.db import create_control_engine
 from service.http.limits import BodyLimit, ErrorBoundary, HeaderLimit, validation_errors
 from service.http.proxies import ForwardedHeaders
-from service.http.rate_limits import KeyInFlight, KeyRateLimiter
 from service.http.redoc import redoc_router
-from service.jobs.periodic import run_every
-from service.jobs.queue import CeleryQueue, JobQueue
-from service.jobs.reaper import start_reaper_thread
 from service.routes import budgets, datasets, health, jobs, key_ledger, keys, posteriors
-from service.settings import ServiceSettings, get_settings
-from service.store.db import create_control_engine
 from service.ui import routes as ui_routes
 from service.ui.views import warm_spend_curves
 
@@ -115,7 +115,7 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         # The reaper runs here too, so a job whose worker died is sent again, and budget reserved by a job
-        # no worker will run is refunded, even when no worker is alive (service.jobs.reaper).
+        # no worker will run is refunded, even when no worker is alive (control.jobs.reaper).
         stop = (
             start_reaper_thread(
                 engine,

@@ -22,12 +22,12 @@ import numpy as np
 import pytest
 from sqlalchemy import Engine
 
+from control.store.keys import create_key
 from privacy_wall.accounting.weak import WEAK_EPSILON
 from privacy_wall.data.ingest import ingest
 from privacy_wall.data.settings import WallSettings
 from privacy_wall.sqlengine import create_db_engine
 from service.http.client import VipsClient
-from service.store.keys import create_key
 from tests.dbservers import fresh_database
 from tests.servers import may_use
 from vips.choices import DEFAULT_LABEL

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, func, select
 
+from control.store.models import jobs, releases
 from privacy_wall.ledger.schema import charges, reservations
-from service.store.models import jobs, releases
 
 
 def wait_for(predicate: Callable[[], bool], seconds: float, what: str) -> None:

@@ -20,6 +20,12 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, insert, select, update
 
+from control.jobs.queue import RecordingQueue
+from control.settings import ServiceSettings
+from control.store.keys import create_key, revoke_key
+from control.store.models import api_keys, jobs, releases
+from control.store.posteriors import posterior_text, store_posterior
+from control.store.release_arrays import encode_arrays
 from privacy_wall.accounting.accountants import privacy_cost
 from privacy_wall.accounting.calibration import epsilon
 from privacy_wall.accounting.events import SubsampledGaussianEvent
@@ -30,12 +36,6 @@ from privacy_wall.sqlengine import create_db_engine
 from service.app import create_app
 from service.http.auth import UNKNOWN_KEY
 from service.http.client import ApiError, VipsClient
-from service.jobs.queue import RecordingQueue
-from service.settings import ServiceSettings
-from service.store.keys import create_key, revoke_key
-from service.store.models import api_keys, jobs, releases
-from service.store.posteriors import posterior_text, store_posterior
-from service.store.release_arrays import encode_arrays
 from tests.dbservers import fresh_database, migrate
 
 DELTA = 1e-5
@@ -435,7 +435,7 @@ def test_dry_run_quotes_and_reserves_nothing(api: Api) -> None:
 def test_pricing_takes_a_bounded_number_of_request_threads(tmp_path: Path) -> None:
     """Accountant work holds at most `pricing_slots` threads; with every slot taken a quote waits
     `pricing_wait_seconds` and gets a 503 that says so, while reads go on; nothing is reserved."""
-    from service.planning.pricing import pricing_slot
+    from control.planning.pricing import pricing_slot
 
     with fresh_database("sqlite", tmp_path) as url:
         migrate("control", url)

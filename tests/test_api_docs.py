@@ -17,10 +17,10 @@ import schemathesis
 import scipy.sparse as sp
 from pydantic import TypeAdapter
 
+from control.schemas import Posterior
 from privacy_wall.accounting.events import SubsampledGaussianEvent
 from privacy_wall.ledger import database as ledger_db
 from privacy_wall.ledger.base import Charge
-from service.schemas import Posterior
 from tests.dbservers import fresh_database
 from tests.test_api import Api, add_dataset, make_api
 from worker.estimator import (

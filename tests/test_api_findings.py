@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, event, func, select, update
 
+from control.store.models import jobs
 from privacy_wall.ledger import database as ledger_db
 from privacy_wall.ledger.schema import reservations
-from service.store.models import jobs
 from tests.dbservers import fresh_database
 from tests.test_api import BATCH, DELTA, SIGMA, Api, job_count, make_api, open_reservations, reserved
 from tests.test_ui import csrf, sign_in

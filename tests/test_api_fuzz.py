@@ -20,10 +20,10 @@ from hypothesis import HealthCheck, Phase, given, settings
 from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
 
+from control.jobs.queue import RecordingQueue
+from control.settings import ServiceSettings
 from privacy_wall.sqlengine import create_db_engine
 from service.app import create_app
-from service.jobs.queue import RecordingQueue
-from service.settings import ServiceSettings
 from tests.dbservers import fresh_database
 from tests.test_api import MAX_ITERATIONS, populate
 

@@ -18,11 +18,11 @@ import uvicorn
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
+from control.jobs.queue import RecordingQueue
+from control.settings import ServiceSettings
 from privacy_wall.sqlengine import create_db_engine
 from service.app import create_app
 from service.http.limits import INPUT_EXCERPT, MAX_ERRORS
-from service.jobs.queue import RecordingQueue
-from service.settings import ServiceSettings
 from tests.dbservers import fresh_database
 from tests.test_api import BATCH, SIGMA, Api, make_api, populate
 

@@ -10,15 +10,15 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 
+from control.jobs.queue import RecordingQueue
+from control.settings import ServiceSettings
+from control.store.keys import create_key
+from control.store.models import posteriors, releases
 from privacy_wall.accounting.calibration import epsilon
 from privacy_wall.data.ingest import ingest
 from privacy_wall.ledger import database as ledger_db
 from privacy_wall.sqlengine import create_db_engine
 from service.app import create_app
-from service.jobs.queue import RecordingQueue
-from service.settings import ServiceSettings
-from service.store.keys import create_key
-from service.store.models import posteriors, releases
 from tests.dbservers import fresh_database
 from tests.privacy_wall.data.test_ingest_store import tabular_data, write_tabular
 from worker.jobs import execute_job

@@ -15,12 +15,12 @@ from fastapi.testclient import TestClient
 
 import worker.fit_loop
 import worker.jobs
+from control.jobs.queue import RecordingQueue
+from control.settings import ServiceSettings
+from control.store.keys import create_key
 from privacy_wall.data.ingest import ingest
 from privacy_wall.sqlengine import create_db_engine
 from service.app import create_app
-from service.jobs.queue import RecordingQueue
-from service.settings import ServiceSettings
-from service.store.keys import create_key
 from tests.dbservers import fresh_database
 from tests.test_blr_intercept import imbalanced_arrays
 from vips.cli import main

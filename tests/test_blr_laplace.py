@@ -136,7 +136,7 @@ def test_migration_0013_keeps_earlier_vips_blr_jobs_on_the_polya_gamma_e_step(tm
     after the upgrade; a DPVI-BLR job and a job that already names the option are left as they were."""
     from alembic import command
 
-    from service.store.models import jobs
+    from control.store.models import jobs
     from vips.migrate import alembic_config, upgrade
 
     url = f"sqlite:///{tmp_path / 'control.db'}"

@@ -9,9 +9,9 @@ import pytest
 from scipy.special import expit
 from sklearn.metrics import roc_auc_score
 
+from control.planning.options import option_problem
 from privacy_wall.data.store import InMemoryTabularStore
 from privacy_wall.queries.blr import LogisticRegressionQuery
-from service.planning.options import option_problem
 from tests.fitting import fit_through_gate
 from worker.models.blr import (
     BayesianLogisticRegression,

@@ -482,8 +482,8 @@ def test_console_script_entry_point() -> None:
 def test_admin_key_verbs_create_list_and_revoke(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from control.store.keys import authenticate
     from privacy_wall.sqlengine import create_db_engine
-    from service.store.keys import authenticate
 
     monkeypatch.setenv("VIPS_HOME", str(tmp_path / "home"))
     for name in ("VIPS_CONTROL_DATABASE_URL", "VIPS_SENSITIVE_DATABASE_URL"):

@@ -13,8 +13,8 @@ import httpx
 import pytest
 from sqlalchemy import func, select
 
+from control.store.models import jobs
 from service.http.client import VipsClient
-from service.store.models import jobs
 from tests.dbservers import fresh_database
 from tests.test_api import Api, make_api
 from vips.cli import main

@@ -429,9 +429,9 @@ def test_noise_aware_linear_steps_are_vips_linregs_on_the_released_sites() -> No
     release's one noise std on every entry of xx and yx and gamma = damping x rho; the registry builds it by
     default and the paper's model with noise_aware 0; noise_variance without noise_aware 0 is refused at
     admission and in `vips fit --local` (schedule_problem) as in the model."""
+    from control.planning.options import schedule_problem
+    from control.planning.schedules import chosen_options
     from privacy_wall.queries.dpsep import DpSepLinearQuery, DpSepNormalGammaQuery
-    from service.planning.options import schedule_problem
-    from service.planning.schedules import chosen_options
     from worker.models.registry import model_setup
 
     d, n = 3, 400
@@ -467,7 +467,7 @@ def stored_options_after_upgrade(
     from alembic import command
     from sqlalchemy import create_engine, insert, select
 
-    from service.store.models import jobs
+    from control.store.models import jobs
     from vips.migrate import alembic_config
 
     url = f"sqlite:///{tmp_path / 'control.db'}"
@@ -510,7 +510,7 @@ def test_migration_0018_keeps_earlier_dpsep_linreg_jobs_on_the_papers_model(tmp_
     from alembic import command
     from sqlalchemy import create_engine, select
 
-    from service.store.models import jobs
+    from control.store.models import jobs
     from vips.migrate import alembic_config
 
     rows = {
@@ -542,8 +542,8 @@ def test_damping_without_the_papers_update_is_refused_before_anything_runs() -> 
     """A DP-SEP-BLR job that gives damping but not noise_aware=0 (the rule would choose the noise-aware
     mode, or the model's default is it) is refused naming damping, at admission and in `vips fit --local`
     (schedule_problem on the options the job runs with); linear regression's damping is its own."""
-    from service.planning.options import schedule_problem
-    from service.planning.schedules import chosen_options
+    from control.planning.options import schedule_problem
+    from control.planning.schedules import chosen_options
 
     given = {"damping": 0.5}
     runs_with = {**chosen_options("blr", "dpsep", 32_561, 1.0, given, 114), **given}

@@ -16,12 +16,12 @@ import numpy as np
 import pytest
 from sqlalchemy import select
 
+from control.store.models import releases
 from privacy_wall.accounting.accountants import privacy_cost
 from privacy_wall.accounting.events import SubsampledGaussianEvent
 from privacy_wall.ledger.schema import charges
 from privacy_wall.sqlengine import create_db_engine
 from service.http.client import VipsClient
-from service.store.models import releases
 from tests.e2e import Service, embedded_service, production_service, start_vips, synthetic_csv
 
 pytestmark = pytest.mark.slow

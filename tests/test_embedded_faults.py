@@ -15,9 +15,9 @@ import httpx
 import pytest
 from sqlalchemy import select
 
+from control.store.models import jobs
 from privacy_wall.sqlengine import create_db_engine
 from service.http.client import VipsClient
-from service.store.models import jobs
 from tests.e2e import embedded_service
 from tests.faults import (
     KILL_TEST_HEARTBEAT_SECONDS,

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select, update
 
+from control.store.models import jobs
 from privacy_wall.ledger.schema import reservations
 from service.http.client import VipsClient
-from service.store.models import jobs
 from tests.dbservers import fresh_database
 from tests.e2e import embedded_service
 from tests.test_api import Api, make_api

@@ -98,7 +98,7 @@ def resumes(control: Engine, job_id: str) -> int:
     """How many times the reaper sent the job again (jobs.resumes)."""
     from sqlalchemy import select
 
-    from service.store.models import jobs
+    from control.store.models import jobs
 
     with control.connect() as conn:
         return int(conn.execute(select(jobs.c.resumes).where(jobs.c.id == job_id)).scalar_one())
@@ -299,7 +299,7 @@ REDIS_OUTAGE = 30.0
 
 def test_a_worker_survives_a_redis_outage_during_a_job_and_runs_the_next_job(tmp_path: Path) -> None:
     """Issue 34.9: Redis stopped while the worker runs a job, then started again on its port: the same
-    worker process reconnects (service.jobs.redis_broker) and runs a job submitted afterwards. It used to exit
+    worker process reconnects (control.jobs.redis_broker) and runs a job submitted afterwards. It used to exit
     at once ("'NoneType' object has no attribute 'hostname'" in kombu, closing the lost connection of the
     unacknowledged running job), and new jobs stayed queued."""
     with faulty_service(tmp_path, workers=1) as f:

@@ -1,4 +1,4 @@
-"""The embedded broker (service.jobs.file_broker): kombu's file-system transport, whose messages appear whole.
+"""The embedded broker (control.jobs.file_broker): kombu's file-system transport, whose messages appear whole.
 
 kombu's own creates a message's file empty and then writes it; a consumer listing the folder in between
 took the empty file and the worker died on it ("Unrecoverable error: JSONDecodeError"), losing the message
@@ -24,9 +24,9 @@ import pytest
 from celery import Celery
 from kombu import Connection
 
-from service.jobs import file_broker
-from service.jobs.queue import CeleryQueue
-from service.settings import FILE_BROKER_TRANSPORT, ServiceSettings
+from control.jobs import file_broker
+from control.jobs.queue import CeleryQueue
+from control.settings import FILE_BROKER_TRANSPORT, ServiceSettings
 
 STRESS_QUEUE = "vips.stress"
 #: More consumers than producers: the queue is near empty, so consumers list the folder while files appear.

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from service.settings import ServiceSettings
+from control.settings import ServiceSettings
 from tests.e2e import _clean_env, _stop, free_port, migrate_store, start_vips
 
 pytestmark = pytest.mark.slow

@@ -16,6 +16,10 @@ import pytest
 from sqlalchemy import Engine, func, insert, select, update
 from sqlalchemy.exc import DataError
 
+from control.budgets.charge_outcomes import charge_outcomes
+from control.jobs.reaper import reap
+from control.store.models import api_keys, jobs, releases
+from control.store.posteriors import posterior_text
 from privacy_wall.accounting.accountants import privacy_cost
 from privacy_wall.accounting.events import SubsampledGaussianEvent
 from privacy_wall.data.ingest import ingest
@@ -23,10 +27,6 @@ from privacy_wall.gate import Gate
 from privacy_wall.ledger import database as ledger_db
 from privacy_wall.ledger.schema import charges
 from privacy_wall.sqlengine import create_db_engine
-from service.budgets.charge_outcomes import charge_outcomes
-from service.jobs.reaper import reap
-from service.store.models import api_keys, jobs, releases
-from service.store.posteriors import posterior_text
 from tests.dbservers import fresh_database
 from tests.privacy_wall.data.test_ingest_store import tabular_data, write_tabular
 from worker import jobs as job_runner

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import insert, inspect, select, text
 
+from control.store.keys import InvalidKeyRequest, create_key, key_names, list_keys
+from control.store.models import api_keys
 from privacy_wall.sqlengine import create_db_engine
-from service.store.keys import InvalidKeyRequest, create_key, key_names, list_keys
-from service.store.models import api_keys
 from tests.dbservers import fresh_database, migrate, schema_drift
 from tests.test_api import Api, make_api
 from tests.test_cli_verbs import FIT, lines, use
@@ -282,9 +282,9 @@ def test_migration_0008_adds_the_name_and_keeps_old_keys_without_one(tmp_path: P
 
 
 def test_the_migrated_api_keys_table_matches_the_model(tmp_path: Path) -> None:
-    """Alembic's comparison of the migrated database with service.store.models finds nothing to do on
+    """Alembic's comparison of the migrated database with control.store.models finds nothing to do on
     api_keys."""
-    from service.store.models import metadata
+    from control.store.models import metadata
 
     url = f"sqlite:///{tmp_path / 'control.db'}"
     upgrade("control", url)

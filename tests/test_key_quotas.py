@@ -16,12 +16,12 @@ import pytest
 from sqlalchemy import insert, inspect, select
 from sqlalchemy.exc import IntegrityError
 
+from control.budgets.key_spend import key_cost
+from control.store.models import jobs, key_quotas
 from privacy_wall.accounting.accountants import configured_accountant
 from privacy_wall.accounting.events import SubsampledGaussianEvent
 from privacy_wall.ledger import database as ledger_db
 from privacy_wall.sqlengine import create_db_engine
-from service.budgets.key_spend import key_cost
-from service.store.models import jobs, key_quotas
 from tests.dbservers import fresh_database, schema_drift
 from tests.test_api import BATCH, DELTA, SIGMA, Api, make_api
 from tests.test_cli_verbs import lines, use

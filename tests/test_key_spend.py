@@ -12,13 +12,13 @@ from typing import Any, cast
 import pytest
 from sqlalchemy import select
 
+from control.budgets.key_spend import KeySpend, key_spend
+from control.store.models import jobs
 from privacy_wall.accounting.accountants import PrivacyCost, configured_accountant
 from privacy_wall.accounting.events import SubsampledGaussianEvent, event_from_dict
 from privacy_wall.ledger import database as ledger_db
 from privacy_wall.ledger.base import Charge
 from privacy_wall.ledger.schema import charges, reservations
-from service.budgets.key_spend import KeySpend, key_spend
-from service.store.models import jobs
 from tests.dbservers import fresh_database
 from tests.test_api import DELTA, Api, N, finish, make_api
 from tests.test_cli_verbs import lines, use
@@ -118,7 +118,7 @@ def test_the_totals_are_read_once_per_ledger_state_and_follow_every_change(api: 
     admission without a charge, a charge, a refund and a new quota each show at once."""
     from unittest import mock
 
-    from service.budgets import key_spend as spend_module
+    from control.budgets import key_spend as spend_module
 
     alice, _ = two_analysts(api)
 

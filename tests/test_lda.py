@@ -16,9 +16,9 @@ import scipy.sparse as sp
 from scipy.optimize import linear_sum_assignment
 from scipy.special import digamma, gammaln
 
+from control.planning.options import schedule_problem
 from privacy_wall.data.store import InMemoryBowStore
 from privacy_wall.queries.lda import LdaQuery
-from service.planning.options import schedule_problem
 from tests.fitting import fit_through_gate
 from worker.datasets.synthetic_lda import SyntheticCorpus, generate_corpus, planted_topics
 from worker.models.lda import (
@@ -154,7 +154,7 @@ def test_smoothing_is_a_job_option_with_the_doc_length_default() -> None:
     """A job that does not give smoothing gets SMOOTHING with resampled documents and the paper's M-step
     (0) with documents kept whole; a given value wins; a negative one is refused with its name; the
     posterior states the f its lambda includes."""
-    from service.planning.options import option_problem
+    from control.planning.options import option_problem
     from worker.models.registry import model_setup
 
     def smoothing(options: dict[str, float]) -> float:

@@ -12,13 +12,13 @@ import numpy as np
 import scipy.sparse as sp
 from fastapi.testclient import TestClient
 
+from control.jobs.queue import RecordingQueue
+from control.planning.options import option_problem
+from control.settings import ServiceSettings
+from control.store.keys import create_key
 from privacy_wall.data.ingest import ingest
 from privacy_wall.sqlengine import create_db_engine
 from service.app import create_app
-from service.jobs.queue import RecordingQueue
-from service.planning.options import option_problem
-from service.settings import ServiceSettings
-from service.store.keys import create_key
 from tests.dbservers import fresh_database
 from worker.datasets.wikipedia import write_bag_of_words
 from worker.estimator import VIPSLatentDirichletAllocation

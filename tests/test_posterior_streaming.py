@@ -15,15 +15,15 @@ from typing import Any
 import pytest
 from sqlalchemy import JSON, DateTime, String, column, func, insert, select, table
 
-from privacy_wall.sqlengine import create_db_engine
-from service.store.models import posterior_chunks
-from service.store.posteriors import (
+from control.store.models import posterior_chunks
+from control.store.posteriors import (
     CHUNK_BYTES,
     PosteriorMissing,
     delete_posterior,
     iter_posterior,
     posterior_text,
 )
+from privacy_wall.sqlengine import create_db_engine
 from tests.dbservers import fresh_database, schema_drift
 from tests.test_api import Api, finish, make_api
 from tests.test_cli_verbs import use
@@ -123,8 +123,8 @@ posteriors_0010 = table(
 def test_migration_0011_moves_stored_documents_into_chunks_and_back(tmp_path: Path, kind: str) -> None:
     from alembic import command
 
+    from control.store.keys import create_key
     from privacy_wall.ledger.schema import metadata
-    from service.store.keys import create_key
     from tests.test_api import add_dataset
     from tests.test_storage_caps import insert_job
 

@@ -82,7 +82,7 @@ NOT_FOR_A_PUBLIC_LDA_FIT = {
     "scipy.fft",
     "scipy.optimize",
     "scipy.stats",
-    "service.settings",
+    "control.settings",
     "privacy_wall.data.db_store",
     "privacy_wall.sqlengine",
     "worker.budget",

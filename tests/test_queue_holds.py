@@ -1,4 +1,4 @@
-"""Whether the broker still holds a job's task (service.jobs.queue.CeleryQueue.holds), on the real brokers:
+"""Whether the broker still holds a job's task (control.jobs.queue.CeleryQueue.holds), on the real brokers:
 the embedded file-system broker and Redis. The reaper fails a quiet queued job only when the set this returns
 (one read of the broker per reaper pass) leaves it out; None (unreadable) fails none."""
 
@@ -11,8 +11,8 @@ from typing import cast
 import pytest
 import redis
 
-from service.jobs.queue import CeleryQueue
-from service.settings import ServiceSettings
+from control.jobs.queue import CeleryQueue
+from control.settings import ServiceSettings
 from tests.e2e import private_redis_url, require_redis
 
 
@@ -65,7 +65,7 @@ def test_an_unreachable_broker_cannot_tell() -> None:
 
 @pytest.mark.parametrize("countdown", [None, 5.0])
 def test_tasks_are_sent_with_the_job_id_as_their_id(tmp_path: Path, countdown: float | None) -> None:
-    from service.jobs.queue import send_run_job
+    from control.jobs.queue import send_run_job
 
     queue = CeleryQueue(ServiceSettings(home=tmp_path))
     try:

@@ -13,15 +13,15 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, func, select
 
+from control.budgets.key_spend import key_spend
+from control.budgets.quotas import QuotaExceeded, check_charge_quota, set_quota
+from control.jobs.end import end_job
+from control.store.models import jobs
 from privacy_wall.accounting.accountants import configured_accountant
 from privacy_wall.accounting.events import SubsampledGaussianEvent
 from privacy_wall.ledger import database as ledger_db
 from privacy_wall.ledger.base import Charge
 from privacy_wall.ledger.schema import reservations
-from service.budgets.key_spend import key_spend
-from service.budgets.quotas import QuotaExceeded, check_charge_quota, set_quota
-from service.jobs.end import end_job
-from service.store.models import jobs
 from tests.test_jobs import (
     DELTA,
     Crash,

@@ -1,4 +1,4 @@
-"""Per-key token buckets (service.http.rate_limits): bursts, refill, per-key isolation, Retry-After; and the
+"""Per-key token buckets (control.rate_limits): bursts, refill, per-key isolation, Retry-After; and the
 API's read limit per key built on them (service.http.auth.read_slot), and the in-flight share per key."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from service.errors import RateLimited
-from service.http import rate_limits
-from service.http.rate_limits import KeyRateLimiter
-from service.settings import ServiceSettings
+from control import rate_limits
+from control.errors import RateLimited
+from control.rate_limits import KeyRateLimiter
+from control.settings import ServiceSettings
 from tests.dbservers import fresh_database
 from tests.test_api import Api, make_api
 
@@ -171,7 +171,7 @@ def test_a_key_with_its_reads_in_flight_gets_429_while_another_keys_reads_go_on(
     import threading
     from unittest import mock
 
-    from service.budgets import datasets as budget_datasets
+    from control.budgets import datasets as budget_datasets
     from service.routes import datasets as dataset_routes
 
     release = threading.Event()

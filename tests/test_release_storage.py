@@ -14,14 +14,14 @@ import numpy as np
 import pytest
 from sqlalchemy import Engine, insert, select
 
+from control.store import release_arrays
+from control.store.release_arrays import array_json, decode_arrays, encode_arrays, stored_bound
 from privacy_wall.accounting.accountants import privacy_cost
 from privacy_wall.accounting.events import SubsampledGaussianEvent
 from privacy_wall.ledger import database as ledger_db
 from privacy_wall.ledger.base import Charge
 from privacy_wall.ledger.schema import datasets
 from privacy_wall.sqlengine import create_db_engine
-from service.store import release_arrays
-from service.store.release_arrays import array_json, decode_arrays, encode_arrays, stored_bound
 from tests.dbservers import fresh_database
 
 DELTA = 1e-5
@@ -150,7 +150,7 @@ def test_migration_0007_converts_stored_releases_and_back(backend: str, tmp_path
                         )
                     )  # fmt: skip
             command.upgrade(config, "0007")
-            from service.store.models import releases
+            from control.store.models import releases
 
             with engine.connect() as conn:
                 rows = conn.execute(select(releases)).all()
@@ -170,7 +170,7 @@ def test_migration_0007_converts_stored_releases_and_back(backend: str, tmp_path
 
 def _add_jobs(engine: Engine, ids: list[str]) -> None:
     """The key, dataset and job rows releases point to (as revision 0006 has them)."""
-    from service.store.models import api_keys, jobs
+    from control.store.models import api_keys, jobs
 
     now = datetime.now(UTC)
     with engine.begin() as conn:

@@ -1,5 +1,5 @@
 """Bounded resources (issue 21, item 1): a job's worker memory, release size and stored bytes are estimated
-at admission from the dataset's public shape and the spec (service.planning.resources); a job over a limit is
+at admission from the dataset's public shape and the spec (control.planning.resources); a job over a limit is
 refused with a 422 naming the estimate and the limit; the dry-run quote reports the estimate; and the
 estimates are checked against what real fits measure."""
 
@@ -18,6 +18,10 @@ import scipy.sparse as sp
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, insert
 
+from control.jobs.queue import RecordingQueue
+from control.planning import resources
+from control.settings import ServiceSettings
+from control.store.release_arrays import encode_arrays
 from privacy_wall.data.store import InMemoryBinaryStore, InMemoryBowStore, InMemoryTabularStore, RowStore
 from privacy_wall.gate import Release
 from privacy_wall.ledger import database as ledger_db
@@ -27,10 +31,6 @@ from privacy_wall.queries import lda as lda_query
 from privacy_wall.queries import sbn as sbn_query
 from privacy_wall.sqlengine import create_db_engine
 from service.app import create_app
-from service.jobs.queue import RecordingQueue
-from service.planning import resources
-from service.settings import ServiceSettings
-from service.store.release_arrays import encode_arrays
 from tests.dbservers import fresh_database
 from tests.fitting import fit_through_gate
 from tests.test_api import Api, populate
@@ -354,7 +354,7 @@ def test_dpsep_estimates_bound_a_low_dimensional_fit(monkeypatch: pytest.MonkeyP
 
 
 def test_the_dpsep_quadrature_mirror_matches_the_wall() -> None:
-    """service.planning.resources mirrors the DP-SEP query's number of quadrature nodes (7 S K arrays)."""
+    """control.planning.resources mirrors the DP-SEP query's number of quadrature nodes (7 S K arrays)."""
     from privacy_wall.queries import dpsep as dpsep_query
 
     assert resources.DPSEP_QUADRATURE_NODES == dpsep_query.QUADRATURE_NODES

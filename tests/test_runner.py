@@ -1,7 +1,7 @@
 """worker.runner: the loop rehearses its first update on a public stand-in before the first charge (issue 52).
 
 Options outside the admitted ranges cannot reach the loop through the API, the CLI or the estimators
-(service.planning.options); these tests build the model and query directly, as a new model or a future
+(control.planning.options); these tests build the model and query directly, as a new model or a future
 option could, to show that the rehearsal stops such a job with nothing charged.
 """
 

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 from scipy import ndimage
 
+from control.planning.schedules import choose_schedule
 from privacy_wall.accounting.calibration import calibrate_sigma
 from privacy_wall.data.store import Batch, InMemoryBinaryStore
 from privacy_wall.queries.sbn import DEFAULT_FREQUENCY_COPIES
-from service.planning.schedules import choose_schedule
 from tests.fitting import fit_through_gate
 from worker.models.sbn import (
     NoiseVariances,
@@ -60,7 +60,7 @@ def test_hidden_units_learn_at_784_pixels() -> None:
 
 def private_fit(train: np.ndarray, epsilon: float, hidden: int = 10) -> SbnState:
     """One private fit with the schedule and model options the service picks from epsilon alone
-    (service.planning.schedules: S = N, T, frequency_copies and init_scale by epsilon x N read at 784 pixels
+    (control.planning.schedules: S = N, T, frequency_copies and init_scale by epsilon x N read at 784 pixels
     and K 10; `hidden` given), kappa 1, delta 1e-5: the noise comes from the OS's CSPRNG (not seedable)."""
     schedule = choose_schedule(
         "sbn", "vips", train.shape[0], epsilon, options={"hidden": hidden}, dimension=train.shape[1]

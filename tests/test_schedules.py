@@ -1,5 +1,5 @@
 """Schedules the service chooses (issue 35, item 4): a job that gives only its epsilon gets T and S from
-service.planning.schedules, from public facts alone (model, algorithm, N, epsilon) and deterministically; the
+control.planning.schedules, from public facts alone (model, algorithm, N, epsilon) and deterministically; the
 quote shows the schedule and why; explicit values win; the estimators and `vips fit --local` choose the
 same way."""
 
@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from service.planning.options import option_problem
-from service.planning.schedules import (
+from control.planning.options import option_problem
+from control.planning.schedules import (
     RULES,
     Rule,
     choose_schedule,
@@ -183,9 +183,9 @@ def test_dpsep_takes_noise_aware_releases_and_fewer_at_small_scales() -> None:
 
 
 def test_the_quote_names_the_coverage_tested_at_a_small_scale() -> None:
-    """Issue 51: where the tests found intervals narrower than nominal (service.planning.coverage: a band
+    """Issue 51: where the tests found intervals narrower than nominal (control.planning.coverage: a band
     with a caution), the schedule's reason says so before anything is spent; elsewhere it says nothing."""
-    from service.planning.coverage import TESTED
+    from control.planning.coverage import TESTED
 
     for algorithm in ("vips", "dpvi", "dpsep"):
         _, covered, caution = TESTED[("blr", algorithm)].band(1_000.0)

@@ -17,13 +17,13 @@ from typing import Any
 import pytest
 from sqlalchemy import JSON, Connection, DateTime, String, column, func, insert, inspect, select, table
 
+from control.jobs.end import end_job
+from control.jobs.storage import MIB
+from control.planning.resources import estimate
+from control.store.models import jobs, posteriors, releases
+from control.store.posteriors import store_posterior
 from privacy_wall.ledger import database as ledger_db
 from privacy_wall.sqlengine import create_db_engine
-from service.jobs.end import end_job
-from service.jobs.storage import MIB
-from service.planning.resources import estimate
-from service.store.models import jobs, posteriors, releases
-from service.store.posteriors import store_posterior
 from tests.dbservers import fresh_database, schema_drift
 from tests.test_api import BATCH, DELTA, SIGMA, Api, charge, make_api, open_reservations, store_release
 from tests.test_cli_verbs import use
@@ -177,8 +177,8 @@ def insert_job(conn: Connection, job_id: str, owner: str, status: str = "succeed
 def test_migration_0010_counts_what_earlier_jobs_stored(tmp_path: Path) -> None:
     from alembic import command
 
+    from control.store.keys import create_key
     from privacy_wall.ledger.schema import metadata
-    from service.store.keys import create_key
     from tests.test_api import add_dataset
 
     url = f"sqlite:///{tmp_path / 'control.db'}"

@@ -16,16 +16,16 @@ from fastapi.testclient import TestClient
 from sqlalchemy import Connection, Engine, func, select, update
 from sqlalchemy.exc import DBAPIError, OperationalError
 
+from control.jobs import reaper
+from control.jobs.end import end_job
+from control.jobs.queue import RecordingQueue
+from control.jobs.reaper import MAX_RESUMES, reap
+from control.settings import ServiceSettings
+from control.store.models import jobs, releases
 from privacy_wall.ledger import database as ledger_db
 from privacy_wall.ledger.schema import budgets, charges, reservations
 from privacy_wall.sqlengine import create_db_engine
 from service.app import create_app
-from service.jobs import reaper
-from service.jobs.end import end_job
-from service.jobs.queue import RecordingQueue
-from service.jobs.reaper import MAX_RESUMES, reap
-from service.settings import ServiceSettings
-from service.store.models import jobs, releases
 from tests import test_jobs
 from tests.dbservers import fresh_database
 from tests.test_api import Api, populate

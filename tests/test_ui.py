@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
+from control.planning import coverage
+from control.store.keys import Principal, revoke_key
 from privacy_wall.ledger import database as ledger_db
-from service.planning import coverage
-from service.store.keys import Principal, revoke_key
 from service.ui import spend_curve as spend_curves
 from service.ui.sessions import COOKIE, find_session, open_session
 from service.ui.spend_curve import spend_curve
@@ -214,7 +214,7 @@ def test_the_job_page_shows_progress_epsilon_and_the_posterior(api: Api) -> None
     alone = re.search(r"the job alone, by PLD</dt><dd>([0-9.e+-]+)</dd>", page)
     assert alone is not None, page
     assert 0 < float(alone.group(1)) < job["epsilon_job"]
-    # how often such intervals held the truth in tests, one line under the table (service.planning.coverage)
+    # how often such intervals held the truth in tests, one line under the table (control.planning.coverage)
     _, tested, _ = coverage.TESTED[("blr", "vips")].band(math.inf)  # sigma given: the largest scale's line
     assert f"nominal 90% intervals of blr by vips covered {tested} of the true weights" in page
     # coefficients named by the dataset's features, with 95% intervals: mean +- 1.96 sd
@@ -277,7 +277,7 @@ def test_the_warmer_prices_the_curves_of_changed_ledgers_ahead_of_any_view(api: 
 def test_a_small_jobs_page_names_the_coverage_tested_at_its_scale(api: Api) -> None:
     """Issue 51: below epsilon x N x sqrt(10 / d) = 2,000 VIPS-BLR's intervals covered far less than at
     epsilon 0.3-3; a job there (epsilon 0.5, N 1,000, d 3: 913) gets that band's line, with its caution."""
-    from service.planning.schedules import job_scale
+    from control.planning.schedules import job_scale
 
     assert job_scale("blr", "vips", 1000, 0.5, {}, 3) < 2_000
     job_id = finished_job(api, 1, epsilon=0.5, sigma=None, batch_size=None)
@@ -294,7 +294,7 @@ def test_a_small_jobs_page_names_the_coverage_tested_at_its_scale(api: Api) -> N
 
 
 def test_the_interval_note_names_the_tested_coverage_and_nothing_for_untested_models() -> None:
-    from service.planning.coverage import TESTED, interval_note
+    from control.planning.coverage import TESTED, interval_note
 
     assert interval_note("linreg", "vips", True) == (
         "Tested on data of known weights (docs/calibration.md), nominal 90% intervals of linreg by vips "
@@ -320,7 +320,7 @@ def test_the_interval_note_names_the_tested_coverage_and_nothing_for_untested_mo
     assert interval_note("blr", "dpvi", True, {"noise_aware": 0}) is None
     assert interval_note("lda", "vips", True) is None and interval_note("sbn", "vips", False) is None
     # every (model, algorithm) with coefficients has a line, so no coefficient table goes without one
-    from service.planning.schedules import RULES
+    from control.planning.schedules import RULES
 
     assert {key for key in RULES if key[0] in ("blr", "linreg")} == set(TESTED)
 

@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 from sqlalchemy import insert
 
+from control.store.keys import create_key
+from control.store.models import jobs
 from privacy_wall.ledger import database as ledger_db
-from service.store.keys import create_key
-from service.store.models import jobs
 from service.ui import convergence, views
 from service.ui.views import JOBS_PER_PAGE
 from tests.dbservers import fresh_database

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from service.schemas import JobPublic
+from control.schemas import JobPublic
 from service.ui import plots
 from service.ui.svg import inline
 from service.ui.views import job_timing

@@ -14,13 +14,13 @@ from fastapi.testclient import TestClient
 from pydantic import ValidationError
 from sqlalchemy import func, select
 
+from control.jobs.queue import RecordingQueue
+from control.settings import ServiceSettings, parse_networks
+from control.store.keys import Principal
+from control.store.models import ui_sessions
 from privacy_wall.ledger import database as ledger_db
 from service.app import create_app
 from service.http.proxies import trusted
-from service.jobs.queue import RecordingQueue
-from service.settings import ServiceSettings, parse_networks
-from service.store.keys import Principal
-from service.store.models import ui_sessions
 from service.ui.sessions import COOKIE, find_session, open_session
 from tests.dbservers import fresh_database
 from tests.test_api import Api, make_api

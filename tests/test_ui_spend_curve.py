@@ -11,10 +11,10 @@ from unittest import mock
 import pytest
 from sqlalchemy import delete, func, select
 
+from control.budgets.job_costs import job_costs
 from privacy_wall.accounting.accountants import PrivacyCost
 from privacy_wall.ledger import database as ledger_db
 from privacy_wall.ledger.schema import charges
-from service.budgets.job_costs import job_costs
 from service.ui import spend_curve as curves
 from tests.dbservers import fresh_database
 from tests.test_api import Api, charge, finish, make_api

@@ -105,7 +105,7 @@ def mapped_bytes() -> int:
 
 @pytest.mark.parametrize(("given", "expected"), [(0.0, None), (512.0, 512 << 20)])
 def test_the_limit_is_configured_in_mib(given: float, expected: int | None) -> None:
-    from service.settings import ServiceSettings, machine_memory_mb
+    from control.settings import ServiceSettings, machine_memory_mb
 
     assert ServiceSettings(worker_memory_mb=given).worker_memory_bytes() == expected
     # Per job process, whatever the concurrency: its start, its cache and one job.
@@ -120,7 +120,7 @@ def test_default_limits_of_all_job_processes_fit_the_machine(concurrency: int) -
     """Issue 34: the defaults admitted jobs of half the machine and capped each job process above it, so two
     processes could ask for 29.6 GB of a 24 GB machine. Now concurrency x (a process's limit) <= 80% of the
     machine's memory, and the admitted job fits one process's limit."""
-    from service.settings import JOB_PROCESS_BASE_MB, ServiceSettings, machine_memory_mb
+    from control.settings import JOB_PROCESS_BASE_MB, ServiceSettings, machine_memory_mb
 
     settings = ServiceSettings(worker_concurrency=concurrency, worker_cache_mb=256)
     limit = settings.worker_memory_bytes()
@@ -135,7 +135,7 @@ def test_embedded_shard_workers_count_among_the_job_processes(shards: int, broke
     """Issue 52 item 7: `vips up` with VIPS_SHARDS=2 ran 2 job processes and 2 shard workers, each capped at
     a quarter... of nothing: 4 x 10.11 GB on a 25.3 GB machine. The embedded mode's shard workers now count
     among the processes the default limits share 80% of the machine between; full mode's run elsewhere."""
-    from service.settings import ServiceSettings, machine_memory_mb
+    from control.settings import ServiceSettings, machine_memory_mb
 
     settings = ServiceSettings(worker_concurrency=2, worker_cache_mb=256, shards=shards, broker_url=broker)
     processes = 2 + (shards if broker is None and shards > 1 else 0)
@@ -151,7 +151,7 @@ def test_vips_up_caps_given_limits_that_would_sum_past_the_machine(
 ) -> None:
     """Limits the operator raised past the machine are capped at an equal share, with a warning, and the
     largest admitted job follows; limits that fit, or none (0), are left alone."""
-    from service.settings import JOB_PROCESS_BASE_MB, ServiceSettings
+    from control.settings import JOB_PROCESS_BASE_MB, ServiceSettings
     from vips.commands import server
 
     monkeypatch.setattr(server, "machine_memory_mb", lambda: 24_000.0)

@@ -31,8 +31,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from control.store.job_status import TERMINAL
 from service.http.client import DEFAULT_URL, POLL_SECONDS, ApiTimeout, VipsClient
-from service.store.job_status import TERMINAL
 from vips.commands.remote import budget_left
 from vips.progress import epsilon_text, fit_progress
 

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from sqlalchemy import Engine
 
-from service.jobs.reaper import fail_running_jobs
+from control.jobs.reaper import fail_running_jobs
 
 log = logging.getLogger(__name__)
 

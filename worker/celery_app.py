@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from celery import Celery
 
-from service.settings import get_settings
+from control.settings import get_settings
 
 LOST_JOB_PROCESS_WAIT_SECONDS = 1.0
 

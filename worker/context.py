@@ -25,6 +25,6 @@ def sensitive_engine() -> Engine:
 @lru_cache
 def dataset_cache() -> DatasetCache:
     """This worker's decoded datasets (VIPS_WORKER_CACHE_MB of arrays), shared by its job threads."""
-    from service.settings import get_settings
+    from control.settings import get_settings
 
     return DatasetCache(int(get_settings().worker_cache_mb * (1 << 20)))

@@ -81,7 +81,7 @@ class VipsEstimator(BaseEstimator):  # type: ignore[misc]
     """What every estimator shares: the privacy schedule, the loop over the gate, the posterior.
 
     Give either epsilon (sigma is calibrated for it at delta) or sigma. iterations and batch_size left None
-    are chosen as the service chooses them (service.planning.schedules: from the model, the algorithm, N and
+    are chosen as the service chooses them (control.planning.schedules: from the model, the algorithm, N and
     epsilon alone; with sigma, T 10 and S = N for VIPS); given values win.
     sampling "uniform" (always with noise: S distinct rows drawn uniformly per iteration, what the
     accountant analyses) or "passes" (sigma = 0 only: shuffled passes over the data, as scikit-learn and
@@ -496,7 +496,7 @@ class VIPSLatentDirichletAllocation(TransformerMixin, VipsEstimator):  # type: i
     doc_length N_w: documents are resampled to N_w tokens inside the wall (0 keeps them: sigma 0 only);
     clip a: each document's contribution is clipped to a N_w. unigram_share, unigram_clip: the unigram
     fallback (privacy_wall.queries.lda); None: as the service chooses them with epsilon
-    (service.planning.schedules), else the model's default (none). vocabulary: the words of the columns
+    (control.planning.schedules), else the model's default (none). vocabulary: the words of the columns
     (public), carried into the posterior; word_prior 1 (default) lets the fallback's unigram shrink towards
     public English word frequencies when the vocabulary is English (worker.models.word_prior), 0 not.
     smoothing f: the M-step's pull of the topics towards the corpus's word frequencies (None: a job's
@@ -590,7 +590,7 @@ class VIPSSigmoidBeliefNetwork(DensityMixin, VipsEstimator):  # type: ignore[mis
 
     frequency_copies: the copies of the pixel frequencies in each release (privacy_wall.queries.sbn);
     init_scale: the spread of the initial weights (worker.models.sbn); None: as the service chooses them with
-    epsilon (service.planning.schedules), else the model's defaults.
+    epsilon (control.planning.schedules), else the model's defaults.
     """
 
     model_name = "sbn"

@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from control.planning.schedules import choose_schedule, chosen_options
 from privacy_wall.accounting.accountants import get_accountant
 from privacy_wall.accounting.calibration import calibrate_sigma
 from privacy_wall.accounting.events import SubsampledGaussianEvent
@@ -19,7 +20,6 @@ from privacy_wall.accounting.sigma_range import sigma_problem
 from privacy_wall.data.store import RowStore
 from privacy_wall.gate import Gate, PrivacyError
 from privacy_wall.ledger.base import InMemoryLedger
-from service.planning.schedules import choose_schedule, chosen_options
 from worker.models.registry import model_setup
 from worker.posterior import Privacy, build_posterior
 from worker.runner import LoopSettings, run_vips
@@ -73,7 +73,7 @@ def with_chosen(
     options: dict[str, float] | None = None,
 ) -> Schedule:
     """The schedule with iterations and batch size filled in where it left them None, as the service
-    chooses them (service.planning.schedules: from the model, N and epsilon alone)."""
+    chooses them (control.planning.schedules: from the model, N and epsilon alone)."""
     if schedule.iterations is not None and schedule.batch_size is not None:
         return schedule
     chosen = choose_schedule(
@@ -128,7 +128,7 @@ def fit_store(
     """Run the loop on the store `make_store(public)` builds, calling `progress` after each iteration and
     charging `budget` (refused with BudgetExceeded before anything is computed when it would not fit);
     `extra` goes into the posterior document; `dimension` (the data's d, public) for rules read at a
-    reference dimension (service.planning.schedules); `vocabulary` (LDA's public word list) for the unigram
+    reference dimension (control.planning.schedules); `vocabulary` (LDA's public word list) for the unigram
     fallback's public prior; `columns` (the public feature names) for BLR's intercept step."""
     schedule = with_chosen(schedule, model, algorithm, population, dimension, options)
     chosen = chosen_options(model, algorithm, max(population, 1), schedule.epsilon, options, dimension)

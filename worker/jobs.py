@@ -1,7 +1,7 @@
 """Running one job: the VIPS loop over the gate, with every release stored under (job, t).
 
 Order per iteration: the gate writes the charge (job, t, attempt) to the ledger, computes and noises;
-then the release is stored in `releases` under (job, t) (its arrays as .npz, service.store.release_arrays) and
+then the release is stored in `releases` under (job, t) (its arrays as .npz, control.store.release_arrays) and
 the job's progress is updated. A retried or resumed task replays stored releases through the M-step
 without paying again. A release that cannot be stored (too large, refused by the database, out of memory)
 is dropped and its charge withdrawn; if a crash loses a release after its charge, the retry charges a new
@@ -26,6 +26,13 @@ import numpy as np
 from sqlalchemy import Connection, Engine, and_, func, select, update
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError
 
+from control.budgets.quotas import QuotaExceeded, check_charge_quota
+from control.jobs.end import end_job
+from control.jobs.reaper import heartbeat_is_fresh
+from control.store.job_status import TERMINAL
+from control.store.models import api_keys, jobs, posteriors
+from control.store.posteriors import store_posterior
+from control.store.timestamps import aware
 from privacy_wall.accounting.accountants import configured_accountant
 from privacy_wall.data.dataset_cache import DatasetCache
 from privacy_wall.data.db_store import DatabaseStore
@@ -41,13 +48,6 @@ from privacy_wall.sqlengine import (
     reading,
     relaxed_connection,
 )
-from service.budgets.quotas import QuotaExceeded, check_charge_quota
-from service.jobs.end import end_job
-from service.jobs.reaper import heartbeat_is_fresh
-from service.store.job_status import TERMINAL
-from service.store.models import api_keys, jobs, posteriors
-from service.store.posteriors import store_posterior
-from service.store.timestamps import aware
 from worker.models.registry import model_setup, public_schema_extra
 from worker.posterior import Privacy, build_posterior, dumps_posterior
 from worker.runner import LoopSettings, UnrunnableOptions, run_vips

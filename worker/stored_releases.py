@@ -13,6 +13,9 @@ from datetime import UTC, datetime
 from sqlalchemy import bindparam, func, insert, select, update
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
+from control.jobs.storage import human_bytes
+from control.store.models import jobs, releases
+from control.store.release_arrays import decode_arrays, encode_arrays, stored_bound
 from privacy_wall.gate import Gate, Release
 from privacy_wall.ledger.schema import charges
 from privacy_wall.queries.base import Array, Query
@@ -22,9 +25,6 @@ from privacy_wall.sqlengine import (
     run_writes,
     transaction,
 )
-from service.jobs.storage import human_bytes
-from service.store.models import jobs, releases
-from service.store.release_arrays import decode_arrays, encode_arrays, stored_bound
 
 log = logging.getLogger(__name__)
 

@@ -18,14 +18,10 @@ from sqlalchemy import select
 from sqlalchemy.pool import NullPool
 from threadpoolctl import threadpool_limits
 
-from privacy_wall.data.db_store import DatabaseStore
-from privacy_wall.data.settings import get_wall_settings
-from privacy_wall.shards import SWEEP_SECONDS, ShardedSums, ShardTask, answer, keep_swept, linger, pending
-from privacy_wall.sqlengine import create_db_engine, reading
-from service.jobs.end import end_job
-from service.jobs.queue import CeleryQueue, send_run_job
-from service.jobs.reaper import reap, start_reaper_thread
-from service.settings import (
+from control.jobs.end import end_job
+from control.jobs.queue import CeleryQueue, send_run_job
+from control.jobs.reaper import reap, start_reaper_thread
+from control.settings import (
     REAP_TASK,
     RUN_JOB_TASK,
     SHARD_TASK,
@@ -34,7 +30,11 @@ from service.settings import (
     get_settings,
     shard_queue,
 )
-from service.store.models import jobs
+from control.store.models import jobs
+from privacy_wall.data.db_store import DatabaseStore
+from privacy_wall.data.settings import get_wall_settings
+from privacy_wall.shards import SWEEP_SECONDS, ShardedSums, ShardTask, answer, keep_swept, linger, pending
+from privacy_wall.sqlengine import create_db_engine, reading
 from worker.celery_app import app
 from worker.context import control_engine, dataset_cache, sensitive_engine
 from worker.jobs import DatabaseUnavailable, execute_job
@@ -64,7 +64,7 @@ def run_job(self: Any, job_id: str) -> str:
     process that dies under its job (the kernel's OOM killer, any SIGKILL) fails the job at once from the
     worker's main process (_fail_killed_job), and its message is acknowledged, not requeued: the job does
     not run again. (Its message stays unacknowledged only when the whole worker dies; then the reaper
-    sends the job again, service.jobs.reaper, or `vips up`'s supervisor fails it.)"""
+    sends the job again, control.jobs.reaper, or `vips up`'s supervisor fails it.)"""
     settings = get_settings()
     try:
         status = execute_job(
@@ -165,7 +165,7 @@ def killed_message(lost: BaseException) -> str:
 @task_failure.connect
 def _fail_killed_job(sender: Any = None, exception: BaseException | None = None, **info: Any) -> None:
     """In the worker's main process: a run_job whose job process died (WorkerLostError: killed by the
-    kernel, or any signal) fails its job now, by the path every job end takes (service.jobs.end: charges
+    kernel, or any signal) fails its job now, by the path every job end takes (control.jobs.end: charges
     kept, the reservation closed), instead of leaving it `running` until its heartbeat goes stale. Only a
     job still `running` is failed (one that ended meanwhile keeps its status). A cold shutdown of the
     worker (which kills its job processes itself) fails nothing: the reaper does, on the stale heartbeat;
@@ -200,7 +200,7 @@ def resend_job(job_id: str) -> None:
 
 @app.task(name=REAP_TASK, ignore_result=True)
 def reap_jobs() -> list[str]:
-    """Celery beat's periodic reaper pass (service.jobs.reaper)."""
+    """Celery beat's periodic reaper pass (control.jobs.reaper)."""
     settings = get_settings()
     return reap(
         control_engine(),
@@ -250,7 +250,7 @@ def _start_shard_sweeper(**_: object) -> None:
 def _start_reaper(**_: object) -> None:
     """Reap once at start-up (jobs of a worker that died before this one started), then periodically.
     Shard workers leave this to the job worker. In the embedded mode each worker also touches its alive
-    file (service.settings.worker_alive_path) for as long as it lives."""
+    file (control.settings.worker_alive_path) for as long as it lives."""
     settings = get_settings()
     shard = os.environ.get(SHARD_WORKER_ENV)
     if settings.embedded:

@@ -6,7 +6,7 @@ import os
 
 from alembic import context
 
-import service.store.models  # noqa: F401  (registers the service's tables on the shared MetaData)
+import control.store.models  # noqa: F401  (registers the service's tables on the shared MetaData)
 from privacy_wall.ledger.schema import metadata
 from privacy_wall.sqlengine import create_db_engine
 

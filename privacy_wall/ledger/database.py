@@ -62,7 +62,7 @@ class UnknownDataset(LookupError):
 
 
 #: What a charge its job's reservation does not cover must fit besides the dataset's budget (the
-#: service's worker passes the submitting key's quota, service.budgets.quotas.check_charge_quota).
+#: service's worker passes the submitting key's quota, control.budgets.quotas.check_charge_quota).
 #: commit_charge calls it in the charge's transaction, under the dataset's budget lock and once the budget has
 #: admitted the charge, with the charge, its cost and the dataset's delta; it raises BudgetExceeded to refuse
 #: the charge, and nothing is written.

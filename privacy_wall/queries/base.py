@@ -19,7 +19,7 @@ Array = NDArray[np.float64]
 #: Values (rows x columns) a per-record query handles at once (chunked_sums): its temporaries stay near
 #: 2 MiB per array, in cache, whatever the batch size. Measured against one pass (10^6 rows of 21
 #: columns, one BLAS thread, best of 5): BLR 229 -> 154 ms, linear regression 176 -> 117, DPVI 1826 ->
-#: 413, DP-SEP 7268 -> 2292 (logistic) and 289 -> 179 (linear). service.planning.resources mirrors it.
+#: 413, DP-SEP 7268 -> 2292 (logistic) and 289 -> 179 (linear). control.planning.resources mirrors it.
 CHUNK_ELEMENTS = 1 << 18
 #: Fewer rows than this per chunk would spend more on numpy's per-call overhead than cache saves.
 MIN_CHUNK_ROWS = 256

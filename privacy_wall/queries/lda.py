@@ -39,7 +39,7 @@ C = a L and clips every contribution to it, so a release stays differentially pr
 Delta whatever the documents are; but documents longer than L are then biased towards zero. The option
 is meant for public data at sigma = 0 (docs/design.md section 6), where L is the corpus's longest document and
 a = 1, so nothing is clipped: callers that accept a job specification refuse doc_length = 0 with
-sigma > 0 (see service.planning.options.schedule_problem). The wall itself never needs that rule to stay
+sigma > 0 (see control.planning.options.schedule_problem). The wall itself never needs that rule to stay
 private.
 
 Speed: the whole minibatch is processed at once, in chunks of documents sorted by their number of

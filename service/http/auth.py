@@ -14,9 +14,9 @@ from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy import Engine
 
+from control.rate_limits import KeyInFlight, KeyRateLimiter
+from control.store.keys import Principal, Role, authenticate, held_key_state
 from service.http.deps import EngineDep
-from service.http.rate_limits import KeyInFlight, KeyRateLimiter
-from service.store.keys import Principal, Role, authenticate, held_key_state
 
 #: Methods that only read: each costs a token of its key's read limit (VIPS_READ_RATE_PER_KEY).
 READ_METHODS = frozenset({"GET", "HEAD"})
@@ -36,7 +36,7 @@ UNKNOWN_KEY = (
 
 def refused_key_detail(engine: Engine, key: str) -> str:
     """The 401's words: to the holder of a revoked or expired key (its whole secret matches), which it is
-    and what to do; to any other key, UNKNOWN_KEY (service.store.keys.held_key_state)."""
+    and what to do; to any other key, UNKNOWN_KEY (control.store.keys.held_key_state)."""
     state = held_key_state(engine, key)
     if state is None:
         return UNKNOWN_KEY

@@ -20,11 +20,11 @@ from urllib.parse import quote
 
 import httpx
 
-from service.store.job_status import TERMINAL
+from control.store.job_status import TERMINAL
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 DEFAULT_TIMEOUT_SECONDS = 60.0
-#: How often `vips wait` and Client.wait poll a job (service.settings' read limit is sized for it).
+#: How often `vips wait` and Client.wait poll a job (control.settings' read limit is sized for it).
 POLL_SECONDS = 1.0
 #: A read refused with 429 is sent again after its Retry-After (at most this many seconds, 1 s if the
 #: answer names none), up to READ_RETRIES more times: the limit is per key, and a key's own burst (a
@@ -116,9 +116,9 @@ class VipsClient:
 
     @property
     def key_id(self) -> str | None:
-        """The id of the key this client sends (service.store.keys.split_key), None without a well-formed
+        """The id of the key this client sends (control.store.keys.split_key), None without a well-formed
         one."""
-        from service.store.keys import split_key  # not at import: the client needs no database code to start
+        from control.store.keys import split_key  # not at import: the client needs no database code to start
 
         return None if self._api_key is None else split_key(self._api_key)
 

@@ -7,8 +7,8 @@ from typing import Annotated, cast
 from fastapi import Depends, Request
 from sqlalchemy import Engine
 
-from service.jobs.queue import JobQueue
-from service.settings import ServiceSettings
+from control.jobs.queue import JobQueue
+from control.settings import ServiceSettings
 
 
 def get_app_settings(request: Request) -> ServiceSettings:

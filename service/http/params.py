@@ -9,8 +9,8 @@ from typing import Annotated
 
 from fastapi import Path, Query
 
+from control.schemas import INT_MAX
 from privacy_wall.names import NAME_MAX_LENGTH, NAME_REGEX, NAME_RULE
-from service.schemas import INT_MAX
 
 DatasetNamePath = Annotated[
     str,
@@ -40,7 +40,7 @@ JobIdPath = Annotated[
         examples=["3f2a9c0e"],
     ),
 ]
-#: Key ids are 16 hex digits (service.store.keys) in a column of 32 characters.
+#: Key ids are 16 hex digits (control.store.keys) in a column of 32 characters.
 KEY_ID_MAX_LENGTH = 32
 KEY_ID_REGEX = r"^[A-Za-z0-9]{1,32}$"
 KeyIdPath = Annotated[

@@ -16,7 +16,7 @@ import ipaddress
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from service.settings import Network
+from control.settings import Network
 
 _SCHEMES = {"http": ("http", "ws"), "https": ("https", "wss"), "ws": ("http", "ws"), "wss": ("https", "wss")}
 

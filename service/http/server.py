@@ -42,8 +42,8 @@ import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.server import ServerState
 
+from control.settings import Network, ServiceSettings
 from service.http.proxies import trusted
-from service.settings import Network, ServiceSettings
 
 log = logging.getLogger(__name__)
 

@@ -9,19 +9,11 @@ from fastapi import APIRouter, Query
 from fastapi.exceptions import RequestValidationError
 from sqlalchemy import select
 
-from privacy_wall.accounting.weak import weak_privacy_problem
-from privacy_wall.ledger import database as ledger_db
-from privacy_wall.ledger.delta_policy import DeltaTooLarge
-from privacy_wall.sqlengine import reading
-from service.budgets.charge_outcomes import charge_outcomes
-from service.budgets.datasets import budget_or_none, budget_warning, finite, public_cap_refusal
-from service.budgets.job_costs import epsilon_spent
-from service.errors import Conflict, SpecError
-from service.http.auth import AUTH_RESPONSES, CustodianKey
-from service.http.deps import EngineDep
-from service.http.params import DatasetNamePath, decimal_digits
-from service.routes.datasets import budget_public, visible_dataset
-from service.schemas import (
+from control.budgets.charge_outcomes import charge_outcomes
+from control.budgets.datasets import budget_or_none, budget_warning, finite, public_cap_refusal
+from control.budgets.job_costs import epsilon_spent
+from control.errors import Conflict, SpecError
+from control.schemas import (
     BudgetSet,
     BudgetUpdate,
     LedgerEntry,
@@ -30,9 +22,17 @@ from service.schemas import (
     LedgerPublic,
     Message,
 )
-from service.store.keys import key_names
-from service.store.models import jobs
-from service.store.timestamps import aware
+from control.store.keys import key_names
+from control.store.models import jobs
+from control.store.timestamps import aware
+from privacy_wall.accounting.weak import weak_privacy_problem
+from privacy_wall.ledger import database as ledger_db
+from privacy_wall.ledger.delta_policy import DeltaTooLarge
+from privacy_wall.sqlengine import reading
+from service.http.auth import AUTH_RESPONSES, CustodianKey
+from service.http.deps import EngineDep
+from service.http.params import DatasetNamePath, decimal_digits
+from service.routes.datasets import budget_public, visible_dataset
 
 router = APIRouter(prefix="/datasets", tags=["budgets"], responses=AUTH_RESPONSES)
 

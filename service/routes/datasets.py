@@ -8,18 +8,18 @@ from typing import Any
 from fastapi import APIRouter
 from sqlalchemy import Engine, Row, select
 
+from control.budgets.datasets import budget_or_none, load_dataset
+from control.errors import NotFound
+from control.schemas import BudgetPublic, DatasetDetail, DatasetPublic, Message
+from control.store.keys import Principal
+from control.store.timestamps import aware
 from privacy_wall.ledger import database as ledger_db
 from privacy_wall.ledger.schema import datasets
 from privacy_wall.names import did_you_mean
 from privacy_wall.sqlengine import reading
-from service.budgets.datasets import budget_or_none, load_dataset
-from service.errors import NotFound
 from service.http.auth import AUTH_RESPONSES, CurrentKey, owns_dataset, sees_dataset
 from service.http.deps import EngineDep
 from service.http.params import DatasetNamePath
-from service.schemas import BudgetPublic, DatasetDetail, DatasetPublic, Message
-from service.store.keys import Principal
-from service.store.timestamps import aware
 
 router = APIRouter(prefix="/datasets", tags=["datasets"], responses=AUTH_RESPONSES)
 

@@ -7,9 +7,9 @@ import logging
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
+from control.schemas import Health, Readiness
+from control.store.db import ping
 from service.http.deps import EngineDep, QueueDep
-from service.schemas import Health, Readiness
-from service.store.db import ping
 
 log = logging.getLogger(__name__)
 

@@ -13,12 +13,12 @@ from fastapi.responses import Response, StreamingResponse
 from pydantic import TypeAdapter
 from sqlalchemy import Engine, Row, select
 
+from control.errors import Conflict, Gone, NotFound
+from control.store.models import releases
+from control.store.posteriors import iter_posterior, posterior_bytes, posterior_text
+from control.store.release_arrays import array_json, decode_arrays
+from control.store.timestamps import aware
 from privacy_wall.sqlengine import reading
-from service.errors import Conflict, Gone, NotFound
-from service.store.models import releases
-from service.store.posteriors import iter_posterior, posterior_bytes, posterior_text
-from service.store.release_arrays import array_json, decode_arrays
-from service.store.timestamps import aware
 
 #: At most this many releases in one page, whatever their size.
 RELEASES_PER_PAGE = 10_000
@@ -65,7 +65,7 @@ def release_page(
 
 def releases_json(rows: list[Any]) -> Iterator[str]:
     """The JSON array of ReleasePublic for `rows`, in pieces: one stored release's arrays are decoded at a
-    time and their text is never whole in memory (service.store.release_arrays.array_json)."""
+    time and their text is never whole in memory (control.store.release_arrays.array_json)."""
     yield "["
     for index, row in enumerate(rows):
         created = _DATETIME.dump_json(aware(row.created_at)).decode()
@@ -85,7 +85,7 @@ def job_posterior(engine: Engine, job: Row[Any]) -> dict[str, Any]:
 
 
 def outputs_gone(job: Row[Any]) -> None:
-    """410 for a job whose outputs its analyst, custodian or an admin deleted (service.jobs.storage)."""
+    """410 for a job whose outputs its analyst, custodian or an admin deleted (control.jobs.storage)."""
     if job.outputs_deleted_at is not None:
         when = f"{aware(job.outputs_deleted_at):%Y-%m-%d %H:%M} UTC"
         raise Gone(
@@ -107,7 +107,7 @@ def stored_posterior_size(engine: Engine, job: Row[Any]) -> int:
 
 def posterior_response(engine: Engine, job: Row[Any], headers: Mapping[str, str] | None = None) -> Response:
     """The job's posterior document as stored (its JSON text, never parsed), streamed a chunk at a time
-    (service.store.posteriors) with its Content-Length: the API holds one chunk of it, whatever its size."""
+    (control.store.posteriors) with its Content-Length: the API holds one chunk of it, whatever its size."""
     size = stored_posterior_size(engine, job)
     return StreamingResponse(
         iter_posterior(engine, job.id),

@@ -8,17 +8,17 @@ from typing import Any
 
 from sqlalchemy import Engine, Row, Select, select
 
+from control.budgets.datasets import finite, load_dataset
+from control.budgets.job_costs import epsilon_spent
+from control.errors import Conflict, NotFound
+from control.planning.options import typed_options
+from control.schemas import JobPublic
+from control.store.keys import Principal, key_names
+from control.store.models import jobs
+from control.store.timestamps import aware
 from privacy_wall.ledger.schema import datasets
 from privacy_wall.sqlengine import reading
-from service.budgets.datasets import finite, load_dataset
-from service.budgets.job_costs import epsilon_spent
-from service.errors import Conflict, NotFound
 from service.http.auth import sees_job
-from service.planning.options import typed_options
-from service.schemas import JobPublic
-from service.store.keys import Principal, key_names
-from service.store.models import jobs
-from service.store.timestamps import aware
 
 
 def get_job(engine: Engine, job_id: str) -> Row[Any] | None:

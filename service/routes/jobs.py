@@ -8,8 +8,27 @@ from fastapi import APIRouter, Header, Query, Request, Response, status
 from fastapi.responses import StreamingResponse
 from sqlalchemy import Engine, Row
 
-from service.budgets.datasets import load_dataset
-from service.errors import NotFound
+from control.budgets.datasets import load_dataset
+from control.errors import NotFound
+from control.jobs.control import cancel_job
+from control.jobs.queue import JobQueue
+from control.jobs.storage import delete_outputs
+from control.planning.admission import plan_job, quote_job
+from control.planning.pricing import pricing_slot, take_pricing_request
+from control.schemas import (
+    INT_MAX,
+    BudgetRefusal,
+    JobCreate,
+    JobPublic,
+    JobQuote,
+    Message,
+    ReleasePublic,
+    StorageRefusal,
+)
+from control.settings import ServiceSettings
+from control.store.job_status import JobStatus
+from control.store.keys import Principal
+from control.store.release_arrays import coalesced
 from service.http.auth import (
     AUTH_RESPONSES,
     AnalystKey,
@@ -21,29 +40,10 @@ from service.http.auth import (
 )
 from service.http.deps import EngineDep, QueueDep, SettingsDep
 from service.http.params import DatasetNameQuery, JobIdPath, Offset
-from service.jobs.control import cancel_job
-from service.jobs.queue import JobQueue
-from service.jobs.storage import delete_outputs
-from service.planning.admission import plan_job, quote_job
-from service.planning.pricing import pricing_slot, take_pricing_request
 from service.routes.datasets import visible_dataset
 from service.routes.job_outputs import outputs_gone, release_page, releases_json
 from service.routes.job_reads import list_jobs, to_public, visible_job
 from service.routes.submission import idempotency_turn, previous_submission, submit_job
-from service.schemas import (
-    INT_MAX,
-    BudgetRefusal,
-    JobCreate,
-    JobPublic,
-    JobQuote,
-    Message,
-    ReleasePublic,
-    StorageRefusal,
-)
-from service.settings import ServiceSettings
-from service.store.job_status import JobStatus
-from service.store.keys import Principal
-from service.store.release_arrays import coalesced
 
 router = APIRouter(prefix="/jobs", tags=["jobs"], responses=AUTH_RESPONSES)
 

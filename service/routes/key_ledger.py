@@ -11,16 +11,16 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Response, status
 from sqlalchemy import Engine
 
-from service.budgets.datasets import PUBLIC_DEFAULT_DELTA, budget_or_none, finite, public_cap_refusal
-from service.budgets.key_spend import KeySpend, key_spend
-from service.budgets.quotas import clear_quota, quotas, set_quota
-from service.errors import NotFound, SpecError
+from control.budgets.datasets import PUBLIC_DEFAULT_DELTA, budget_or_none, finite, public_cap_refusal
+from control.budgets.key_spend import KeySpend, key_spend
+from control.budgets.quotas import clear_quota, quotas, set_quota
+from control.errors import NotFound, SpecError
+from control.schemas import LedgerKey, LedgerKeys, Message, QuotaPublic, QuotaUpdate
+from control.store.keys import Principal, key_record
 from service.http.auth import AUTH_RESPONSES, CustodianKey, require_role
 from service.http.deps import EngineDep
 from service.http.params import DatasetNamePath, KeyIdPath
 from service.routes.datasets import visible_dataset
-from service.schemas import LedgerKey, LedgerKeys, Message, QuotaPublic, QuotaUpdate
-from service.store.keys import Principal, key_record
 
 router = APIRouter(prefix="/datasets", tags=["budgets"], responses=AUTH_RESPONSES)
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from fastapi import APIRouter, status
 
-from service.errors import NotFound, SpecError
+from control.errors import NotFound, SpecError
+from control.schemas import KeyCreate, KeyCreated, KeyPublic, Message
+from control.store.keys import InvalidKeyRequest, create_key, key_record, list_keys, revoke_key
 from service.http.auth import AUTH_RESPONSES, AdminKey
 from service.http.deps import EngineDep
 from service.http.params import KeyIdPath
-from service.schemas import KeyCreate, KeyCreated, KeyPublic, Message
-from service.store.keys import InvalidKeyRequest, create_key, key_record, list_keys, revoke_key
 
 router = APIRouter(prefix="/keys", tags=["keys"], responses=AUTH_RESPONSES)
 

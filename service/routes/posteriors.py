@@ -6,12 +6,12 @@ from __future__ import annotations
 from fastapi import APIRouter
 from fastapi.responses import Response
 
+from control.schemas import Message, Posterior
 from service.http.auth import AUTH_RESPONSES, JobReaderKey
 from service.http.deps import EngineDep
 from service.http.params import JobIdPath
 from service.routes.job_outputs import posterior_response
 from service.routes.job_reads import visible_job
-from service.schemas import Message, Posterior
 
 router = APIRouter(prefix="/jobs", tags=["posteriors"], responses=AUTH_RESPONSES)
 

@@ -16,21 +16,21 @@ from typing import Any, NamedTuple
 from sqlalchemy import Connection, Engine, Row, and_, func, insert, select
 from sqlalchemy.exc import IntegrityError
 
+from control.budgets.quotas import check_quota
+from control.errors import BudgetRefused, Conflict, QueueUnavailable, RateLimited, StorageFull
+from control.jobs.end import end_job
+from control.jobs.queue import JobQueue
+from control.jobs.storage import check_storage_room
+from control.planning.admission import Plan, job_options, refusal
+from control.planning.schedules import rule_option_names
+from control.schemas import JobCreate
+from control.store.keys import Principal
+from control.store.models import api_keys, jobs
 from privacy_wall.accounting.accountants import configured_accountant
 from privacy_wall.ledger import database as ledger_db
 from privacy_wall.ledger.base import BudgetExceeded
 from privacy_wall.sqlengine import reading
-from service.budgets.quotas import check_quota
-from service.errors import BudgetRefused, Conflict, QueueUnavailable, RateLimited, StorageFull
-from service.jobs.end import end_job
-from service.jobs.queue import JobQueue
-from service.jobs.storage import check_storage_room
-from service.planning.admission import Plan, job_options, refusal
-from service.planning.schedules import rule_option_names
 from service.routes.job_reads import get_job
-from service.schemas import JobCreate
-from service.store.keys import Principal
-from service.store.models import api_keys, jobs
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +128,7 @@ def submit_job(
     reservation left no room for this one, so one key is never two charged jobs nor a refusal.
     A key with `max_queued` jobs queued already is refused (RateLimited, 429) before anything is reserved,
     as is a job whose estimated outputs would take the key's stored bytes past `max_key_stored_mb`
-    (StorageFull, 409; service.jobs.storage); both are counted under a lock of the key's row, so concurrent
+    (StorageFull, 409; control.jobs.storage); both are counted under a lock of the key's row, so concurrent
     submissions never exceed them.
     """
     if idempotency_key is not None:  # the route looked before pricing; a racer may have won meanwhile

@@ -28,10 +28,10 @@ from typing import Any
 import numpy as np
 from sqlalchemy import Engine, Row, func, select
 
+from control.planning.options import DPVI_DEFAULTS
+from control.store.models import releases
+from control.store.release_arrays import decode_arrays
 from privacy_wall.sqlengine import reading
-from service.planning.options import DPVI_DEFAULTS
-from service.store.models import releases
-from service.store.release_arrays import decode_arrays
 
 #: Jobs whose replays (a few arrays each, LDA's the size of one release) are kept.
 CACHED_JOBS = 32

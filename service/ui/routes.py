@@ -26,27 +26,27 @@ from markupsafe import Markup
 from pydantic import ValidationError
 from sqlalchemy import Engine
 
+from control.budgets.datasets import exhausted, load_dataset
+from control.budgets.key_spend import key_spend
+from control.errors import Conflict, NotFound, ServiceError, SpecError
+from control.jobs.storage import human_bytes
+from control.planning.admission import alone_by_pld
+from control.planning.coverage import interval_note
+from control.planning.schedules import job_scale
+from control.schemas import BudgetPublic, BudgetUpdate
+from control.settings import ServiceSettings
+from control.store.keys import Principal, authenticate, held_key_state
+from control.store.posteriors import posterior_bytes
 from privacy_wall.accounting.calibration import epsilon
 from privacy_wall.accounting.weak import WEAK_EPSILON
 from privacy_wall.names import NAME_RULE, is_dataset_name
-from service.budgets.datasets import exhausted, load_dataset
-from service.budgets.key_spend import key_spend
-from service.errors import Conflict, NotFound, ServiceError, SpecError
 from service.http.auth import owns_dataset, read_slot, reads_releases, sees_dataset
 from service.http.deps import EngineDep, SettingsDep
 from service.http.params import JOB_ID_RULE, decimal_number, is_job_id
-from service.jobs.storage import human_bytes
-from service.planning.admission import alone_by_pld
-from service.planning.coverage import interval_note
-from service.planning.schedules import job_scale
 from service.routes.budgets import set_budget
 from service.routes.datasets import list_datasets, show_dataset
 from service.routes.job_outputs import job_posterior, posterior_response
 from service.routes.job_reads import to_public, visible_job
-from service.schemas import BudgetPublic, BudgetUpdate
-from service.settings import ServiceSettings
-from service.store.keys import Principal, authenticate, held_key_state
-from service.store.posteriors import posterior_bytes
 from service.ui import convergence, views
 from service.ui.sessions import COOKIE, UiSession, close_session, find_session, open_session
 from service.ui.svg import inline as inline_svg
@@ -150,7 +150,7 @@ def _held(budget: BudgetPublic) -> float:
 
 
 def _exhausted(budget: BudgetPublic | None) -> bool:
-    """Is the budget's cap at or below its spend (service.budgets.datasets.exhausted)?"""
+    """Is the budget's cap at or below its spend (control.budgets.datasets.exhausted)?"""
     return budget is not None and exhausted(budget.epsilon, budget.epsilon_spent)
 
 
@@ -464,7 +464,7 @@ def job_page(request: Request, engine: EngineDep, settings: SettingsDep, job_id:
 
 
 def _as_measured(job: Any, document: dict[str, Any]) -> bool:
-    """Whether the posterior is of the kind service.planning.coverage's lines were measured on: VIPS's and
+    """Whether the posterior is of the kind control.planning.coverage's lines were measured on: VIPS's and
     DP-SEP's noise-aware logistic posteriors are widened along their last step (worker.models.blr), which
     one stored before that, without variational_parameters.last_step, was not."""
     if job.model != "blr" or job.algorithm not in ("vips", "dpsep") or job.options.get("noise_aware", 1) == 0:
@@ -473,7 +473,7 @@ def _as_measured(job: Any, document: dict[str, Any]) -> bool:
 
 
 def _job_scale(job: Any, dataset: Any) -> float:
-    """The scale the job's rule read it at (service.planning.schedules.job_scale), from its epsilon, N and
+    """The scale the job's rule read it at (control.planning.schedules.job_scale), from its epsilon, N and
     d; infinite without them (sigma given, or the dataset gone)."""
     if dataset is None or job.epsilon_target is None:
         return math.inf

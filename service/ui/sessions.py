@@ -16,10 +16,10 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import Engine, delete, insert, select
 
+from control.store.keys import ROLES, Principal, expired
+from control.store.models import api_keys, ui_sessions
+from control.store.timestamps import aware
 from privacy_wall.sqlengine import reading
-from service.store.keys import ROLES, Principal, expired
-from service.store.models import api_keys, ui_sessions
-from service.store.timestamps import aware
 
 COOKIE = "vips_session"
 

@@ -2,7 +2,7 @@
 once per ledger state for every viewer and extended, not recomputed, as jobs end (issue 52).
 
 The curve's points are prefixes of the ledger: point i is the composition of the first i + 1 jobs' charges
-(service.budgets.job_costs) at the dataset's delta, by the configured accountant. Each ledger (database,
+(control.budgets.job_costs) at the dataset's delta, by the configured accountant. Each ledger (database,
 dataset, accountant, delta) keeps what it last composed: the jobs in order with each one's cost, and the
 running total every CHECKPOINT jobs. A new ledger state reads again only the jobs charged since and those
 then running, re-adds only from the last checkpoint before the first of them in the curve's order, and
@@ -23,14 +23,14 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, func, select
 
+from control.budgets.job_costs import id_chunks, job_costs
+from control.caching import BoundedCache
+from control.store.models import jobs
+from control.store.timestamps import aware
 from privacy_wall.accounting.accountants import PrivacyCost, configured_accountant
 from privacy_wall.ledger import database as ledger_db
 from privacy_wall.ledger.schema import charges
 from privacy_wall.sqlengine import reading
-from service.budgets.job_costs import id_chunks, job_costs
-from service.caching import BoundedCache
-from service.store.models import jobs
-from service.store.timestamps import aware
 
 #: Jobs between two stored running totals (a changed job re-adds at most this many before it).
 CHECKPOINT = 256

@@ -10,17 +10,17 @@ from typing import Any
 
 from sqlalchemy import Engine, Row, select
 
+from control.budgets import key_spend
+from control.budgets.datasets import load_dataset
+from control.caching import BoundedCache
+from control.schemas import JobPublic
+from control.store.keys import Principal, key_names
+from control.store.models import jobs
+from control.store.timestamps import aware
 from privacy_wall.ledger.schema import budgets
 from privacy_wall.sqlengine import reading
-from service.budgets import key_spend
-from service.budgets.datasets import load_dataset
-from service.caching import BoundedCache
 from service.http.auth import sees_job
 from service.routes.job_reads import list_jobs, to_public
-from service.schemas import JobPublic
-from service.store.keys import Principal, key_names
-from service.store.models import jobs
-from service.store.timestamps import aware
 from service.ui import convergence
 from service.ui import spend_curve as spend_curves
 from service.ui.posterior_summary import (

@@ -854,8 +854,8 @@ def test_a_worker_sweeps_the_channel_as_it_starts(
     """Every `vips worker` (job worker or shard worker) sweeps when it is ready (worker.tasks, worker_ready),
     so what a coordinator left while no worker ran goes as the first one starts; with VIPS_SHARDS = 1 that
     one sweep is all (its thread ends)."""
+    from control.settings import get_settings
     from privacy_wall.data.settings import get_wall_settings
-    from service.settings import get_settings
     from worker import tasks
 
     _, sensitive = stored

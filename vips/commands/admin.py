@@ -13,9 +13,9 @@ from typing import Any
 
 from sqlalchemy import Engine
 
+from control.store.keys import InvalidKeyRequest, create_key, key_record, list_keys, revoke_key
 from privacy_wall.data.ingest import IngestError, ingest
 from privacy_wall.sqlengine import create_db_engine
-from service.store.keys import InvalidKeyRequest, create_key, key_record, list_keys, revoke_key
 from vips.choices import DEFAULT_LABEL
 from vips.commands.server import open_store
 from vips.errors import UsageError

@@ -17,6 +17,14 @@ from typing import Any
 
 import scipy.sparse as sp
 
+from control.planning.options import (
+    MODEL_KINDS,
+    algorithm_problem,
+    option_problem,
+    option_specs,
+    schedule_problem,
+    typed_options,
+)
 from privacy_wall.accounting.weak import WEAK_FLAG, weak_privacy_problem
 from privacy_wall.data.docword import read_docword, read_vocabulary
 from privacy_wall.data.formats import FIRST_DATA_LINE, read_binary_csv, read_tabular_csv
@@ -28,14 +36,6 @@ from privacy_wall.data.store import (
     RowStore,
     check_regression_bounds,
     check_tabular_bounds,
-)
-from service.planning.options import (
-    MODEL_KINDS,
-    algorithm_problem,
-    option_problem,
-    option_specs,
-    schedule_problem,
-    typed_options,
 )
 from vips.choices import DEFAULT_LABEL, KINDS
 from vips.errors import NotAvailable, RuntimeFailure, UsageError

@@ -24,8 +24,7 @@ from types import FrameType
 
 from sqlalchemy import Engine
 
-from privacy_wall.data.settings import WallSettings
-from service.settings import (
+from control.settings import (
     JOB_PROCESS_BASE_MB,
     MIN_JOB_MEMORY_MB,
     SHARD_WORKER_ENV,
@@ -33,8 +32,9 @@ from service.settings import (
     machine_memory_mb,
     shard_queue,
 )
-from service.store.db import create_control_engine
-from service.store.keys import create_key, list_keys
+from control.store.db import create_control_engine
+from control.store.keys import create_key, list_keys
+from privacy_wall.data.settings import WallSettings
 from vips.errors import RuntimeFailure, UsageError
 from vips.listen import bind_listener
 from vips.migrate import History, upgrade
@@ -261,7 +261,7 @@ def _claimed_shard(settings: ServiceSettings) -> int:
 
 
 def run_beat(args: argparse.Namespace) -> int:
-    """Celery beat with the schedule of service.settings.celery_config (the reaper); state in VIPS_HOME."""
+    """Celery beat with the schedule of control.settings.celery_config (the reaper); state in VIPS_HOME."""
     from worker.celery_app import app
 
     settings = ServiceSettings()
@@ -354,8 +354,8 @@ def _run_embedded(args: argparse.Namespace, home: Path, url: str, listener: sock
     embedded = ServiceSettings(home=home)
     control = create_control_engine(embedded)
     embedded.worker_alive_path().unlink(missing_ok=True)  # a previous run's
-    from service.jobs.queue import CeleryQueue
-    from service.jobs.reaper import requeue_interrupted_jobs
+    from control.jobs.queue import CeleryQueue
+    from control.jobs.reaper import requeue_interrupted_jobs
 
     queue = CeleryQueue(embedded)
     try:

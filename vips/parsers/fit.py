@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from control.planning.options import option_summary
 from privacy_wall.accounting.weak import WEAK_EPSILON, WEAK_FLAG
-from service.planning.options import option_summary
 from vips import choices
 from vips.parsers.base import (
     Subparsers,
@@ -67,7 +67,7 @@ def add_fit(commands: Subparsers) -> None:
         type=positive_int,
         metavar="T",
         help="T iterations (default: chosen by the service for --epsilon from the model, the algorithm and "
-        "N, see the quote's schedule, service/planning/schedules.py and docs/schedules.md; with --sigma, "
+        "N, see the quote's schedule, control/planning/schedules.py and docs/schedules.md; with --sigma, "
         "the same rule's choice for little noise: 10 for blr, lda and sbn by VIPS, 5 for linreg, 1000 for "
         "dpvi)",
     )

@@ -3,8 +3,8 @@ vips.commands.remote)."""
 
 from __future__ import annotations
 
+from control.store.job_status import JOB_STATUSES
 from privacy_wall.accounting.weak import WEAK_EPSILON, WEAK_FLAG
-from service.store.job_status import JOB_STATUSES
 from vips.parsers.base import (
     Subparsers,
     at_most,

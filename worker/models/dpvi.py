@@ -58,8 +58,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from control.planning.options import DPVI_DEFAULTS
 from privacy_wall.queries.dpvi import BLOCK, DpviLogisticRegressionQuery
-from service.planning.options import DPVI_DEFAULTS
 from worker.models.base import Array
 
 #: Default per-record clipping bound c_t. With ||x|| <= 1 the gradient of the data term w.r.t. the mean has

@@ -2,7 +2,7 @@
 (docs/design.md sections 5-6).
 
 One place maps (model, algorithm, options) to (VipsModel, Query), for the worker's jobs, the in-process
-estimators and `vips fit --local` alike. The rules on options live in service.planning.options (the API checks
+estimators and `vips fit --local` alike. The rules on options live in control.planning.options (the API checks
 them first); defaults are the papers' (LDA: K = 10, N_w = 500, a = 0.1; SBN: K = 50 hidden units) or the
 models' own (worker.models).
 """
@@ -13,15 +13,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from privacy_wall.data.store import MAX_COUNT
-from privacy_wall.queries.base import Query
-from service.planning.options import (
+from control.planning.options import (
     LDA_DEFAULTS,
     MODEL_KINDS,
     algorithm_problem,
     option_problem,
     schedule_problem,
 )
+from privacy_wall.data.store import MAX_COUNT
+from privacy_wall.queries.base import Query
 from worker.models.base import VipsModel
 
 # Each model's modules (and the wall's query for it) are imported by model_setup when a job of that model

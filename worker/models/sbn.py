@@ -54,6 +54,7 @@ from typing import Any
 import numpy as np
 from scipy.special import expit, log_expit, logsumexp
 
+from control.planning.options import SBN_DEFAULTS
 from privacy_wall.queries.blr import polya_gamma_mean
 from privacy_wall.queries.sbn import (
     DEFAULT_FREQUENCY_COPIES,
@@ -61,10 +62,9 @@ from privacy_wall.queries.sbn import (
     SigmoidBeliefNetworkQuery,
     hidden_posterior,
 )
-from service.planning.options import SBN_DEFAULTS
 from worker.models.base import Array
 
-#: The service's default number of hidden units (option "hidden"; service.planning.options.SBN_DEFAULTS).
+#: The service's default number of hidden units (option "hidden"; control.planning.options.SBN_DEFAULTS).
 DEFAULT_HIDDEN = SBN_DEFAULTS["hidden"]
 
 

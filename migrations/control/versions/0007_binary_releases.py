@@ -1,6 +1,6 @@
 """releases.arrays: each release's blocks stored as one .npz document instead of JSON text
 
-Adds `arrays` (service.store.release_arrays) and `stored_bytes` (its length), converts every stored release in
+Adds `arrays` (control.store.release_arrays) and `stored_bytes` (its length), converts every stored release in
 batches, then drops `statistics`. The values are unchanged: float64 written as JSON by repr round-trips
 exactly. Downgrade writes the JSON back.
 
@@ -61,14 +61,14 @@ def _convert(source: str, convert: Any, *targets: str) -> None:
 
 
 def _to_arrays(statistics: dict[str, Any]) -> dict[str, Any]:
-    from service.store.release_arrays import encode_arrays
+    from control.store.release_arrays import encode_arrays
 
     blob = encode_arrays({name: np.asarray(value, dtype=np.float64) for name, value in statistics.items()})
     return {"arrays": blob, "stored_bytes": len(blob)}
 
 
 def _to_statistics(blob: bytes) -> dict[str, Any]:
-    from service.store.release_arrays import decode_arrays
+    from control.store.release_arrays import decode_arrays
 
     return {"statistics": {name: value.tolist() for name, value in decode_arrays(blob).items()}}
 

@@ -7,7 +7,7 @@ Create Date: 2026-11-28 01:00:00
 
 Jobs from before hold their measured outputs: the bytes of their stored releases and of their posterior's
 JSON text. A queued or running job's admission estimate is unknown here, so it counts what it has stored
-so far until it ends (service.jobs.storage.end_storage then measures it).
+so far until it ends (control.jobs.storage.end_storage then measures it).
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ down_revision = "0010"
 branch_labels = None
 depends_on = None
 
-#: As service.store.posteriors.CHUNK_BYTES when this revision was written.
+#: As control.store.posteriors.CHUNK_BYTES when this revision was written.
 CHUNK_BYTES = 1 << 20
 
 _posteriors = sa.table(

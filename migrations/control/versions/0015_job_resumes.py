@@ -5,7 +5,7 @@ Revises: 0014
 Create Date: 2026-12-07 11:30:00
 
 A job whose worker died (a stale heartbeat) or whose task the broker lost or a dead worker took is sent
-again rather than failed (service.jobs.reaper), up to MAX_RESUMES times; earlier jobs start at 0.
+again rather than failed (control.jobs.reaper), up to MAX_RESUMES times; earlier jobs start at 0.
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ import pytest
 from sqlalchemy import Engine, func, select, update
 
 import privacy_wall.data.ingest as ingest_module
+from control.store.models import jobs
 from privacy_wall.data.ingest import IngestError, ingest
 from privacy_wall.data.schema import blocks, stored_datasets
 from privacy_wall.ledger import database as ledger_db
@@ -29,7 +30,6 @@ from privacy_wall.ledger.delta_policy import (
     within_bound,
 )
 from privacy_wall.ledger.schema import budgets, reservations
-from service.store.models import jobs
 from tests.dbservers import fresh_database
 from tests.privacy_wall.data.test_ingest_store import tabular_data, write_tabular
 from tests.privacy_wall.data.test_ingest_streaming import catalogued, stored

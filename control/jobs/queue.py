@@ -12,7 +12,7 @@ from typing import Any, Protocol, cast
 
 from celery import Celery
 
-from service.settings import RUN_JOB_TASK, WORKER_STALE_SECONDS, ServiceSettings
+from control.settings import RUN_JOB_TASK, WORKER_STALE_SECONDS, ServiceSettings
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ class JobQueue(Protocol):
 
 
 class CeleryQueue:
-    """A Celery client that only sends: configured like the worker (service.settings.celery_config)."""
+    """A Celery client that only sends: configured like the worker (control.settings.celery_config)."""
 
     def __init__(self, settings: ServiceSettings) -> None:
         self._config: dict[str, Any] = settings.celery_config()

@@ -10,6 +10,22 @@ from typing import Any, Literal
 
 from sqlalchemy import Engine, Row
 
+from control.budgets.datasets import ensure_budget_delta, finite
+from control.budgets.quotas import QuotaExceeded, quota_quote, tighter
+from control.errors import Conflict, Loc, SpecError
+from control.jobs.storage import MIB, key_stored_bytes, storage_problem
+from control.planning.options import (
+    MODEL_KINDS,
+    algorithm_problem,
+    option_problem,
+    schedule_problem,
+    typed_options,
+)
+from control.planning.pricing import pricing_slot
+from control.planning.resources import Resources, estimate, resource_errors
+from control.planning.schedules import Schedule, choose_schedule
+from control.schemas import BudgetRefusal, JobCreate, JobQuote, ResourceEstimate, ScheduleChoice
+from control.settings import ServiceSettings
 from privacy_wall.accounting.calibration import CalibrationError, calibrate_sigma
 from privacy_wall.accounting.calibration import epsilon as job_epsilon
 from privacy_wall.accounting.events import SubsampledGaussianEvent
@@ -20,22 +36,6 @@ from privacy_wall.ledger.base import BudgetExceeded
 from privacy_wall.ledger.delta_policy import delta_problem, suggested_delta
 from privacy_wall.ledger.refusals import refusal_detail
 from privacy_wall.sqlengine import reading
-from service.budgets.datasets import ensure_budget_delta, finite
-from service.budgets.quotas import QuotaExceeded, quota_quote, tighter
-from service.errors import Conflict, Loc, SpecError
-from service.jobs.storage import MIB, key_stored_bytes, storage_problem
-from service.planning.options import (
-    MODEL_KINDS,
-    algorithm_problem,
-    option_problem,
-    schedule_problem,
-    typed_options,
-)
-from service.planning.pricing import pricing_slot
-from service.planning.resources import Resources, estimate, resource_errors
-from service.planning.schedules import Schedule, choose_schedule
-from service.schemas import BudgetRefusal, JobCreate, JobQuote, ResourceEstimate, ScheduleChoice
-from service.settings import ServiceSettings
 
 
 def option_errors(model: str, algorithm: str, options: dict[str, float]) -> list[tuple[Loc, str]]:
@@ -68,7 +68,7 @@ class Plan:
 
 def check_spec(spec: JobCreate, dataset: Row[Any], settings: ServiceSettings) -> tuple[Schedule, Resources]:
     """Raise SpecError naming every bad field, or the resource limits the job exceeds; return the job's
-    schedule (what it gives, the rest chosen by service.planning.schedules) and its resource estimate
+    schedule (what it gives, the rest chosen by control.planning.schedules) and its resource estimate
     (computed once, for the limits and the plan)."""
     errors: list[tuple[Loc, str]] = []
     if spec.iterations is not None and spec.iterations > settings.max_iterations:

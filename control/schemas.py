@@ -8,11 +8,11 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, StringConstraints, field_validator
 
+from control.store.job_status import JobStatus
+from control.store.keys import KEY_NAME_MAX_LENGTH, Role, key_name_problem
 from privacy_wall.accounting.sigma_range import sigma_problem
 from privacy_wall.accounting.weak import WEAK_EPSILON
 from privacy_wall.names import NAME_MAX_LENGTH, NAME_REGEX
-from service.store.job_status import JobStatus
-from service.store.keys import KEY_NAME_MAX_LENGTH, Role, key_name_problem
 
 #: The largest integer a request may carry: every integer column (SQLite and PostgreSQL) holds it.
 INT_MAX = 2**31 - 1
@@ -352,7 +352,7 @@ LARGEST_EPSILON = (
 
 
 class ResourceEstimate(BaseModel):
-    """What a job is estimated to need (service.planning.resources); submission refuses one above the server's
+    """What a job is estimated to need (control.planning.resources); submission refuses one above the server's
     limits VIPS_MAX_JOB_MEMORY_MB, VIPS_MAX_RELEASE_MB and VIPS_MAX_JOB_STORED_MB."""
 
     memory_bytes: int = Field(description="peak memory of the worker running the job")
@@ -367,7 +367,7 @@ class ResourceEstimate(BaseModel):
 
 
 class ScheduleChoice(BaseModel):
-    """A job's schedule and where it came from (service.planning.schedules)."""
+    """A job's schedule and where it came from (control.planning.schedules)."""
 
     iterations: int
     batch_size: int
@@ -458,7 +458,7 @@ class BudgetRefusal(BaseModel):
 
 
 class StorageRefusal(BaseModel):
-    """409 body when the submitting key's stored outputs leave no room for the job (service.jobs.storage)."""
+    """409 body when the submitting key's stored outputs leave no room for the job (control.jobs.storage)."""
 
     detail: str
     limit: Literal["storage"] = "storage"

@@ -7,9 +7,9 @@ from typing import Any
 
 from sqlalchemy import Engine, Row, and_, update
 
-from service.errors import Conflict
-from service.jobs.end import end_job
-from service.store.models import jobs
+from control.errors import Conflict
+from control.jobs.end import end_job
+from control.store.models import jobs
 
 
 def cancel_job(engine: Engine, job: Row[Any]) -> None:

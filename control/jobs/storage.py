@@ -1,6 +1,6 @@
 """What each key's jobs store in the control database, and the per-key cap on it (docs/design.md section 3).
 
-A job's `stored_bytes` is its admission estimate (service.planning.resources: T releases and the posterior)
+A job's `stored_bytes` is its admission estimate (control.planning.resources: T releases and the posterior)
 while it is queued or running, and what it stored (its releases' bytes and its posterior's JSON text) once it
 has ended; deleting its outputs sets it to 0. A key stores the sum over its jobs. Submission checks
   stored(key) + estimate(job) <= VIPS_MAX_KEY_STORED_MB
@@ -16,11 +16,11 @@ from typing import Any
 from sqlalchemy import Connection, Engine, Row, delete, func, select, update
 from sqlalchemy.sql.elements import ColumnElement
 
-from service.errors import Conflict, StorageFull
-from service.schemas import StorageRefusal
-from service.store.job_status import TERMINAL
-from service.store.models import jobs, posteriors, releases
-from service.store.posteriors import delete_posterior
+from control.errors import Conflict, StorageFull
+from control.schemas import StorageRefusal
+from control.store.job_status import TERMINAL
+from control.store.models import jobs, posteriors, releases
+from control.store.posteriors import delete_posterior
 
 MIB = 1 << 20
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from service.schemas import BudgetRefusal, StorageRefusal
+from control.schemas import BudgetRefusal, StorageRefusal
 
 Loc = tuple[str | int, ...]
 

@@ -9,10 +9,10 @@ from typing import Any
 from sqlalchemy import Engine, Row, select
 from sqlalchemy.exc import IntegrityError
 
+from control.errors import Conflict
 from privacy_wall.ledger import database as ledger_db
 from privacy_wall.ledger.schema import datasets
 from privacy_wall.sqlengine import reading
-from service.errors import Conflict
 
 #: The delta of the budget row created on a public dataset's first use (no epsilon cap).
 PUBLIC_DEFAULT_DELTA = 1e-5

@@ -1,6 +1,6 @@
 """Ending a job. Its terminal status and the refund of its unspent reservation commit in one transaction,
 so no reader (the API, the dashboard, an auditor) ever sees an ended job whose reservation still holds
-budget; its estimated stored bytes become what it stored (service.jobs.storage). Lock order: the job's row,
+budget; its estimated stored bytes become what it stored (control.jobs.storage). Lock order: the job's row,
 then the dataset's budget row (a charge locks only the latter)."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from datetime import UTC, datetime
 
 from sqlalchemy import ColumnElement, Connection, update
 
+from control.jobs.storage import measured_bytes
+from control.store.job_status import TERMINAL
+from control.store.models import jobs
 from privacy_wall.ledger import database as ledger_db
-from service.jobs.storage import measured_bytes
-from service.store.job_status import TERMINAL
-from service.store.models import jobs
 
 
 def end_job(

@@ -40,10 +40,10 @@ WORKER_ALIVE_SECONDS = 2.0
 WORKER_STALE_SECONDS = 10.0
 
 #: Embedded mode: Celery's broker_transport, kombu's file-system transport whose messages appear whole.
-FILE_BROKER_TRANSPORT = "service.jobs.file_broker:Transport"
+FILE_BROKER_TRANSPORT = "control.jobs.file_broker:Transport"
 #: Production: Celery's broker_transport for a redis:// broker, kombu's Redis transport with a fix that
-#: keeps a worker alive through a Redis outage while it runs a job (service.jobs.redis_broker).
-REDIS_BROKER_TRANSPORT = "service.jobs.redis_broker:Transport"
+#: keeps a worker alive through a Redis outage while it runs a job (control.jobs.redis_broker).
+REDIS_BROKER_TRANSPORT = "control.jobs.redis_broker:Transport"
 
 RUN_JOB_TASK = "vips.run_job"
 REAP_TASK = "vips.reap"
@@ -98,17 +98,17 @@ class ServiceSettings(BaseSettings):
     #: A job queued this long after submission (or after a worker last deferred it) whose task the broker
     #: no longer holds was lost: failed and refunded. One whose task waits in the broker is never reaped.
     queued_timeout_seconds: float = 300.0
-    #: How often the API process (and each worker, and Celery beat) runs the reaper (service.jobs.reaper).
+    #: How often the API process (and each worker, and Celery beat) runs the reaper (control.jobs.reaper).
     reaper_interval_seconds: float = 10.0
     max_iterations: int = 100_000
-    #: Resource limits (service.planning.resources): a job whose estimated worker memory, size of one stored
+    #: Resource limits (control.planning.resources): a job whose estimated worker memory, size of one stored
     #: release, or total stored bytes (releases and posterior) exceed them is refused with a 422 at
     #: submission. Memory defaults to what lets worker_concurrency job processes, each with its start, its
     #: dataset cache and one such job, fit 80% of this machine's memory together (default_job_memory_mb).
     max_job_memory_mb: float = Field(default=0.0, ge=0)  # 0: that default, filled in below
     max_release_mb: float = Field(default=64.0, gt=0)
     max_job_stored_mb: float = Field(default=1024.0, gt=0)
-    #: What one key's jobs may store in the control database together (service.jobs.storage): queued and
+    #: What one key's jobs may store in the control database together (control.jobs.storage): queued and
     #: running jobs at their estimates, ended ones at what they stored; a job that would pass it is refused
     #: (409) until the key deletes finished jobs' outputs.
     max_key_stored_mb: float = Field(default=2048.0, gt=0)
@@ -276,7 +276,7 @@ class ServiceSettings(BaseSettings):
         for folder in ("out", "processed", "staging", "control"):
             (queue / folder).mkdir(parents=True, exist_ok=True)
         config["broker_url"] = "filesystem://"
-        # kombu's file-system transport, whose messages appear in "out" whole (service.jobs.file_broker):
+        # kombu's file-system transport, whose messages appear in "out" whole (control.jobs.file_broker):
         # kombu's own lets a consumer take a message's file before its writer wrote it.
         config["broker_transport"] = FILE_BROKER_TRANSPORT
         config["broker_transport_options"] = {

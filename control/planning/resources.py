@@ -14,7 +14,7 @@ The estimates (`estimate`) are then
                                                       POSTERIOR_SERIALISED_BYTES posterior)
   release_bytes = 8 release + RELEASE_OVERHEAD_BYTES
   stored_bytes  = T release_bytes + POSTERIOR_BYTES_PER_VALUE posterior
-A release is stored as .npz (service.store.release_arrays: 8 bytes per float64, deflated only where that
+A release is stored as .npz (control.store.release_arrays: 8 bytes per float64, deflated only where that
 shrinks it, plus headers); the posterior document is JSON (docs/posterior-format.md). The serialisation
 terms count what storing a document costs on top of its arrays. tests/test_resources.py checks the
 estimates against peaks measured with tracemalloc.
@@ -24,12 +24,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from service.errors import Loc
-from service.jobs.storage import human_bytes
-from service.planning.options import LDA_DEFAULTS, SBN_DEFAULTS
+from control.errors import Loc
+from control.jobs.storage import human_bytes
+from control.planning.options import LDA_DEFAULTS, SBN_DEFAULTS
 
 #: A stored release: 8 bytes per float64 (.npz, deflated only where a sample shrinks to 3/4:
-#: service.store.release_arrays), plus 216 bytes per block (its .npy header and zip entries; up to 7 blocks)
+#: control.store.release_arrays), plus 216 bytes per block (its .npy header and zip entries; up to 7 blocks)
 #: and the zip's 22-byte end record.
 RELEASE_BYTES_PER_VALUE = 8
 RELEASE_OVERHEAD_BYTES = 7 * 216 + 22

@@ -3,7 +3,7 @@ delta), kept in key_quotas and checked under the dataset's budget lock at admiss
 (service.routes.submission) and for every charge beyond its job's reservation (check_charge_quota, which the
 worker's ledger runs).
 
-A quota bounds the composition of the key's own releases on the dataset (service.budgets.key_spend.key_cost:
+A quota bounds the composition of the key's own releases on the dataset (control.budgets.key_spend.key_cost:
 its charges plus its open reservations), composed as the dataset's ledger composes all of them. It is an
 allowance inside the dataset's budget, not a privacy guarantee of its own: the dataset's budget is that.
 A key without a quota is bounded by the dataset's budget alone."""
@@ -17,13 +17,13 @@ from datetime import UTC, datetime
 from sqlalchemy import Connection, Engine, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
+from control.budgets.key_spend import key_cost
+from control.store.models import jobs, key_quotas
 from privacy_wall.accounting.accountants import PrivacyCost, configured_accountant
 from privacy_wall.accounting.events import SubsampledGaussianEvent
 from privacy_wall.ledger.base import BudgetExceeded, Charge
 from privacy_wall.ledger.refusals import headroom_epsilon
 from privacy_wall.sqlengine import reading
-from service.budgets.key_spend import key_cost
-from service.store.models import jobs, key_quotas
 
 
 class QuotaExceeded(BudgetExceeded):

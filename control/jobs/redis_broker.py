@@ -12,9 +12,9 @@ Here a channel whose transport was detached raises the connection error it is (R
 the connection is being discarded), which Celery's close ignores: the worker reconnects with its
 broker_connection_retry policy. The unacknowledged messages stay in Redis's `unacked` set, from which
 kombu restores them after the visibility timeout (if Redis kept them); their jobs' rows say what happened
-to them (a job that ended is not run again; service.jobs.reaper fails a job whose worker went quiet).
+to them (a job that ended is not run again; control.jobs.reaper fails a job whose worker went quiet).
 
-Celery uses it through `broker_transport` (service.settings.REDIS_BROKER_TRANSPORT, in celery_config);
+Celery uses it through `broker_transport` (control.settings.REDIS_BROKER_TRANSPORT, in celery_config);
 the URL stays `redis://...`."""
 
 from __future__ import annotations

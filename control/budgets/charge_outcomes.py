@@ -10,10 +10,10 @@ from typing import Any
 
 from sqlalchemy import Engine, func, select
 
+from control.store.job_status import TERMINAL
+from control.store.models import jobs, releases
 from privacy_wall.ledger.schema import charges
 from privacy_wall.sqlengine import reading
-from service.store.job_status import TERMINAL
-from service.store.models import jobs, releases
 
 
 def charge_outcomes(engine: Engine, entries: Iterable[Mapping[str, Any]]) -> dict[int, bool | None]:

@@ -24,9 +24,9 @@ from typing import Any, Literal, get_args
 
 from sqlalchemy import Engine, insert, select, update
 
+from control.store.models import api_keys
+from control.store.timestamps import aware
 from privacy_wall.sqlengine import reading
-from service.store.models import api_keys
-from service.store.timestamps import aware
 
 Role = Literal["admin", "custodian", "analyst", "client"]
 ROLES: tuple[Role, ...] = get_args(Role)

@@ -10,15 +10,15 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, func, select
 
+from control.budgets.job_costs import id_chunks, job_costs_within
+from control.caching import BoundedCache
+from control.store.keys import key_names
+from control.store.models import jobs, key_quotas
 from privacy_wall.accounting.accountants import PrivacyCost, configured_accountant, sum_costs
 from privacy_wall.accounting.events import event_from_dict
 from privacy_wall.ledger import database as ledger_db
 from privacy_wall.ledger.schema import reservations
 from privacy_wall.sqlengine import reading
-from service.budgets.job_costs import id_chunks, job_costs_within
-from service.caching import BoundedCache
-from service.store.keys import key_names
-from service.store.models import jobs, key_quotas
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,7 @@ class KeySpend:
     iterations_charged: int  # distinct charged iterations over those jobs
     epsilon_spent: float  # the key's committed releases composed (inf: unbounded)
     epsilon_reserved: float  # committed plus the uncommitted rest of its open reservations, composed
-    quota: float | None  # the key's cap on this dataset (service.budgets.quotas); None: only the dataset's
+    quota: float | None  # the key's cap on this dataset (control.budgets.quotas); None: only the dataset's
 
 
 def key_cost(conn: Connection, dataset: str, key_id: str) -> PrivacyCost:
@@ -133,7 +133,7 @@ def _key_totals(engine: Engine, dataset: str) -> dict[str, _KeyTotal]:
 def _charged_and_rest(
     conn: Connection, ids: list[str]
 ) -> tuple[dict[str, PrivacyCost], dict[str, PrivacyCost]]:
-    """Per job: the cost of its charges (service.budgets.job_costs) and of the uncommitted rest of its open
+    """Per job: the cost of its charges (control.budgets.job_costs) and of the uncommitted rest of its open
     reservation (jobs without an open one are left out of the second), as the dataset's ledger prices them."""
     accountant = configured_accountant()
     rest: dict[str, PrivacyCost] = {}

@@ -30,14 +30,14 @@ from typing import Any, Protocol
 
 from sqlalchemy import Engine, or_, select, update
 
+from control.jobs.end import end_job
+from control.jobs.periodic import run_every
+from control.jobs.queue import JobQueue
+from control.store.job_status import TERMINAL
+from control.store.models import jobs
+from control.store.timestamps import aware
 from privacy_wall.ledger import database as ledger_db
 from privacy_wall.ledger.schema import reservations
-from service.jobs.end import end_job
-from service.jobs.periodic import run_every
-from service.jobs.queue import JobQueue
-from service.store.job_status import TERMINAL
-from service.store.models import jobs
-from service.store.timestamps import aware
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ MAX_RESUMES = 3
 
 class Holds(Protocol):
     """Which of these queued jobs' tasks the broker still holds (with `taken`, also those delivered and not
-    acknowledged), from one read of it; None when it cannot be read (service.jobs.queue.JobQueue.holds)."""
+    acknowledged), from one read of it; None when it cannot be read (control.jobs.queue.JobQueue.holds)."""
 
     def __call__(self, job_ids: AbstractSet[str], taken: bool = True) -> set[str] | None: ...
 

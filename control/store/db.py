@@ -9,8 +9,8 @@ from typing import Any
 
 from sqlalchemy import Engine, text
 
+from control.settings import ServiceSettings
 from privacy_wall.sqlengine import create_db_engine
-from service.settings import ServiceSettings
 
 
 def create_control_engine(settings: ServiceSettings, **kwargs: Any) -> Engine:

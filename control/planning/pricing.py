@@ -7,9 +7,9 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from service.errors import AccountantBusy
-from service.http.rate_limits import KeyRateLimiter
-from service.settings import ServiceSettings
+from control.errors import AccountantBusy
+from control.rate_limits import KeyRateLimiter
+from control.settings import ServiceSettings
 
 _pricing_slots: dict[int, threading.BoundedSemaphore] = {}
 _pricing_rates: dict[tuple[float, int], KeyRateLimiter] = {}

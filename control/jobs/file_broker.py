@@ -9,7 +9,7 @@ at all. A consumer takes a message by renaming it into the processed folder (sam
 one consumer's rename succeeds, the others find it gone and go on to the next one), reads it there and
 deletes it. A file that does not decode (left by another writer) is set aside and logged, never raised.
 
-Celery uses it through `broker_transport` (service.settings.FILE_BROKER_TRANSPORT, in celery_config);
+Celery uses it through `broker_transport` (control.settings.FILE_BROKER_TRANSPORT, in celery_config);
 the URL stays `filesystem://`, and the folders are kombu's transport options plus `staging_folder`.
 """
 

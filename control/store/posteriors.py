@@ -12,8 +12,8 @@ from datetime import datetime
 
 from sqlalchemy import Connection, Engine, delete, insert, select
 
+from control.store.models import posterior_chunks, posteriors
 from privacy_wall.sqlengine import reading
-from service.store.models import posterior_chunks, posteriors
 
 #: Bytes of JSON text in one stored chunk (the last may be shorter).
 CHUNK_BYTES = 1 << 20

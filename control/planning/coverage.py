@@ -5,7 +5,7 @@ marginal intervals, each algorithm given only epsilon (its rule's schedule) or s
 and the unseen seeds from 1000; docs/calibration.md has the tables. VIPS's and DP-SEP's logistic lines are
 of posteriors widened along their last step (worker.models.blr, "The last step"): the job page gives no line
 for one stored without it (service.ui.routes). A job's line is the one for its scale, read as its rule reads
-it (service.planning.schedules.job_scale: epsilon x N x sqrt(10 / d) for VIPS's and DP-SEP's logistic
+it (control.planning.schedules.job_scale: epsilon x N x sqrt(10 / d) for VIPS's and DP-SEP's logistic
 regression, epsilon x N otherwise). Update these lines with that file when an algorithm's posterior
 changes.
 
@@ -135,7 +135,7 @@ def interval_note(
 ) -> str | None:
     """One sentence on how often intervals of this kind held the true weights in tests; None if untested
     (a paper mode without a PAPER_MODE line among them). `options`: the job's, whose noise_aware 0 picks
-    the paper's mode; `scale`: the job's (service.planning.schedules.job_scale), which picks the band."""
+    the paper's mode; `scale`: the job's (control.planning.schedules.job_scale), which picks the band."""
     found = tested_lines(model, algorithm, options)
     if found is None:
         return None

@@ -39,7 +39,7 @@ api_keys = Table(
     Column("created_at", DateTime(timezone=True), nullable=False),
     Column("revoked", Boolean, nullable=False, default=False),
     Column("expires_at", DateTime(timezone=True), nullable=True),  # NULL: never; after it, 401
-    # A label, public inside the deployment, not unique (service.store.keys.key_name_problem); NULL: none.
+    # A label, public inside the deployment, not unique (control.store.keys.key_name_problem); NULL: none.
     Column("name", String(64), nullable=True),
 )
 
@@ -69,11 +69,11 @@ jobs = Table(
     # The submitter's Idempotency-Key: the same key (per submitting key) returns the same job.
     Column("idempotency_key", String(128), nullable=True),
     # Bytes the job's outputs (releases and posterior) take, counted against its key's storage cap
-    # (service.jobs.storage): its admission estimate while queued or running, then what it stored; 0 once
+    # (control.jobs.storage): its admission estimate while queued or running, then what it stored; 0 once
     # they are deleted (outputs_deleted_at).
     Column("stored_bytes", BigInteger, nullable=False, server_default=text("0")),
     Column("outputs_deleted_at", DateTime(timezone=True), nullable=True),
-    # Times the reaper sent the job again after its worker was lost (service.jobs.reaper.MAX_RESUMES).
+    # Times the reaper sent the job again after its worker was lost (control.jobs.reaper.MAX_RESUMES).
     Column("resumes", Integer, nullable=False, server_default=text("0")),
     UniqueConstraint("owner", "idempotency_key", name="uq_jobs_owner_idempotency_key"),
 )
@@ -83,7 +83,7 @@ releases = Table(
     metadata,
     Column("job_id", String(32), ForeignKey("jobs.id"), nullable=False),
     Column("iteration", Integer, nullable=False),
-    # The released blocks as one .npz document (service.store.release_arrays), and its length in bytes: pages
+    # The released blocks as one .npz document (control.store.release_arrays), and its length in bytes: pages
     # of releases and the worker's bound on a job's total are counted in stored bytes.
     Column("arrays", LargeBinary, nullable=False),
     Column("stored_bytes", Integer, nullable=False),
@@ -93,7 +93,7 @@ releases = Table(
 )
 
 #: A succeeded job's posterior document: its UTF-8 JSON text is held in `posterior_chunks`, in order
-#: (service.store.posteriors), so that a download reads one chunk at a time.
+#: (control.store.posteriors), so that a download reads one chunk at a time.
 posteriors = Table(
     "posteriors",
     metadata,
@@ -114,7 +114,7 @@ posterior_chunks = Table(
 
 #: A custodian's cap on what one key may spend on one dataset: the composition of the key's own releases
 #: there (charges and open reservations) stays within `epsilon` at the dataset's delta
-#: (service.budgets.quotas).
+#: (control.budgets.quotas).
 key_quotas = Table(
     "key_quotas",
     metadata,

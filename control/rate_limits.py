@@ -13,7 +13,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from service.errors import RateLimited
+from control.errors import RateLimited
 
 
 @dataclass

@@ -22,8 +22,8 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from service.planning.coverage import tested_lines
-from service.planning.options import LDA_DEFAULTS, SBN_DEFAULTS
+from control.planning.coverage import tested_lines
+from control.planning.options import LDA_DEFAULTS, SBN_DEFAULTS
 
 
 @dataclass(frozen=True)
