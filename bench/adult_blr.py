@@ -31,8 +31,8 @@ from numpy.typing import NDArray
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import roc_auc_score
 
-from worker.datasets.adult import TabularData, load_adult
-from worker.estimator import VIPSLogisticRegression
+from vips.datasets.adult import TabularData, load_adult
+from vips.estimators import VIPSLogisticRegression
 
 EPSILONS: tuple[float, ...] = (0.1, 0.3, 0.8, 1.0, 3.0)
 BATCH_DELTA = 1e-5

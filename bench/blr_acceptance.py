@@ -5,10 +5,10 @@ For each dataset and epsilon, repeated fits of
     vips fit --local --kind tabular --model blr --algorithm dpvi --iterations 1000 --batch-size N/50 \
         --epsilon E
 each scored by `vips evaluate` (test AUC). Datasets, none of them used to choose VIPS's defaults:
-- adult-alt: UCI Adult under a preprocessing other than worker/datasets/adult.py's: numeric columns
+- adult-alt: UCI Adult under a preprocessing other than vips/datasets/adult.py's: numeric columns
   min-max scaled over other fixed bounds without log scales, '?' as no category at all, an intercept, and
   each row clipped to norm 1 (x / max(1, ||x||)) instead of divided by the largest possible norm;
-- telco: IBM Telco churn (worker/datasets/telco.py), the bench's second dataset.
+- telco: IBM Telco churn (vips/datasets/telco.py), the bench's second dataset.
 
     python -m bench.blr_acceptance [--repeats 5] [--epsilons 0.3,1] [--datasets adult-alt,telco]
 """
@@ -27,10 +27,10 @@ from pathlib import Path
 
 import numpy as np
 
-from worker.datasets.adult import CATEGORICAL, COLUMNS, TabularData, _read_split, write_tabular_csv
-from worker.datasets.telco import load_telco
+from vips.datasets.adult import CATEGORICAL, COLUMNS, TabularData, _read_split, write_tabular_csv
+from vips.datasets.telco import load_telco
 
-#: Other fixed bounds than worker.datasets.adult's (no log scales).
+#: Other fixed bounds than vips.datasets.adult's (no log scales).
 ALT_BOUNDS: dict[str, tuple[float, float]] = {
     "age": (0.0, 100.0),
     "fnlwgt": (0.0, 1_500_000.0),

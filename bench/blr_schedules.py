@@ -13,13 +13,13 @@ sigma calibrated by the PLD accountant to the target epsilon at delta = 1e-5 for
 - heldout: Telco churn (never used to tune anything): VIPS-BLR (both M-steps) at the Adult-best schedule
   and at T 10, S N against DPVI with its usual schedule (T 1000, S N/50) at epsilon 0.1, 0.3 and 1.
 - versus (issue 35 item 3): on Adult, Telco and the synthetic data of bench/compare_algorithms.py (the
-  tuning sets) and on held-out data (MLC churn, worker/datasets/mlc_churn.py, spent once; credit scoring,
-  worker/datasets/credit.py, measured once after the intercept step; --versus-data picks), at
+  tuning sets) and on held-out data (MLC churn, vips/datasets/mlc_churn.py, spent once; credit scoring,
+  vips/datasets/credit.py, measured once after the intercept step; --versus-data picks), at
   epsilon 0.1, 0.3 and 1, VIPS-BLR with only epsilon (the estimator: the service's schedule and the
   default M-step), VIPS-BLR as it was before (the issue-12 step, shrink_h 0, at the old rule's T: 3 up to
   epsilon x N = 50,000, else 10; S = N) and DPVI with only epsilon (T 1000, S N/50); mean +- standard
   error over the repeats. On the tuning sets (Adult, Telco, synthetic and the imbalanced synthetic data
-  of worker/datasets/imbalanced.py) also the default M-step without its intercept step (intercept=None)
+  of vips/datasets/imbalanced.py) also the default M-step without its intercept step (intercept=None)
   at the rule's T 1, S = N.
 
     python -m bench.blr_schedules [--sections grid,mstep,heldout,versus] [--seeds N] [--out DIR]
@@ -46,14 +46,14 @@ from privacy_wall.data.store import InMemoryTabularStore
 from privacy_wall.gate import Gate
 from privacy_wall.ledger.base import InMemoryLedger
 from privacy_wall.queries.blr import LogisticRegressionQuery
-from worker.datasets.adult import TabularData, load_adult
-from worker.datasets.credit import load_credit
-from worker.datasets.imbalanced import imbalanced_split
-from worker.datasets.mlc_churn import load_mlc_churn
-from worker.datasets.telco import load_telco
-from worker.estimator import DPVILogisticRegression, VIPSLogisticRegression
-from worker.models.blr import BayesianLogisticRegression, predict_proba
-from worker.runner import LoopSettings, run_vips
+from vips.datasets.adult import TabularData, load_adult
+from vips.datasets.credit import load_credit
+from vips.datasets.imbalanced import imbalanced_split
+from vips.datasets.mlc_churn import load_mlc_churn
+from vips.datasets.telco import load_telco
+from vips.estimators import DPVILogisticRegression, VIPSLogisticRegression
+from vips.models.blr import BayesianLogisticRegression, predict_proba
+from vips.runner import LoopSettings, run_vips
 
 DELTA = 1e-5
 EPSILONS: tuple[float, ...] = (0.1, 0.3, 1.0, 3.0)

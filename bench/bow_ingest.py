@@ -111,7 +111,7 @@ def parsers(folder: Path, repeats: int = 3) -> dict[str, float]:
 def bundled_read(repeats: int = 5) -> float:
     """Best of `repeats` seconds of `read_docword` on the bundled Wikipedia training corpus (D = 2,786)."""
     from privacy_wall.data.docword import read_docword, read_vocabulary
-    from worker.datasets.wikipedia import load_wikipedia, write_bag_of_words
+    from vips.datasets.wikipedia import load_wikipedia, write_bag_of_words
 
     corpus = load_wikipedia()
     with tempfile.TemporaryDirectory() as work:
@@ -130,7 +130,7 @@ def fit_process(repeats: int = 5) -> list[float]:
     run as `python -m vips.cli` (the code of the current directory: run it from each tree to compare), one
     BLAS thread, bytecode cached in a temporary folder and warmed by one run first."""
     from bench.lda_process import ONE_THREAD, vips_command
-    from worker.datasets.wikipedia import load_wikipedia, write_bag_of_words
+    from vips.datasets.wikipedia import load_wikipedia, write_bag_of_words
 
     corpus = load_wikipedia()
     with tempfile.TemporaryDirectory() as work:

@@ -183,7 +183,7 @@ def methods(
 ) -> dict[str, Callable[[], Any]]:
     """Label -> estimator factory: each of `algorithms` (that fits `model`) at each epsilon (only epsilon
     given) and at sigma 0."""
-    from worker.estimator import (
+    from vips.estimators import (
         DPSEPLinearRegression,
         DPSEPLogisticRegression,
         DPVILogisticRegression,
@@ -250,8 +250,8 @@ def public_section(
     """AUC, log loss and ECE on the held-out split of Adult and Telco, each algorithm given only epsilon."""
     from sklearn.metrics import roc_auc_score
 
-    from worker.datasets.adult import load_adult
-    from worker.datasets.telco import load_telco
+    from vips.datasets.adult import load_adult
+    from vips.datasets.telco import load_telco
 
     lines = ["| data | method | AUC | log loss | ECE |", "|---|---|---|---|---|"]
     for name, load in (("adult", load_adult), ("telco", load_telco)):
@@ -303,9 +303,9 @@ def rule_section(epsilons: Sequence[float], repeats: int) -> list[str]:
     from sklearn.metrics import roc_auc_score
 
     from bench.compare_algorithms import synthetic_split
-    from worker.datasets.adult import load_adult
-    from worker.datasets.telco import load_telco
-    from worker.estimator import DPVILogisticRegression, VIPSLogisticRegression
+    from vips.datasets.adult import load_adult
+    from vips.datasets.telco import load_telco
+    from vips.estimators import DPVILogisticRegression, VIPSLogisticRegression
 
     sets: list[tuple[str, pd.DataFrame, Array, pd.DataFrame, Array]] = []
     for name, split in (("adult", load_adult), ("telco", load_telco), ("synthetic d20", None)):
@@ -353,9 +353,9 @@ def dpsep_clip_section(epsilons: Sequence[float], repeats: int, datasets: int) -
     (control.planning.schedules) were read from."""
     from sklearn.metrics import roc_auc_score
 
-    from worker.datasets.adult import load_adult
-    from worker.datasets.telco import load_telco
-    from worker.estimator import DPSEPLogisticRegression
+    from vips.datasets.adult import load_adult
+    from vips.datasets.telco import load_telco
+    from vips.estimators import DPSEPLogisticRegression
 
     header = ["data", "epsilon (scale)", *(label for label, _ in DPSEP_SETTINGS)]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]

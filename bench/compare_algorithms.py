@@ -13,12 +13,12 @@ target epsilon for each algorithm's own schedule; private fits cannot be seeded,
 - telco and synthetic (logistic data of known weights, d = 20): the same with only epsilon. Both were used,
   with Adult, to choose VIPS-BLR's default M-step and schedule (issue 35; docs/schedules.md), so they are
   no longer held out for VIPS-BLR.
-- mlc_churn: MLC telecom churn (worker/datasets/mlc_churn.py; N 3,500, d 17), the same methods: held out
+- mlc_churn: MLC telecom churn (vips/datasets/mlc_churn.py; N 3,500, d 17), the same methods: held out
   from every choice of VIPS-BLR's M-step and schedule (issue 35).
 - fig6: the VIPS paper's Fig. 6 setting: sampling rate q = 0.004 (S = 130), T = 100, delta = 1e-3,
   sigma in {0, 1, 6, 12}: VIPS-BLR (rho_t = (1 + t)^-0.7) vs DPVI with a small step size (0.05, the
   kind a fixed-budget comparison uses) and with the step size tuned here (0.5).
-- regression: diabetes (scikit-learn; worker.datasets.regression), test RMSE in the target's original
+- regression: diabetes (scikit-learn; vips.datasets.regression), test RMSE in the target's original
   units at epsilon in {0.1, 0.3, 1, 3} (delta = 1e-5): VIPS linear regression (batch, T = 5) and DP-SEP
   (batch, T = 5, noise variance 0.1), against ridge regression and predicting the training mean.
 
@@ -40,11 +40,11 @@ import numpy as np
 from sklearn.linear_model import Ridge
 
 from bench.adult_blr import Row, diffprivlib_row, log, markdown, sklearn_row, test_auc
-from worker.datasets.adult import TabularData, load_adult
-from worker.datasets.mlc_churn import load_mlc_churn
-from worker.datasets.regression import RegressionSplit, load_regression
-from worker.datasets.telco import load_telco
-from worker.estimator import (
+from vips.datasets.adult import TabularData, load_adult
+from vips.datasets.mlc_churn import load_mlc_churn
+from vips.datasets.regression import RegressionSplit, load_regression
+from vips.datasets.telco import load_telco
+from vips.estimators import (
     DPSEPLinearRegression,
     DPSEPLogisticRegression,
     DPVILogisticRegression,

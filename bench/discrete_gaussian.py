@@ -109,10 +109,10 @@ def iterations() -> dict[str, tuple[float, float]]:
     from privacy_wall.ledger.base import InMemoryLedger
     from privacy_wall.noise.mechanisms import release_blocks
     from privacy_wall.queries.blr import LogisticRegressionQuery
-    from worker.datasets.adult import load_adult
-    from worker.models.blr import BayesianLogisticRegression
-    from worker.models.sbn import SigmoidBeliefNetwork
-    from worker.runner import LoopSettings, run_vips
+    from vips.datasets.adult import load_adult
+    from vips.models.blr import BayesianLogisticRegression
+    from vips.models.sbn import SigmoidBeliefNetwork
+    from vips.runner import LoopSettings, run_vips
 
     out: dict[str, tuple[float, float]] = {}
     with threadpool_limits(1):

@@ -24,9 +24,9 @@ import numpy as np
 from sklearn.metrics import log_loss, roc_auc_score
 
 from bench.adult_blr import log
-from worker.datasets.adult import TabularData, load_adult
-from worker.datasets.telco import load_telco
-from worker.estimator import DPVILogisticRegression
+from vips.datasets.adult import TabularData, load_adult
+from vips.datasets.telco import load_telco
+from vips.estimators import DPVILogisticRegression
 
 DELTA = 1e-5
 #: (label, T, S as a fraction of N): DPVI's usual schedule first, then full batches and a middle ground.

@@ -4,13 +4,13 @@ Sections:
 
 - wikipedia (non-private): VIPS-LDA at sigma = 0 vs scikit-learn's LatentDirichletAllocation
   (learning_method="online") and gensim's LdaModel on the bundled Wikipedia paragraphs
-  (worker.datasets.wikipedia; training documents shuffled once, seed 0), with the same K, minibatch size S,
+  (vips.datasets.wikipedia; training documents shuffled once, seed 0), with the same K, minibatch size S,
   passes P (VIPS: T = P D / S iterations, in shuffled passes like the libraries, and with the uniform
   minibatches private fits use), alpha = eta = 1/K and step sizes
   rho_t = (tau0 + t)^-kappa (gensim: its own formula with offset = tau0, decay = kappa). Documents per
   second of fitting (one thread each: BLAS limited to 1 thread) and held-out perplexity, all computed by
-  the same code (worker.models.lda) from each library's lambda: document completion and the paper's bound.
-- private (synthetic): a corpus with planted topics (worker.datasets.synthetic_lda, D >= 100,000) at the
+  the same code (vips.models.lda) from each library's lambda: document completion and the paper's bound.
+- private (synthetic): a corpus with planted topics (vips.datasets.synthetic_lda, D >= 100,000) at the
   paper's sampling rate S / D = 0.05, T = 20 iterations (one epoch), N_w = 500, epsilon ~2.4 at
   delta = 1e-4: sigma from the moments accountant (privacy_wall.accounting.calibration.calibrate_sigma) vs
   strong composition (calibrate_sigma_strong), clipping a = 0.1 vs none (a = 1: the bound N_w), and the
@@ -37,7 +37,7 @@ Sections:
     python -m bench.lda --sweep-unigram 2 --unigram-sizes "" --text-csv NewsArticles.csv  # held-out text
 
 Fits run through the real pieces: an in-memory store, privacy_wall.gate.Gate, an InMemoryLedger and
-worker.runner.run_vips. Private fits cannot be seeded (OS CSPRNG): their repeats are independent runs.
+vips.runner.run_vips. Private fits cannot be seeded (OS CSPRNG): their repeats are independent runs.
 """
 
 from __future__ import annotations
@@ -104,8 +104,8 @@ from privacy_wall.queries.lda import (
     sanitize_counts,
     shifted_topic_word,
 )
-from worker.datasets.wikipedia import load_wikipedia
-from worker.models.lda import (
+from vips.datasets.wikipedia import load_wikipedia
+from vips.models.lda import (
     expected_log_beta,
     unigram_perplexity,
 )

@@ -18,8 +18,8 @@ from privacy_wall.ledger.base import InMemoryLedger
 from privacy_wall.queries.lda import (
     LdaQuery,
 )
-from worker.datasets.synthetic_lda import generate_corpus, planted_topics
-from worker.models.lda import (
+from vips.datasets.synthetic_lda import generate_corpus, planted_topics
+from vips.models.lda import (
     LatentDirichletAllocation,
     LdaState,
     completion_perplexity,
@@ -27,7 +27,7 @@ from worker.models.lda import (
     perplexity_bound,
     split_documents,
 )
-from worker.runner import LoopSettings, run_vips
+from vips.runner import LoopSettings, run_vips
 
 Counts = sp.csr_array
 

@@ -32,8 +32,8 @@ from bench.lda_common import (
     vips_fit,
 )
 from privacy_wall.data.store import InMemoryBowStore
-from worker.datasets.synthetic_lda import generate_corpus, planted_topics
-from worker.models.lda import (
+from vips.datasets.synthetic_lda import generate_corpus, planted_topics
+from vips.models.lda import (
     LdaState,
     unigram_perplexity,
 )

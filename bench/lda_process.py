@@ -2,7 +2,7 @@
 reading the docword file, the fit, writing the posterior) against scikit-learn's online LDA fit (the fit
 alone, in this process) on the same corpus and schedule, alternated in one run; prints the ratio.
 
-Corpus: the bundled Wikipedia training paragraphs (worker.datasets.wikipedia, D = 2,786, V = 5,000),
+Corpus: the bundled Wikipedia training paragraphs (vips.datasets.wikipedia, D = 2,786, V = 5,000),
 K = 20, S = round(D / 10), T = 50 iterations (5 passes), alpha = eta = 1/K, tau0 = 10, kappa = 0.7;
 VIPS at sigma = 0 with documents kept whole (doc_length 0), scikit-learn with learning_method "online",
 batch_size S, max_iter 5 and the same offset, decay and priors. BLAS limited to one thread on both sides.
@@ -29,7 +29,7 @@ from pathlib import Path
 import scipy.sparse as sp
 from threadpoolctl import threadpool_limits
 
-from worker.datasets.wikipedia import load_wikipedia, write_bag_of_words
+from vips.datasets.wikipedia import load_wikipedia, write_bag_of_words
 
 TOPICS = 20
 PASSES = 5
@@ -113,9 +113,9 @@ def vips_options() -> dict[str, float]:
 
 
 def time_vips_fit(counts: sp.csr_array, batch_size: int) -> float:
-    """Seconds of the same fit in this process (worker.fit_loop, what the CLI runs; one BLAS thread)."""
+    """Seconds of the same fit in this process (vips.fit_loop, what the CLI runs; one BLAS thread)."""
     from privacy_wall.data.store import InMemoryBowStore
-    from worker.fit_loop import Schedule, fit_store
+    from vips.fit_loop import Schedule, fit_store
 
     schedule = Schedule(
         epsilon=None,

@@ -29,9 +29,9 @@ from bench.text_corpus import TextCorpus
 from control.planning.schedules import job_scale, rule_for, rule_iterations, rule_options
 from privacy_wall.accounting.calibration import calibrate_sigma
 from privacy_wall.data.store import InMemoryBowStore
-from worker.datasets.synthetic_lda import generate_corpus
-from worker.datasets.wikipedia import load_wikipedia
-from worker.models.lda import (
+from vips.datasets.synthetic_lda import generate_corpus
+from vips.datasets.wikipedia import load_wikipedia
+from vips.models.lda import (
     LatentDirichletAllocation,
     unigram_perplexity,
 )
@@ -244,7 +244,7 @@ def private_unigram(
 
 
 def dirichlet_corpus(documents: int, seed: int) -> tuple[Counts, Counts]:
-    """The stand-in, a generator unlike worker.datasets.synthetic_lda's (a check on the LDA rule, not what
+    """The stand-in, a generator unlike vips.datasets.synthetic_lda's (a check on the LDA rule, not what
     it was read off). 30 topics drawn from Dirichlet(0.02) over V = 5,000 words, each mixed half and half
     with a Zipf(1.1) background over a shuffled vocabulary; theta ~ Dirichlet(0.3); lengths
     1 + Poisson(59). Returns (train, test) with 1,000 test documents."""
@@ -272,12 +272,12 @@ def unigram_sweep_section(
 ) -> list[SweepRow]:
     """Private LDA with the unigram block on the LDA rule's schedule at UNIGRAM_EPSILONS (and sigma 0 on
     its last row), `seeds` fits each, against the training unigram: on the bundled corpus (K 50), then per
-    size D a planted-topic corpus (worker.datasets.synthetic_lda; V 5,000, ~50 tokens, K 20) and the
+    size D a planted-topic corpus (vips.datasets.synthetic_lda; V 5,000, ~50 tokens, K 20) and the
     stand-in (`dirichlet_corpus`, K 20). `word_prior` (as a job's default option): the M-step shrinks the
-    unigram towards the public English word frequencies of the corpus's vocabulary (worker.models.word_prior;
+    unigram towards the public English word frequencies of the corpus's vocabulary (vips.models.word_prior;
     the synthetic corpora have no words, so they get no prior). `texts` (bench.text_corpus, --text-csv):
     each such corpus instead of the bundled one, at each of `text_topics`."""
-    from worker.models.word_prior import english_prior
+    from vips.models.word_prior import english_prior
 
     priors: dict[str, tuple[float, ...] | None] = {}
     corpora: list[tuple[str, Counts, Counts, int]] = []

@@ -25,7 +25,7 @@ from privacy_wall.data.store import InMemoryBowStore
 from privacy_wall.gate import Gate
 from privacy_wall.ledger.base import Charge, InMemoryLedger
 from privacy_wall.queries.lda import PARAM, LdaQuery
-from worker.datasets.wikipedia import load_wikipedia
+from vips.datasets.wikipedia import load_wikipedia
 
 V = 5_000
 #: The attack's settings: (documents S, topics K).

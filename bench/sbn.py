@@ -6,7 +6,7 @@ Two datasets, each fitted through the real pieces (InMemoryBinaryStore, Gate, In
   under the moments accountant, delta = 1e-4, S in {400, 800, 1600, 3200}, giving the paper's epsilons
   1.34 / 1.74 / 2.44 / 3.34), on rows drawn from a known SBN with J = 64 visible and K = 8 hidden units
   (each W_jk non-zero with probability 0.3, random sign, magnitude U(3, 6)); 2,000 held-out rows;
-- digits: scikit-learn's 8 x 8 digits binarised at grey level > 7 (worker/datasets/digits.py; 1,347 train,
+- digits: scikit-learn's 8 x 8 digits binarised at grey level > 7 (vips/datasets/digits.py; 1,347 train,
   450 test), K = 10, three epochs T = 3 N // S, delta = 1e-5, S in {100, 200, 400, 800}.
 
 For each batch size S the target epsilon is what sigma = 1 costs under the moments accountant (the paper's
@@ -73,14 +73,14 @@ from privacy_wall.data.store import InMemoryBinaryStore
 from privacy_wall.gate import Gate
 from privacy_wall.ledger.base import InMemoryLedger
 from privacy_wall.queries.sbn import DEFAULT_FREQUENCY_COPIES
-from worker.datasets.digits import load_binary_digits
-from worker.models.sbn import (
+from vips.datasets.digits import load_binary_digits
+from vips.models.sbn import (
     SigmoidBeliefNetwork,
     heldout_nll,
     pixel_mean_metrics,
     reconstruction_metrics,
 )
-from worker.runner import LoopSettings, run_vips
+from vips.runner import LoopSettings, run_vips
 
 Array = NDArray[np.float64]
 
@@ -235,7 +235,7 @@ def rbm_nll(train: Array, test: Array, hidden: int, learning_rate: float, epochs
     """BernoulliRBM reconstruction NLL: -log p(v | E[h | v]) with p(v_j = 1 | h) = sigmoid(W_j h + a_j)."""
     from sklearn.neural_network import BernoulliRBM
 
-    from worker.models.sbn import bernoulli_nll
+    from vips.models.sbn import bernoulli_nll
 
     rbm = BernoulliRBM(n_components=hidden, learning_rate=learning_rate, n_iter=epochs, random_state=seed)
     rbm.fit(train)
@@ -256,7 +256,7 @@ def fit_images(
 ) -> tuple[float, float, float, float]:
     """(held-out NLL by importance sampling, reconstruction NLL, ledger epsilon, CPU seconds per iteration)
     of one SBN fit, K 50 (S 400, T 50 and the model's default frequency_copies and init_scale unless
-    given); worker.models.sbn.heldout_nll and reconstruction_metrics say what each score is."""
+    given); vips.models.sbn.heldout_nll and reconstruction_metrics say what each score is."""
     private = sigma > 0
     ledger = InMemoryLedger(delta=1e-5)
     gate = Gate(

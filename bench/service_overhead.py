@@ -31,7 +31,7 @@ import numpy as np
 
 from service.http.client import VipsClient
 from tests.e2e import production_service, synthetic_csv
-from worker.estimator import VIPSLogisticRegression
+from vips.estimators import VIPSLogisticRegression
 
 N, D, BATCH, SIGMA = 500, 5, 100, 2.0
 #: How often `vips fit --wait` polls a job (vips/commands/remote.py).

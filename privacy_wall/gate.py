@@ -77,7 +77,7 @@ def noised_means(
     """(post-processed statistics, noise std per block) of clipped sums over `batch_size` records: their
     means with one Gaussian mechanism of multiplier sigma over the query's blocks at their sensitivities
     (joint sensitivity sqrt(B) unless the query proves less). The gate's release, and the loop's public
-    rehearsal of it (worker.runner.rehearse)."""
+    rehearsal of it (vips.runner.rehearse)."""
     sensitivities = {b.name: b.sensitivity(batch_size) for b in query.blocks(dimension)}
     means = {name: value / batch_size for name, value in sums.items()}
     joint = joint_sensitivity(query, dimension)

@@ -11,8 +11,8 @@ from privacy_wall.data.store import RowStore
 from privacy_wall.gate import Gate, Release
 from privacy_wall.ledger.base import InMemoryLedger
 from privacy_wall.queries.base import Query
-from worker.models.base import VipsModel
-from worker.runner import LoopSettings, run_vips
+from vips.models.base import VipsModel
+from vips.runner import LoopSettings, run_vips
 
 State = TypeVar("State")
 

@@ -23,7 +23,7 @@ from privacy_wall.ledger import database as ledger_db
 from privacy_wall.ledger.base import Charge
 from tests.dbservers import fresh_database
 from tests.test_api import Api, add_dataset, make_api
-from worker.estimator import (
+from vips.estimators import (
     DPSEPLinearRegression,
     DPSEPLogisticRegression,
     DPVILogisticRegression,

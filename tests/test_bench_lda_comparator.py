@@ -10,7 +10,7 @@ import scipy.sparse as sp
 
 from bench.lda_sweeps import SweepRow, private_unigram, sweep_summary
 from privacy_wall.data.store import InMemoryBowStore
-from worker.datasets.synthetic_lda import generate_corpus, planted_topics
+from vips.datasets.synthetic_lda import generate_corpus, planted_topics
 
 
 def test_private_unigram_is_the_clipped_word_frequencies_at_the_ledgers_epsilon() -> None:

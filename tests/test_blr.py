@@ -14,9 +14,9 @@ from privacy_wall.data.store import InMemoryTabularStore
 from privacy_wall.ledger.base import InMemoryLedger
 from privacy_wall.queries.blr import LogisticRegressionQuery
 from tests.fitting import cosine, fit_through_gate, relative_error
-from worker.estimator import VIPSLogisticRegression
-from worker.models.blr import BayesianLogisticRegression, BlrState, predict_proba
-from worker.runner import LoopSettings
+from vips.estimators import VIPSLogisticRegression
+from vips.models.blr import BayesianLogisticRegression, BlrState, predict_proba
+from vips.runner import LoopSettings
 
 D = 10
 N = 20_000

@@ -1,4 +1,4 @@
-"""BLR's intercept step (worker.models.blr, issue 35): with few positives, z = sum (y - 1/2) x is dominated
+"""BLR's intercept step (vips.models.blr, issue 35): with few positives, z = sum (y - 1/2) x is dominated
 by (share - 1/2) N mean(x), which only the intercept explains. With the intercept's entries of H thresholded
 like the rest and a prior that shrinks it, the noise-aware step put that mean into the feature weights
 (w_j ~ -mean(x_j)), and rows with larger features scored lower: test AUC below 1/2 on data whose features
@@ -16,18 +16,18 @@ from sklearn.metrics import roc_auc_score
 from privacy_wall.data.store import InMemoryTabularStore
 from privacy_wall.queries.blr import LogisticRegressionQuery
 from tests.fitting import fit_through_gate
-from worker.datasets.imbalanced import imbalanced_split
-from worker.models.blr import (
+from vips.datasets.imbalanced import imbalanced_split
+from vips.models.blr import (
     BayesianLogisticRegression,
     BlrState,
     intercept_moments,
     noise_aware_moments,
 )
-from worker.runner import LoopSettings
+from vips.runner import LoopSettings
 
 
 def imbalanced_arrays() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """worker.datasets.imbalanced's split (N 3,500, 20,000 test rows, ~14% positives) as arrays."""
+    """vips.datasets.imbalanced's split (N 3,500, 20,000 test rows, ~14% positives) as arrays."""
     train, test = imbalanced_split()
     return train.features, train.labels, test.features, test.labels
 

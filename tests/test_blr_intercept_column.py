@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 from fastapi.testclient import TestClient
 
-import worker.fit_loop
+import vips.fit_loop
 import worker.jobs
 from control.jobs.queue import RecordingQueue
 from control.settings import ServiceSettings
@@ -24,9 +24,9 @@ from service.app import create_app
 from tests.dbservers import fresh_database
 from tests.test_blr_intercept import imbalanced_arrays
 from vips.cli import main
-from worker.estimator import VIPSLogisticRegression
-from worker.models.blr import BayesianLogisticRegression
-from worker.models.registry import ModelSetup, intercept_column, model_setup
+from vips.estimators import VIPSLogisticRegression
+from vips.models.blr import BayesianLogisticRegression
+from vips.models.registry import ModelSetup, intercept_column, model_setup
 
 INTERCEPT_LAST = ["x1", "x2", "intercept"]
 
@@ -75,7 +75,7 @@ def spy(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
         seen.append(kwargs.get("columns"))
         return model_setup(*args, **kwargs)
 
-    monkeypatch.setattr(worker.fit_loop, "model_setup", recording)
+    monkeypatch.setattr(vips.fit_loop, "model_setup", recording)
     monkeypatch.setattr(worker.jobs, "model_setup", recording)
     return seen
 

@@ -1,4 +1,4 @@
-"""BLR's noise-aware M-step (worker.models.blr, issue 12): the closed form is the exact posterior of the
+"""BLR's noise-aware M-step (vips.models.blr, issue 12): the closed form is the exact posterior of the
 linear-Gaussian model it assumes, it is Bayes-calibrated under that model, it reduces to the paper's update
 without noise, and through the real gate it predicts better than the paper's update from the same releases."""
 
@@ -13,14 +13,14 @@ from control.planning.options import option_problem
 from privacy_wall.data.store import InMemoryTabularStore
 from privacy_wall.queries.blr import LogisticRegressionQuery
 from tests.fitting import fit_through_gate
-from worker.models.blr import (
+from vips.models.blr import (
     BayesianLogisticRegression,
     gaussian_moments,
     noise_aware_moments,
     predict_proba,
 )
-from worker.models.registry import model_setup
-from worker.runner import LoopSettings
+from vips.models.registry import model_setup
+from vips.runner import LoopSettings
 
 
 def random_psd(rng: np.random.Generator, d: int, rank: int) -> np.ndarray:

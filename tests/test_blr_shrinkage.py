@@ -1,4 +1,4 @@
-"""BLR's treatment of the releases' noise on H and z (worker.models.blr, issue 35): SURE soft-thresholding of
+"""BLR's treatment of the releases' noise on H and z (vips.models.blr, issue 35): SURE soft-thresholding of
 H's off-diagonal entries (weighted by the error of H w) and the projections' excess ridge (shrink_h, the
 default), z pooled over all releases; each step reads only released values and public noise stds, and the
 default recovers known weights better than the issue-12 step."""
@@ -15,8 +15,8 @@ from privacy_wall.ledger.base import InMemoryLedger
 from privacy_wall.queries.blr import LogisticRegressionQuery
 from tests.fitting import fit_through_gate, relative_error
 from tests.test_blr_noise_aware import one_hot_design
-from worker.models.base import step_size
-from worker.models.blr import (
+from vips.models.base import step_size
+from vips.models.blr import (
     PROJECTION_RIDGE,
     BayesianLogisticRegression,
     BlrState,
@@ -25,7 +25,7 @@ from worker.models.blr import (
     sure_threshold,
     weighted_sure_threshold,
 )
-from worker.runner import LoopSettings, run_vips
+from vips.runner import LoopSettings, run_vips
 
 
 def sure(values: np.ndarray, std: float, t: float) -> float:

@@ -11,9 +11,9 @@ import pytest
 
 from tests.test_cli import run_error, run_ok
 from vips.cli import main
-from worker.columns import ColumnMismatch, by_name, column_order, input_columns
-from worker.estimator import VipsEstimator
-from worker.models.registry import public_schema_extra
+from vips.columns import ColumnMismatch, by_name, column_order, input_columns
+from vips.estimators import VipsEstimator
+from vips.models.registry import public_schema_extra
 
 WEIGHTS = np.array([5.0, -4.0, 3.0, 0.5])
 NAMES = ["age", "income", "hours", "tenure"]
@@ -132,7 +132,7 @@ def test_a_file_without_header_needs_no_header(
     assert "--no-header" in err
 
 
-# --- the pieces: worker.columns, the posterior's schema, the estimators --------------------------------
+# --- the pieces: vips.columns, the posterior's schema, the estimators --------------------------------
 
 
 class Frame:

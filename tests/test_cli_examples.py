@@ -12,8 +12,8 @@ import pytest
 from privacy_wall.data.docword import read_docword, read_vocabulary
 from privacy_wall.data.formats import read_tabular_csv
 from vips.cli import main
-from worker.datasets.adult import load_adult
-from worker.datasets.wikipedia import load_wikipedia
+from vips.datasets.adult import load_adult
+from vips.datasets.wikipedia import load_wikipedia
 
 
 @pytest.mark.slow

@@ -15,10 +15,10 @@ import pytest
 from tests.test_cli import run_error, run_ok
 from vips.cli import main
 from vips.commands.predict import warn_if_no_better
-from worker.datasets.synthetic_lda import generate_corpus, planted_topics
-from worker.datasets.wikipedia import write_bag_of_words
-from worker.models.lda import unigram_perplexity
-from worker.models.sbn import pixel_mean_metrics
+from vips.datasets.synthetic_lda import generate_corpus, planted_topics
+from vips.datasets.wikipedia import write_bag_of_words
+from vips.models.lda import unigram_perplexity
+from vips.models.sbn import pixel_mean_metrics
 
 TOPICS, WORDS = 3, 30
 

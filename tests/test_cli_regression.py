@@ -13,7 +13,7 @@ from sklearn.linear_model import Ridge
 
 from tests.test_cli import run_error, run_ok
 from vips.cli import main
-from worker.datasets.regression import RegressionData, load_regression
+from vips.datasets.regression import RegressionData, load_regression
 
 
 def write_csv(path: Path, data: RegressionData) -> Path:

@@ -1,5 +1,5 @@
-"""The bundled credit scoring dataset (worker.datasets.credit): shapes, the fixed public split, row norms,
-labels and one encoded row checked by hand against the file; the shared loader (worker.datasets.bundled)."""
+"""The bundled credit scoring dataset (vips.datasets.credit): shapes, the fixed public split, row norms,
+labels and one encoded row checked by hand against the file; the shared loader (vips.datasets.bundled)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from worker.datasets.bundled import read_csv_gz
-from worker.datasets.credit import BINARY, CATEGORICAL, NUMERIC_BOUNDS, feature_names, load_credit
+from vips.datasets.bundled import read_csv_gz
+from vips.datasets.credit import BINARY, CATEGORICAL, NUMERIC_BOUNDS, feature_names, load_credit
 
 DIVISOR = math.sqrt(14) * (1 + 1e-12)
 

@@ -11,8 +11,8 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
 from privacy_wall.data.store import BoundViolation
-from worker.estimator import VipsEstimator, VIPSLinearRegression, VIPSLogisticRegression
-from worker.preprocessing import DataNormWarning, within_data_norm
+from vips.estimators import VipsEstimator, VIPSLinearRegression, VIPSLogisticRegression
+from vips.preprocessing import DataNormWarning, within_data_norm
 
 
 @pytest.fixture(scope="module")

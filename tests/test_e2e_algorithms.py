@@ -16,7 +16,7 @@ from privacy_wall.accounting.events import SubsampledGaussianEvent
 from service.http.client import VipsClient
 from tests.e2e import production_service, synthetic_csv
 from tests.test_cli_regression import write_csv
-from worker.datasets.regression import load_regression
+from vips.datasets.regression import load_regression
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.redis]
 

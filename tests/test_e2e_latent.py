@@ -20,11 +20,11 @@ from privacy_wall.accounting.accountants import privacy_cost
 from privacy_wall.accounting.events import SubsampledGaussianEvent
 from service.http.client import VipsClient
 from tests.e2e import Service, production_service
-from worker.datasets.digits import load_binary_digits
-from worker.datasets.synthetic_lda import generate_corpus, planted_topics
-from worker.datasets.wikipedia import write_bag_of_words
-from worker.models.lda import unigram_perplexity
-from worker.models.sbn import pixel_mean_metrics
+from vips.datasets.digits import load_binary_digits
+from vips.datasets.synthetic_lda import generate_corpus, planted_topics
+from vips.datasets.wikipedia import write_bag_of_words
+from vips.models.lda import unigram_perplexity
+from vips.models.sbn import pixel_mean_metrics
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.redis]
 

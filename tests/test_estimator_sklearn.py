@@ -1,4 +1,4 @@
-"""The in-process estimators (worker.estimator): the progress hook and the scikit-learn contract.
+"""The in-process estimators (vips.estimators): the progress hook and the scikit-learn contract.
 
 Public fits (sigma = 0, random_state 0) carry the property assertions: they are the only reproducible ones.
 """
@@ -20,8 +20,8 @@ from sklearn.pipeline import Pipeline, make_pipeline
 from sklearn.preprocessing import FunctionTransformer
 from sklearn.utils.estimator_checks import check_estimator
 
-from worker import fit_loop
-from worker.estimator import (
+from vips import fit_loop
+from vips.estimators import (
     DPSEPLinearRegression,
     DPSEPLogisticRegression,
     DPVILogisticRegression,
@@ -31,7 +31,7 @@ from worker.estimator import (
     VIPSLogisticRegression,
     VIPSSigmoidBeliefNetwork,
 )
-from worker.posterior import PosteriorError
+from vips.posterior import PosteriorError
 
 ESTIMATOR_CLASSES: list[type[VipsEstimator]] = [
     VIPSLogisticRegression,

@@ -20,8 +20,8 @@ from control.planning.options import schedule_problem
 from privacy_wall.data.store import InMemoryBowStore
 from privacy_wall.queries.lda import LdaQuery
 from tests.fitting import fit_through_gate
-from worker.datasets.synthetic_lda import SyntheticCorpus, generate_corpus, planted_topics
-from worker.models.lda import (
+from vips.datasets.synthetic_lda import SyntheticCorpus, generate_corpus, planted_topics
+from vips.models.lda import (
     SMOOTHING,
     LatentDirichletAllocation,
     LdaState,
@@ -36,8 +36,8 @@ from worker.models.lda import (
     unigram_estimate,
     unigram_perplexity,
 )
-from worker.posterior import Privacy, build_posterior, dumps_posterior, load_posterior, save_posterior
-from worker.runner import LoopSettings
+from vips.posterior import Privacy, build_posterior, dumps_posterior, load_posterior, save_posterior
+from vips.runner import LoopSettings
 
 K = 5
 V = 300
@@ -132,7 +132,7 @@ def test_smoothing_corrects_resampling_overconfidence() -> None:
     bundled Wikipedia paragraphs, V 5,000, K 20: ~10 tokens per topic-word parameter) the default pull
     towards the corpus's word frequencies lowers held-out completion perplexity by more than 5% (one seeded
     sigma = 0 fit each, S = D, T 5; observed: 4,267 and 3,807, -11%)."""
-    from worker.datasets.wikipedia import load_wikipedia
+    from vips.datasets.wikipedia import load_wikipedia
 
     corpus = load_wikipedia()
     train = sp.csr_array(corpus.train[:1000])
@@ -155,7 +155,7 @@ def test_smoothing_is_a_job_option_with_the_doc_length_default() -> None:
     (0) with documents kept whole; a given value wins; a negative one is refused with its name; the
     posterior states the f its lambda includes."""
     from control.planning.options import option_problem
-    from worker.models.registry import model_setup
+    from vips.models.registry import model_setup
 
     def smoothing(options: dict[str, float]) -> float:
         model = model_setup("lda", options, sigma=0.0).model
@@ -429,7 +429,7 @@ def test_keep_threshold_keeps_pure_noise_at_most_one_time_in_a_hundred() -> None
     1,200 noise entries; the binomial standard error of 1% is 0.16%, so 1.5% is three of them above."""
     from scipy.special import ndtr
 
-    from worker.models.lda import NOISE_KEPT, keep_threshold
+    from vips.models.lda import NOISE_KEPT, keep_threshold
 
     for entries in (1200, 250_000):
         z = keep_threshold(entries)

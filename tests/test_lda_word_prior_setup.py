@@ -1,7 +1,7 @@
 """LDA's public word prior is wired where a fit is set up: the option, the registry, the estimators, the
 worker's jobs (the dataset's public vocabulary) and the posterior that names the prior it used.
 
-The estimate itself (worker.models.word_prior) is tested in tests/test_word_prior.py.
+The estimate itself (vips.models.word_prior) is tested in tests/test_word_prior.py.
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ from privacy_wall.data.ingest import ingest
 from privacy_wall.sqlengine import create_db_engine
 from service.app import create_app
 from tests.dbservers import fresh_database
-from worker.datasets.wikipedia import write_bag_of_words
-from worker.estimator import VIPSLatentDirichletAllocation
+from vips.datasets.wikipedia import write_bag_of_words
+from vips.estimators import VIPSLatentDirichletAllocation
+from vips.models.lda import LatentDirichletAllocation
+from vips.models.registry import model_setup
 from worker.jobs import execute_job
-from worker.models.lda import LatentDirichletAllocation
-from worker.models.registry import model_setup
 
 DELTA = 1e-5
 #: Common English words (all in wordfreq's list) and a few made-up ones: coverage well above one half.

@@ -1,6 +1,6 @@
 """VIPS for conjugate Bayesian linear regression end to end (wall + loop + M-step): exactness at sigma = 0,
 recovery of known weights, a private fit through the real gate, the predictive distribution, and the public
-diabetes data of worker.datasets.regression."""
+diabetes data of vips.datasets.regression."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from privacy_wall.gate import Gate, PrivacyError
 from privacy_wall.ledger.base import InMemoryLedger
 from tests.fitting import fit_through_gate, relative_error
 from tests.privacy_wall.queries.test_linreg import regression_store
-from worker.datasets.regression import load_regression
-from worker.models.linreg import BayesianLinearRegression, LinregState, predict, rmse
-from worker.runner import LoopSettings
+from vips.datasets.regression import load_regression
+from vips.models.linreg import BayesianLinearRegression, LinregState, predict, rmse
+from vips.runner import LoopSettings
 
 D = 5
 N = 20_000
@@ -207,7 +207,7 @@ def test_private_intervals_cover_the_true_weights_at_their_nominal_rate() -> Non
     repeats of these fits (private noise cannot be seeded) coverage was 0.907 +- 0.011 (0.895-0.927) and
     the slope 0.993-1.001, so 0.80-0.97 is over 5 standard deviations from the mean."""
     from bench.calibration import draw
-    from worker.estimator import VIPSLinearRegression
+    from vips.estimators import VIPSLinearRegression
 
     fits = []
     for seed in range(2_000, 2_060):

@@ -1,4 +1,4 @@
-"""The bundled MLC churn dataset (worker.datasets.mlc_churn): shapes, the fixed public split, row norms,
+"""The bundled MLC churn dataset (vips.datasets.mlc_churn): shapes, the fixed public split, row norms,
 labels and one encoded row checked by hand against the file."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from worker.datasets.mlc_churn import BINARY, CATEGORICAL, NUMERIC_BOUNDS, feature_names, load_mlc_churn
+from vips.datasets.mlc_churn import BINARY, CATEGORICAL, NUMERIC_BOUNDS, feature_names, load_mlc_churn
 
 
 def test_split_sizes_norms_and_labels() -> None:

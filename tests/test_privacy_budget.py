@@ -17,8 +17,8 @@ from privacy_wall.accounting.events import SubsampledGaussianEvent
 from privacy_wall.gate import PrivacyError
 from privacy_wall.ledger.base import BudgetExceeded, budget_exceeded
 from privacy_wall.ledger.refusals import refusal_detail
-from worker.budget import PrivacyBudget
-from worker.estimator import VIPSLogisticRegression
+from vips.budget import PrivacyBudget
+from vips.estimators import VIPSLogisticRegression
 
 
 @pytest.fixture(scope="module")

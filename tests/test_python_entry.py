@@ -19,9 +19,9 @@ import scipy.sparse as sp
 import vips
 from tests.test_cli_startup import loaded_after
 from vips import cli
+from vips.datasets.wikipedia import write_bag_of_words
+from vips.estimators import ESTIMATORS
 from vips.progress import fit_progress
-from worker.datasets.wikipedia import write_bag_of_words
-from worker.estimator import ESTIMATORS
 
 
 def test_import_vips_loads_nothing_heavy() -> None:
@@ -85,13 +85,13 @@ NOT_FOR_A_PUBLIC_LDA_FIT = {
     "control.settings",
     "privacy_wall.data.db_store",
     "privacy_wall.sqlengine",
-    "worker.budget",
-    "worker.estimator",
-    "worker.models.sbn",
-    "worker.models.dpvi",
-    "worker.models.dpsep",
-    "worker.models.blr",
-    "worker.models.linreg",
+    "vips.budget",
+    "vips.estimators",
+    "vips.models.sbn",
+    "vips.models.dpvi",
+    "vips.models.dpsep",
+    "vips.models.blr",
+    "vips.models.linreg",
 }
 
 
@@ -115,7 +115,7 @@ def test_a_public_lda_fit_loads_only_what_it_runs(tmp_path: Path) -> None:
     ]
     argv += ["--sigma", "0", "--iterations", "2", "--option", "topics=3", "-o", str(tmp_path / "lda.json")]
     loaded = _modules_after_fit_local(argv)
-    assert "worker.models.lda" in loaded and "privacy_wall.gate" in loaded  # the fit did run here
+    assert "vips.models.lda" in loaded and "privacy_wall.gate" in loaded  # the fit did run here
     assert not loaded & NOT_FOR_A_PUBLIC_LDA_FIT, sorted(loaded & NOT_FOR_A_PUBLIC_LDA_FIT)
 
 

@@ -34,11 +34,11 @@ from service.app import create_app
 from tests.dbservers import fresh_database
 from tests.fitting import fit_through_gate
 from tests.test_api import Api, populate
-from worker.datasets.adult import load_adult
-from worker.datasets.digits import load_binary_digits
-from worker.datasets.wikipedia import load_wikipedia
-from worker.models import registry, sbn
-from worker.runner import LoopSettings
+from vips.datasets.adult import load_adult
+from vips.datasets.digits import load_binary_digits
+from vips.datasets.wikipedia import load_wikipedia
+from vips.models import registry, sbn
+from vips.runner import LoopSettings
 
 DELTA = 1e-5
 MEMORY_MB = 12 * 1024  # the limits of the API under test (12 GiB of worker memory, 64 MiB per release, 1 GiB)

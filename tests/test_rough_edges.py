@@ -198,7 +198,7 @@ def test_a_data_norm_that_clips_most_rows_says_what_to_do() -> None:
     from sklearn.preprocessing import StandardScaler
 
     from vips import VIPSLogisticRegression
-    from worker.preprocessing import DataNormWarning
+    from vips.preprocessing import DataNormWarning
 
     rng = np.random.default_rng(0)
     x = rng.normal(size=(400, 36)) * 3 + 1
@@ -384,7 +384,7 @@ def test_a_budget_inside_stratified_cross_validation_is_warned_about() -> None:
     from sklearn.model_selection import KFold, cross_val_score
 
     from vips import PrivacyBudget, VIPSLogisticRegression
-    from worker.estimator import StratifiedFoldsWarning
+    from vips.estimators import StratifiedFoldsWarning
 
     rng = np.random.default_rng(0)
     x = rng.normal(size=(120, 3)) / 2
@@ -457,7 +457,7 @@ def test_budget_show_and_fit_wait_tell_an_analyst_both_what_is_left(
 
 def test_a_mistyped_column_of_predict_input_is_paired_with_its_typo() -> None:
     """predict / evaluate / the estimators name missing and unexpected columns; a close pair is a typo."""
-    from worker.columns import ColumnMismatch, column_order
+    from vips.columns import ColumnMismatch, column_order
 
     with pytest.raises(
         ColumnMismatch, match=r"missing 'hours' \(did you mean 'huors'\?\); unexpected 'huors'"

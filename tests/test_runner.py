@@ -1,4 +1,4 @@
-"""worker.runner: the loop rehearses its first update on a public stand-in before the first charge (issue 52).
+"""vips.runner: the loop rehearses its first update on a public stand-in before the first charge (issue 52).
 
 Options outside the admitted ranges cannot reach the loop through the API, the CLI or the estimators
 (control.planning.options); these tests build the model and query directly, as a new model or a future
@@ -14,9 +14,9 @@ import scipy.sparse as sp
 from privacy_wall.data.store import InMemoryBowStore, InMemoryTabularStore
 from privacy_wall.queries.lda import LdaQuery
 from tests.fitting import fit_through_gate
-from worker.models.dpvi import DpviLogisticRegression
-from worker.models.lda import LatentDirichletAllocation
-from worker.runner import LoopSettings, UnrunnableOptions
+from vips.models.dpvi import DpviLogisticRegression
+from vips.models.lda import LatentDirichletAllocation
+from vips.runner import LoopSettings, UnrunnableOptions
 
 
 def documents(count: int = 60, words: int = 30, seed: int = 0) -> InMemoryBowStore:
@@ -69,10 +69,10 @@ def test_runnable_options_are_charged_once_per_iteration_after_the_rehearsal() -
 def test_a_sigma_below_the_floor_is_refused_as_the_api_refuses_it() -> None:
     """Issue 52 item 8: sigma 1e-12 was admitted (epsilon 5e23) while the quote's largest_epsilon, found
     over sigma >= SIGMA_MIN, was 504,264. A given sigma must be 0 (public data) or at least SIGMA_MIN on
-    every path: the API (tests/test_api.py) and the estimators and `vips fit --local` (worker.fit_loop),
+    every path: the API (tests/test_api.py) and the estimators and `vips fit --local` (vips.fit_loop),
     before anything is charged."""
     from privacy_wall.accounting.sigma_range import SIGMA_MIN, sigma_problem
-    from worker.estimator import VIPSLogisticRegression
+    from vips.estimators import VIPSLogisticRegression
 
     store = rows()
     x, y = store.features, store.labels

@@ -12,7 +12,7 @@ from privacy_wall.accounting.calibration import calibrate_sigma
 from privacy_wall.data.store import Batch, InMemoryBinaryStore
 from privacy_wall.queries.sbn import DEFAULT_FREQUENCY_COPIES
 from tests.fitting import fit_through_gate
-from worker.models.sbn import (
+from vips.models.sbn import (
     NoiseVariances,
     SbnState,
     SigmoidBeliefNetwork,
@@ -25,7 +25,7 @@ from worker.models.sbn import (
     shrink_columns,
     shrink_precision,
 )
-from worker.runner import LoopSettings
+from vips.runner import LoopSettings
 
 
 def digits_28(count: int, offset: int = 0) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""Scaling from public bounds (worker.preprocessing, `vips scale`): rows land in the unit ball the wall
+"""Scaling from public bounds (vips.preprocessing, `vips scale`): rows land in the unit ball the wall
 requires, the map is the documented affine one, and the output is accepted by ingestion's bound checks."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from sklearn.pipeline import make_pipeline
 from privacy_wall.data.formats import read_tabular_csv
 from privacy_wall.data.store import check_regression_bounds, check_tabular_bounds
 from vips.cli import main
-from worker.estimator import VIPSLogisticRegression
-from worker.preprocessing import PublicBoundsScaler, from_unit_interval, to_unit_interval
+from vips.estimators import VIPSLogisticRegression
+from vips.preprocessing import PublicBoundsScaler, from_unit_interval, to_unit_interval
 
 LOWER, UPPER = [0.0, 18.0, -5.0], [10.0, 90.0, 5.0]
 

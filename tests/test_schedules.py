@@ -28,10 +28,10 @@ from control.planning.schedules import (
 )
 from tests.dbservers import fresh_database
 from tests.test_api import Api, N, make_api
+from vips import fit_loop
 from vips.cli import main
-from worker import fit_loop
-from worker.estimator import DPVILogisticRegression, VIPSLogisticRegression
-from worker.models.blr import BayesianLogisticRegression
+from vips.estimators import DPVILogisticRegression, VIPSLogisticRegression
+from vips.models.blr import BayesianLogisticRegression
 
 
 @pytest.fixture
@@ -340,7 +340,7 @@ def test_the_options_a_rule_may_choose_reach_the_walls_query() -> None:
     """frequency_copies and the unigram fallback are job options: model_setup hands them to the queries."""
     from privacy_wall.queries.lda import LdaQuery
     from privacy_wall.queries.sbn import SigmoidBeliefNetworkQuery
-    from worker.models.registry import model_setup
+    from vips.models.registry import model_setup
 
     sbn = model_setup("sbn", {"frequency_copies": 2}, sigma=1.0).query
     assert isinstance(sbn, SigmoidBeliefNetworkQuery) and sbn.frequency_copies == 2

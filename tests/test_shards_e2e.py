@@ -28,8 +28,8 @@ from privacy_wall.sqlengine import create_db_engine
 from service.http.client import VipsClient
 from tests.e2e import Service, embedded_service, production_service, start_vips, synthetic_csv
 from tests.faults import assert_accounted, wait_for
+from vips.models.registry import model_setup
 from vips.supervisor import descendants
-from worker.models.registry import model_setup
 
 pytestmark = pytest.mark.slow
 

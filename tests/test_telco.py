@@ -1,4 +1,4 @@
-"""The bundled Telco churn dataset (worker.datasets.telco): shapes, the fixed public split, row norms, labels
+"""The bundled Telco churn dataset (vips.datasets.telco): shapes, the fixed public split, row norms, labels
 and one encoded row checked by hand against the file."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from worker.datasets.telco import BINARY, CATEGORICAL, NUMERIC_BOUNDS, feature_names, load_telco
+from vips.datasets.telco import BINARY, CATEGORICAL, NUMERIC_BOUNDS, feature_names, load_telco
 
 
 def test_split_sizes_norms_and_labels() -> None:

@@ -32,9 +32,9 @@ from service.ui import convergence
 from tests.e2e import Service, embedded_service
 from tests.servers import may_use
 from tests.test_e2e_latent import write_binary_csv
-from worker.datasets.digits import load_binary_digits
-from worker.datasets.synthetic_lda import generate_corpus, planted_topics
-from worker.datasets.wikipedia import write_bag_of_words
+from vips.datasets.digits import load_binary_digits
+from vips.datasets.synthetic_lda import generate_corpus, planted_topics
+from vips.datasets.wikipedia import write_bag_of_words
 
 pytestmark = pytest.mark.browser
 

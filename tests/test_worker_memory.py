@@ -15,7 +15,7 @@ from service.http.client import VipsClient
 from tests.e2e import embedded_service
 from tests.test_e2e_latent import write_binary_csv
 from vips.commands.server import limit_address_space
-from worker.datasets.digits import load_binary_digits
+from vips.datasets.digits import load_binary_digits
 
 DELTA = 1e-5
 #: An idle `vips worker` maps about 670 MB (measured: VmSize 668 MB, RSS 172 MB); 1,200 MB leaves a small

@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from privacy_wall.ledger.base import BudgetExceeded
     from service.http.client import ApiConnectionError, ApiError
+    from vips.budget import BudgetCharge, PrivacyBudget
     from vips.client import Client, JobFailed
-    from worker.budget import BudgetCharge, PrivacyBudget
-    from worker.estimator import (
+    from vips.estimators import (
         DPSEPLinearRegression,
         DPSEPLogisticRegression,
         DPVILogisticRegression,
@@ -32,23 +32,23 @@ if TYPE_CHECKING:
         VIPSLogisticRegression,
         VIPSSigmoidBeliefNetwork,
     )
-    from worker.preprocessing import DataNormWarning, PublicBoundsScaler
+    from vips.preprocessing import DataNormWarning, PublicBoundsScaler
 
 #: Each public name and the module that defines it.
 _LAZY: dict[str, str] = {
-    "VipsEstimator": "worker.estimator",
-    "VIPSLogisticRegression": "worker.estimator",
-    "DPVILogisticRegression": "worker.estimator",
-    "DPSEPLogisticRegression": "worker.estimator",
-    "VIPSLinearRegression": "worker.estimator",
-    "DPSEPLinearRegression": "worker.estimator",
-    "VIPSLatentDirichletAllocation": "worker.estimator",
-    "VIPSSigmoidBeliefNetwork": "worker.estimator",
-    "PrivacyBudget": "worker.budget",
-    "BudgetCharge": "worker.budget",
+    "VipsEstimator": "vips.estimators",
+    "VIPSLogisticRegression": "vips.estimators",
+    "DPVILogisticRegression": "vips.estimators",
+    "DPSEPLogisticRegression": "vips.estimators",
+    "VIPSLinearRegression": "vips.estimators",
+    "DPSEPLinearRegression": "vips.estimators",
+    "VIPSLatentDirichletAllocation": "vips.estimators",
+    "VIPSSigmoidBeliefNetwork": "vips.estimators",
+    "PrivacyBudget": "vips.budget",
+    "BudgetCharge": "vips.budget",
     "BudgetExceeded": "privacy_wall.ledger.base",
-    "PublicBoundsScaler": "worker.preprocessing",
-    "DataNormWarning": "worker.preprocessing",
+    "PublicBoundsScaler": "vips.preprocessing",
+    "DataNormWarning": "vips.preprocessing",
     "Client": "vips.client",
     "JobFailed": "vips.client",
     "ApiError": "service.http.client",

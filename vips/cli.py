@@ -73,7 +73,7 @@ def build_parser() -> Parser:
 # it: an exception of a class can only be raised once its module is loaded.
 _INPUT_ERRORS = (
     ("privacy_wall.data.formats", "FormatError"),
-    ("worker.posterior", "PosteriorError"),
+    ("vips.posterior", "PosteriorError"),
     ("privacy_wall.data.store", "BoundViolation"),
     ("privacy_wall.accounting.calibration", "CalibrationError"),
     ("privacy_wall.gate", "PrivacyError"),

@@ -10,7 +10,7 @@ budget, cancel.
 
 The transport is service.http.client's VipsClient: an answer other than 2xx raises its ApiError, whose text is
 what the CLI prints after "vips: error: " (ApiConnectionError, status 0, when the service is unreachable).
-fit's estimator is VipsEstimator.from_posterior of the released posterior (worker.estimator): the same
+fit's estimator is VipsEstimator.from_posterior of the released posterior (vips.estimators): the same
 scikit-learn estimator a local fit returns, predicting exactly as `vips predict` does. A job that fails or is
 cancelled raises JobFailed with the CLI's message; an interrupted or timed-out wait leaves the job running
 and says how to reattach. The progress bar: in a Jupyter kernel an HTML <progress> updated in place (no
@@ -39,7 +39,7 @@ from vips.progress import epsilon_text, fit_progress
 if TYPE_CHECKING:
     import pandas as pd  # type: ignore[import-untyped,unused-ignore]
 
-    from worker.estimator import VipsEstimator
+    from vips.estimators import VipsEstimator
 
 #: Attempts of a submission whose answer timed out (each resent with the same Idempotency-Key), as the CLI.
 SUBMIT_ATTEMPTS = 3
@@ -216,8 +216,8 @@ class Client:
     ) -> VipsEstimator:
         """The scikit-learn estimator of a finished job's posterior (VipsEstimator.from_posterior), `job_`
         set to the job; `output` also writes the document to that file (streamed, as `vips posterior`)."""
-        from worker.estimator import VipsEstimator
-        from worker.posterior import load_posterior
+        from vips.estimators import VipsEstimator
+        from vips.posterior import load_posterior
 
         job = self.api.job(job_id)
         if output is not None:

@@ -26,7 +26,7 @@ from typing import Any
 
 import httpx
 
-from worker.datasets.adult import load_adult, write_tabular_csv
+from vips.datasets.adult import load_adult, write_tabular_csv
 
 JOB_EPSILON = 0.9
 BUDGET_EPSILON = 1.0

@@ -1,7 +1,7 @@
 """A tabular CSV read for a posterior (`vips predict` / `vips evaluate`): columns matched by name.
 
 With a header (the default), the file's columns are matched to the posterior's feature columns by name, in
-any order (worker.columns): a missing or unexpected column is an error naming it. The label column is
+any order (vips.columns): a missing or unexpected column is an error naming it. The label column is
 `--label`, else the posterior's label (evaluate needs it; predict drops it when the file has it), else
 `label`. A file without a header is read only with --no-header: its columns are then the posterior's
 feature columns in the posterior's order (evaluate: then the label, last). A posterior written before
@@ -18,9 +18,9 @@ import numpy as np
 
 from privacy_wall.data.formats import MissingHeader, TabularFile, TabularStream, read_tabular_csv
 from vips.choices import DEFAULT_LABEL
+from vips.columns import ColumnMismatch, column_order
 from vips.errors import UsageError
-from worker.columns import ColumnMismatch, column_order
-from worker.posterior import feature_columns, label_column
+from vips.posterior import feature_columns, label_column
 
 POSITIONAL_NOTE = (
     "vips: note: this posterior was written before posteriors kept column names: the input's columns are "

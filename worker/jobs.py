@@ -48,9 +48,9 @@ from privacy_wall.sqlengine import (
     reading,
     relaxed_connection,
 )
-from worker.models.registry import model_setup, public_schema_extra
-from worker.posterior import Privacy, build_posterior, dumps_posterior
-from worker.runner import LoopSettings, UnrunnableOptions, run_vips
+from vips.models.registry import model_setup, public_schema_extra
+from vips.posterior import Privacy, build_posterior, dumps_posterior
+from vips.runner import LoopSettings, UnrunnableOptions, run_vips
 from worker.stored_releases import (
     JobCancelled,
     JobNoLongerRunning,
@@ -189,7 +189,7 @@ MAX_RESUMPTIONS = 10
 
 
 def _store_posterior(control: Engine, job_id: str, document: dict[str, Any]) -> None:
-    """Store the document's JSON text (worker.posterior.dumps_posterior) in chunks, in one transaction."""
+    """Store the document's JSON text (vips.posterior.dumps_posterior) in chunks, in one transaction."""
     text = dumps_posterior(document)
     with control.begin() as conn:
         store_posterior(conn, job_id, text, utc_now())

@@ -35,10 +35,10 @@ from privacy_wall.data.db_store import DatabaseStore
 from privacy_wall.data.settings import get_wall_settings
 from privacy_wall.shards import SWEEP_SECONDS, ShardedSums, ShardTask, answer, keep_swept, linger, pending
 from privacy_wall.sqlengine import create_db_engine, reading
+from vips.models.registry import model_setup
 from worker.celery_app import app
 from worker.context import control_engine, dataset_cache, sensitive_engine
 from worker.jobs import DatabaseUnavailable, execute_job
-from worker.models.registry import model_setup
 from worker.stored_releases import StorageLimits
 
 log = logging.getLogger(__name__)

@@ -2,7 +2,7 @@
 
 From the dataset's public shape (kind, rows N, dimension d / vocabulary V / pixels J, as the `datasets`
 row holds them) and the spec (batch size S, iterations T, model options), each model's function below
-counts three numbers of float64 values, read off the model's code (worker.models.*) and its wall query
+counts three numbers of float64 values, read off the model's code (vips.models.*) and its wall query
 (privacy_wall.queries.*):
 
 - working: the numpy arrays alive at the job's busiest moment (E-step, M-step, noise, post-processing);

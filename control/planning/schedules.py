@@ -114,7 +114,7 @@ RULES: dict[tuple[str, str], Rule] = {
         "epsilon x N = 150,000 its usual schedule (Jalko et al.)",
     ),
     # Read at epsilon x N x sqrt(10 / d), as VIPS-BLR's rule. Above 2,000 the noise-aware mode (centred
-    # releases, a noise-aware Newton step: worker.models.dpsep), whose intervals cover, with the site clip
+    # releases, a noise-aware Newton step: vips.models.dpsep), whose intervals cover, with the site clip
     # 0.3 up to 8,000 and 0.35 above: on 100 synthetic datasets at epsilon 0.3 / 0.6 / 1 / 3 coverage
     # 0.88 / 0.86 / 0.84 / 0.84, slope 0.95-0.99, and the lowest held-out log loss measured on Adult and
     # Telco or within 0.002 of it (Adult 0.3530 / 0.3409 / 0.3389 / 0.3334); a smaller clip biases the
@@ -141,7 +141,7 @@ RULES: dict[tuple[str, str], Rule] = {
     ("linreg", "vips"): Rule(
         iterations=((math.inf, 5),), source="the regression section of bench/compare_algorithms.py"
     ),
-    # The noise-aware mode's clip of each record's site P(z z^T) (worker.models.dpsep): 0.7 against 0.5, 1
+    # The noise-aware mode's clip of each record's site P(z z^T) (vips.models.dpsep): 0.7 against 0.5, 1
     # and sqrt(3) (nothing clipped) on 30 synthetic datasets at epsilon 0.3 / 1 / 3 (N 10,000), the lowest
     # held-out negative log density or within 0.001 of it at each, with coverage 0.89-0.93 (0.5: 0.81 at
     # epsilon 3; sqrt(3): 0.09 worse at 0.3); docs/schedules.md, "DP-SEP linear regression: the clip".

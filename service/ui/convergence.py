@@ -6,10 +6,10 @@ redo without the worker's models (the import contract keeps them apart):
 
 - VIPS (every model) and DP-SEP: the M-step's averaging of the natural parameters,
   nu_t = (1 - g_t) nu_(t-1) + g_t N s_t with g_t = rho_t = (tau0 + t)^-kappa (DP-SEP: damping * rho_t;
-  1 in exact batch mode, S >= N at sigma 0, as worker.runner does). The signal is the M-step's update
+  1 in exact batch mode, S >= N at sigma 0, as vips.runner does). The signal is the M-step's update
   relative to what it updates, ||nu_t - nu_(t-1)|| / ||nu_t|| over the data part of nu (N times the
   averaged releases; the prior's constant part is left out, which only ever makes the ratio larger).
-- DPVI: AdaGrad on the ELBO's gradient (N g - m / v, N g_s - exp(2 s) / v + 1, as worker.models.dpvi),
+- DPVI: AdaGrad on the ELBO's gradient (N g - m / v, N g_s - exp(2 s) / v + 1, as vips.models.dpvi),
   and the signal is how far the posterior mean moved in posterior standard deviations (root mean square
   over the coefficients of (m_t - m_(t-1)) / sd_t).
 
@@ -82,7 +82,7 @@ class Trace:
 
 
 def _step(options: dict[str, Any], t: int, exact_batch: bool) -> float:
-    """rho_t = (tau0 + t)^-kappa capped at 1 (1 in exact batch mode), as worker.models.base.step_size."""
+    """rho_t = (tau0 + t)^-kappa capped at 1 (1 in exact batch mode), as vips.models.base.step_size."""
     if exact_batch:
         return 1.0
     return float(min(1.0, (float(options.get("tau0", 0.0)) + t) ** -float(options.get("kappa", 1.0))))

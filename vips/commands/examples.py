@@ -28,8 +28,8 @@ FILES = {
 
 
 def run(args: argparse.Namespace) -> int:
-    from worker.datasets.adult import load_adult, write_tabular_csv
-    from worker.datasets.wikipedia import load_wikipedia, write_bag_of_words
+    from vips.datasets.adult import load_adult, write_tabular_csv
+    from vips.datasets.wikipedia import load_wikipedia, write_bag_of_words
 
     folder = Path(args.output)
     paths = {key: folder / name for key, name in FILES.items()}

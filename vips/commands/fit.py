@@ -2,7 +2,7 @@
 
 The local fit reads the researcher's file with the wall's strict reader (tabular CSV, UCI docword with
 its vocabulary, binary CSV), runs the estimators' loop on it without importing scikit-learn
-(worker.fit_loop: in-memory store, throwaway ledger), writes the posterior and prints one JSON line with
+(vips.fit_loop: in-memory store, throwaway ledger), writes the posterior and prints one JSON line with
 its privacy: {"epsilon", "delta", "sigma", "iterations", "batch_size", ...}.
 """
 
@@ -39,11 +39,11 @@ from privacy_wall.data.store import (
 )
 from vips.choices import DEFAULT_LABEL, KINDS
 from vips.errors import NotAvailable, RuntimeFailure, UsageError
+from vips.fit_loop import Schedule, fit_store, with_chosen
+from vips.models.base import Array
 from vips.output import check_writable, print_json
+from vips.posterior import save_posterior
 from vips.progress import delta_warning, epsilon_text, fit_progress, note
-from worker.fit_loop import Schedule, fit_store, with_chosen
-from worker.models.base import Array
-from worker.posterior import save_posterior
 
 
 def parse_options(pairs: list[str], model: str, algorithm: str = "vips") -> dict[str, float]:
@@ -205,7 +205,7 @@ def _run_local(args: argparse.Namespace) -> int:
             def progress(done: int, total: int, epsilon_spent: float) -> None:
                 update(done, epsilon_spent, "running" if done < total else "done")
 
-            fitted = fit_store(  # no scikit-learn: the estimators' loop without them (worker.fit_loop)
+            fitted = fit_store(  # no scikit-learn: the estimators' loop without them (vips.fit_loop)
                 args.model,
                 args.algorithm,
                 options,

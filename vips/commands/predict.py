@@ -38,13 +38,11 @@ import scipy.sparse as sp
 
 from privacy_wall.data.docword import read_docword, read_vocabulary
 from privacy_wall.data.formats import TabularFile, read_binary_csv
+from vips.columns import ColumnMismatch, column_order
 from vips.errors import UsageError
-from vips.output import print_json, write_text_atomically
-from vips.posterior_input import read_for_posterior
-from worker.columns import ColumnMismatch, column_order
-from worker.models.base import Array
-from worker.models.blr import predict_proba
-from worker.models.lda import (
+from vips.models.base import Array
+from vips.models.blr import predict_proba
+from vips.models.lda import (
     completion_perplexity,
     document_topics,
     perplexity_bound,
@@ -52,10 +50,11 @@ from worker.models.lda import (
     unigram_perplexity,
     word_frequency_perplexity,
 )
-from worker.models.linreg import predict as linreg_predict
-from worker.models.linreg import rmse
-from worker.models.sbn import heldout_nll, pixel_mean_metrics, reconstruct_proba, reconstruction_metrics
-from worker.posterior import (
+from vips.models.linreg import predict as linreg_predict
+from vips.models.linreg import rmse
+from vips.models.sbn import heldout_nll, pixel_mean_metrics, reconstruct_proba, reconstruction_metrics
+from vips.output import print_json, write_text_atomically
+from vips.posterior import (
     LdaPosterior,
     SbnPosterior,
     blr_parameters,
@@ -64,6 +63,7 @@ from worker.posterior import (
     load_posterior,
     sbn_parameters,
 )
+from vips.posterior_input import read_for_posterior
 
 
 def _blr_probabilities(

@@ -17,12 +17,12 @@ from pathlib import Path
 from privacy_wall.data.docword import read_vocabulary
 from privacy_wall.data.vocabulary import public_construction, public_words
 from vips.bow import count_documents, frequent_words
+from vips.datasets.wikipedia import write_bag_of_words
 from vips.errors import UsageError
 from vips.output import check_writable, print_json
 from vips.progress import note
 from vips.text_sources import csv_texts, folder_texts, texts_of
 from vips.tokens import unmatchable
-from worker.datasets.wikipedia import write_bag_of_words
 
 #: Words of the vocabulary when --vocab-size is not given.
 DEFAULT_VOCABULARY_SIZE = 5000

@@ -1,4 +1,4 @@
-"""`vips scale`: a raw numeric CSV to rows of norm <= 1 from public bounds (worker.preprocessing), ready
+"""`vips scale`: a raw numeric CSV to rows of norm <= 1 from public bounds (vips.preprocessing), ready
 for `vips data ingest` or `vips fit --local`.
 
 --bounds is a CSV `column,lower,upper` naming every feature column (and the label column, for a
@@ -26,7 +26,7 @@ from privacy_wall.names import did_you_mean
 from vips.choices import DEFAULT_LABEL
 from vips.errors import UsageError
 from vips.output import check_writable, write_text_atomically
-from worker.preprocessing import PublicBoundsScaler, to_unit_interval
+from vips.preprocessing import PublicBoundsScaler, to_unit_interval
 
 
 def read_bounds(path: Path) -> dict[str, tuple[float, float]]:

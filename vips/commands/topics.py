@@ -8,7 +8,7 @@ from pathlib import Path
 
 from service.ui.posterior_summary import repeated_topics_note, top_words
 from vips.errors import UsageError
-from worker.posterior import lda_parameters, load_posterior
+from vips.posterior import lda_parameters, load_posterior
 
 
 def run(args: argparse.Namespace) -> int:

@@ -161,7 +161,7 @@ def test_the_bundled_corpus_reads_as_before(
 ) -> None:
     """The Wikipedia corpus `make run`'s LDA and bench.lda use, both parts, each fast parser, one block
     and blocks of 100 kB."""
-    from worker.datasets.wikipedia import load_wikipedia, write_bag_of_words
+    from vips.datasets.wikipedia import load_wikipedia, write_bag_of_words
 
     corpus = load_wikipedia()
     for part in (corpus.train, corpus.test):

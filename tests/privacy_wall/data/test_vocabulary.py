@@ -13,7 +13,7 @@ from sqlalchemy import Engine
 from privacy_wall.data.ingest import PUBLIC_DATASET, IngestError, ingest
 from privacy_wall.data.vocabulary import DECLARED, public_construction, public_words
 from tests.privacy_wall.data.test_ingest_store import row_count
-from worker.datasets.wikipedia import write_bag_of_words
+from vips.datasets.wikipedia import write_bag_of_words
 
 
 def test_the_public_list_is_wordfreqs_one_word_entries_most_frequent_first() -> None:

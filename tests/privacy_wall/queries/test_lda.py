@@ -262,9 +262,9 @@ def test_float32_iterations_release_todays_statistics_and_posterior() -> None:
     and a 6-iteration fit at sigma = 0 (public, seeded) ends at the same lambda to 1e-5 relative."""
     from privacy_wall.data.store import InMemoryBowStore
     from tests.fitting import fit_through_gate
-    from worker.datasets.synthetic_lda import generate_corpus, planted_topics
-    from worker.models.lda import LatentDirichletAllocation
-    from worker.runner import LoopSettings
+    from vips.datasets.synthetic_lda import generate_corpus, planted_topics
+    from vips.models.lda import LatentDirichletAllocation
+    from vips.runner import LoopSettings
 
     topics, words, length = 5, 120, 60
     truth = planted_topics(topics, words, seed=3)

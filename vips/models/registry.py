@@ -4,7 +4,7 @@
 One place maps (model, algorithm, options) to (VipsModel, Query), for the worker's jobs, the in-process
 estimators and `vips fit --local` alike. The rules on options live in control.planning.options (the API checks
 them first); defaults are the papers' (LDA: K = 10, N_w = 500, a = 0.1; SBN: K = 50 hidden units) or the
-models' own (worker.models).
+models' own (vips.models).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from control.planning.options import (
 )
 from privacy_wall.data.store import MAX_COUNT
 from privacy_wall.queries.base import Query
-from worker.models.base import VipsModel
+from vips.models.base import VipsModel
 
 # Each model's modules (and the wall's query for it) are imported by model_setup when a job of that model
 # is set up: a process that fits LDA (`vips fit --local`) does not load the SBN, DPVI or DP-SEP code.
@@ -64,7 +64,7 @@ def intercept_column(columns: Sequence[str] | None) -> int:
     """The column VIPS-BLR's intercept step treats as the intercept: the first one named "intercept" (as
     `vips scale` and PublicBoundsScaler name the column of 1s they add), or "<step>__intercept" (the name a
     scikit-learn ColumnTransformer gives it), else column 0, where they put it; the step itself checks that
-    the column carries the features' means (worker.models.blr)."""
+    the column carries the features' means (vips.models.blr)."""
     names = [] if columns is None else [str(name) for name in columns]
     found = [j for j, name in enumerate(names) if name == "intercept" or name.endswith("__intercept")]
     return found[0] if found else 0
@@ -86,7 +86,7 @@ def model_setup(
     check_model_options(model, options, sigma, algorithm)
     given: dict[str, Any] = {name: value for name, value in options.items() if name not in ("tau0", "kappa")}
     if algorithm == "dpvi":
-        from worker.models.dpvi import DpviLogisticRegression
+        from vips.models.dpvi import DpviLogisticRegression
 
         if "draws" in given:
             given["draws"] = int(given["draws"])
@@ -95,7 +95,7 @@ def model_setup(
         dpvi = DpviLogisticRegression(**given)
         return ModelSetup(dpvi, dpvi.query())
     if algorithm == "dpsep":
-        from worker.models.dpsep import DpSepLinearRegression, DpSepLogisticRegression
+        from vips.models.dpsep import DpSepLinearRegression, DpSepLogisticRegression
 
         if "noise_aware" in given:
             given["noise_aware"] = bool(given["noise_aware"])
@@ -107,7 +107,7 @@ def model_setup(
         return ModelSetup(dpsep, dpsep.query())
     if model == "blr":
         from privacy_wall.queries.blr import S1_BOUND, LogisticRegressionQuery
-        from worker.models.blr import BayesianLogisticRegression
+        from vips.models.blr import BayesianLogisticRegression
 
         if "noise_aware" in given:
             given["noise_aware"] = bool(given["noise_aware"])
@@ -118,20 +118,20 @@ def model_setup(
         blr = BayesianLogisticRegression(**given, intercept=intercept_column(columns))
         return ModelSetup(blr, blr_query)
     if model == "linreg":
-        from worker.models.linreg import BayesianLinearRegression
+        from vips.models.linreg import BayesianLinearRegression
 
         linreg = BayesianLinearRegression(**given)
         return ModelSetup(linreg, linreg.query())
     if model == "lda":
         from privacy_wall.queries.lda import LdaQuery
-        from worker.models.lda import LatentDirichletAllocation, default_smoothing
+        from vips.models.lda import LatentDirichletAllocation, default_smoothing
 
         topics = int(options.get("topics", LDA_DEFAULTS["topics"]))
         doc_length = int(options.get("doc_length", LDA_DEFAULTS["doc_length"]))
         unigram_share = float(options.get("unigram_share", 0.0))
         word_prior, source = None, None
         if unigram_share > 0 and vocabulary and options.get("word_prior", 1):
-            from worker.models.word_prior import english_prior
+            from vips.models.word_prior import english_prior
 
             word_prior, source = english_prior(vocabulary) or (None, None)
         lda = LatentDirichletAllocation(
@@ -153,7 +153,7 @@ def model_setup(
         )
         return ModelSetup(lda, query)
     from privacy_wall.queries.sbn import DEFAULT_FREQUENCY_COPIES
-    from worker.models.sbn import DEFAULT_HIDDEN, SigmoidBeliefNetwork
+    from vips.models.sbn import DEFAULT_HIDDEN, SigmoidBeliefNetwork
 
     sbn = SigmoidBeliefNetwork(
         hidden=int(options.get("hidden", DEFAULT_HIDDEN)),

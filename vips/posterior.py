@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from worker.models.base import Array
+from vips.models.base import Array
 
 FORMAT_VERSION = 1
 MODELS = ("blr", "linreg", "lda", "sbn")

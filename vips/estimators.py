@@ -1,5 +1,5 @@
 """In-process entry point for researchers: scikit-learn estimators over the same gate and accountant
-(imported as `from vips import VIPSLogisticRegression, PrivacyBudget`; the loop is worker.fit_loop's).
+(imported as `from vips import VIPSLogisticRegression, PrivacyBudget`; the loop is vips.fit_loop's).
 
     model = VIPSLogisticRegression(epsilon=1.0, delta=1e-5, iterations=5).fit(X, y)   # y: any two labels
     model.predict(X_test), model.predict_proba(X_test)[:, 1], model.epsilon_, model.posterior_
@@ -16,7 +16,7 @@ They are scikit-learn estimators (BaseEstimator and its mixins): get_params / se
 cross_val_score, GridSearchCV and Pipeline work. Classifiers take any two labels (strings too); the label
 set (`classes_`) is part of the dataset's public schema, not a private release, so it is read from y
 without noise; more than two classes are refused. `from_posterior(document)` turns a posterior document
-(worker.posterior; e.g. downloaded with `vips posterior`) into an estimator that predicts and scores.
+(vips.posterior; e.g. downloaded with `vips posterior`) into an estimator that predicts and scores.
 
 scikit-learn's estimator checks (sklearn.utils.estimator_checks.check_estimator) all pass at sigma = 0 with
 random_state 0 once the checks' data are mapped row by row into the wall's bounds
@@ -55,15 +55,15 @@ from privacy_wall.data.store import (
     InMemoryTabularStore,
     RowStore,
 )
-from worker.budget import PrivacyBudget
-from worker.estimator_columns import validated_by_name
-from worker.fit_loop import Progress, Schedule, fit_store
-from worker.models.base import Array
-from worker.models.blr import predict_proba
-from worker.models.lda import completion_perplexity, document_topics, perplexity_bound, split_documents
-from worker.models.linreg import predict as linreg_predict
-from worker.models.sbn import heldout_nll, reconstruct_proba, reconstruction_metrics
-from worker.posterior import (
+from vips.budget import PrivacyBudget
+from vips.estimator_columns import validated_by_name
+from vips.fit_loop import Progress, Schedule, fit_store
+from vips.models.base import Array
+from vips.models.blr import predict_proba
+from vips.models.lda import completion_perplexity, document_topics, perplexity_bound, split_documents
+from vips.models.linreg import predict as linreg_predict
+from vips.models.sbn import heldout_nll, reconstruct_proba, reconstruction_metrics
+from vips.posterior import (
     PosteriorError,
     blr_parameters,
     data_norm,
@@ -71,7 +71,7 @@ from worker.posterior import (
     linreg_parameters,
     sbn_parameters,
 )
-from worker.preprocessing import within_data_norm
+from vips.preprocessing import within_data_norm
 
 Sampling = Literal["uniform", "passes"]
 
@@ -88,11 +88,11 @@ class VipsEstimator(BaseEstimator):  # type: ignore[misc]
     gensim do; T iterations of S rows are T S / N passes). tau0, kappa: step sizes rho_t = (tau0 + t)^-kappa.
     accountant: "filter" (default: the budget's rule, valid however fits adapt to each other), "pld" (one
     fit alone; exact for S = N), "rdp" or "paper" (privacy_wall.accounting.accountants).
-    budget: a PrivacyBudget (worker.budget) every fit is charged to and refused by once it would exceed it;
+    budget: a PrivacyBudget (vips.budget) every fit is charged to and refused by once it would exceed it;
     shared by
     clone, not copied (fits in joblib worker processes are refused: use threads).
     Subclasses name their model and algorithm and add their options (docs/design.md section 6) as fields; an
-    option left None takes the model's default (worker.models).
+    option left None takes the model's default (vips.models).
     """
 
     model_name: ClassVar[str]
@@ -117,7 +117,7 @@ class VipsEstimator(BaseEstimator):  # type: ignore[misc]
         return {name: float(value) for name, value in values.items() if value is not None}
 
     def _schedule(self) -> Schedule:
-        """The constructor's privacy schedule and step sizes, for worker.fit_loop."""
+        """The constructor's privacy schedule and step sizes, for vips.fit_loop."""
         return Schedule(
             epsilon=self.epsilon,
             delta=self.delta,
@@ -141,7 +141,7 @@ class VipsEstimator(BaseEstimator):  # type: ignore[misc]
         dimension: int | None = None,
         vocabulary: Sequence[str] | None = None,
     ) -> dict[str, Any]:
-        """Run the loop on the store `make_store(public)` builds (worker.fit_loop; charged to `budget` when
+        """Run the loop on the store `make_store(public)` builds (vips.fit_loop; charged to `budget` when
         set), calling `progress` after each iteration; set the fitted attributes and return the posterior
         document. Column names of a DataFrame X (feature_names_in_) are the features' public names."""
         if self.budget is not None and not isinstance(self.budget, PrivacyBudget):
@@ -187,7 +187,7 @@ class VipsEstimator(BaseEstimator):  # type: ignore[misc]
 
     @classmethod
     def from_posterior(cls, document: Mapping[str, Any], *, classes: ArrayLike | None = None) -> Self:
-        """An estimator that predicts from a posterior document (worker.posterior's format, e.g. from
+        """An estimator that predicts from a posterior document (vips.posterior's format, e.g. from
         `vips posterior`), without refitting: its constructor arguments are the document's schedule
         (sigma, delta, iterations, batch_size) and shape (LDA topics and alpha, SBN hidden), its fitted
         attributes the document's parameters.
@@ -370,7 +370,7 @@ class _LogisticRegressionFit(ClassifierMixin, _BoundedRows):  # type: ignore[mis
 class VIPSLogisticRegression(_LogisticRegressionFit):
     """Private Bayesian logistic regression by VIPS (Park et al. 2020, Alg. 5); a0, b0: the Gamma prior
     on the weights' precision; noise_aware: the M-step that accounts for the noise on s1 (False: the
-    paper's update; worker.models.blr); laplace_from: the first release taken as the log-likelihood's
+    paper's update; vips.models.blr); laplace_from: the first release taken as the log-likelihood's
     gradient and curvature at the current mean, a Newton step whose posterior is the Laplace
     approximation's (0: the paper's Polya-Gamma E-step throughout; None: the service's rule with epsilon,
     else 2); pool_from: the first Laplace release whose curvature is pooled (None: the rule's, else
@@ -395,7 +395,7 @@ class DPVILogisticRegression(_LogisticRegressionFit):
     iterations are AdaGrad steps (DPVI needs many more than VIPS: hundreds or thousands, not tens; the
     step sizes tau0, kappa do not apply); clip bounds each example's gradient, learning_rate is AdaGrad's,
     draws the Monte Carlo samples per step; noise_aware: the posterior from the iterates' trace, whose
-    intervals carry the noise of the steps (worker.models.dpvi; False: the last iterate, as the paper).
+    intervals carry the noise of the steps (vips.models.dpvi; False: the last iterate, as the paper).
     """
 
     algorithm = "dpvi"
@@ -414,7 +414,7 @@ class DPSEPLogisticRegression(_LogisticRegressionFit):
     shared Gaussian site moment-matched per datapoint behind the wall, clipped to norm `clip`, noised, and
     mixed in with damping x rho_t (kappa = 0 is the paper's constant damping); noise_aware: each site
     released centred at the current mean and read by a noise-aware Newton step, whose intervals carry the
-    release noise (worker.models.dpsep; False: the paper's damped average; None: the service's rule)."""
+    release noise (vips.models.dpsep; False: the paper's damped average; None: the service's rule)."""
 
     algorithm = "dpsep"
     option_names = ("clip", "damping", "prior_variance", "noise_aware")
@@ -473,7 +473,7 @@ class VIPSLinearRegression(_LinearRegressionFit):
 
 @dataclass(kw_only=True, eq=False, repr=False)
 class DPSEPLinearRegression(_LinearRegressionFit):
-    """Private Bayesian linear regression by DP-SEP (worker.models.dpsep): noise_aware True (default) learns
+    """Private Bayesian linear regression by DP-SEP (vips.models.dpsep): noise_aware True (default) learns
     the noise variance and carries the release noise into the intervals; False is the paper's model with a
     known noise_variance (1 unless given). None options: as the service chooses them with epsilon, else
     the model's default (clip: each site's bound under the ingestion bounds, so nothing is clipped)."""
@@ -498,9 +498,9 @@ class VIPSLatentDirichletAllocation(TransformerMixin, VipsEstimator):  # type: i
     fallback (privacy_wall.queries.lda); None: as the service chooses them with epsilon
     (control.planning.schedules), else the model's default (none). vocabulary: the words of the columns
     (public), carried into the posterior; word_prior 1 (default) lets the fallback's unigram shrink towards
-    public English word frequencies when the vocabulary is English (worker.models.word_prior), 0 not.
+    public English word frequencies when the vocabulary is English (vips.models.word_prior), 0 not.
     smoothing f: the M-step's pull of the topics towards the corpus's word frequencies (None: a job's
-    default, worker.models.lda.default_smoothing: 0.2 with resampled documents, 0 with doc_length 0; 0 is
+    default, vips.models.lda.default_smoothing: 0.2 with resampled documents, 0 with doc_length 0; 0 is
     the paper's M-step).
     """
 
@@ -589,7 +589,7 @@ class VIPSSigmoidBeliefNetwork(DensityMixin, VipsEstimator):  # type: ignore[mis
     """Private sigmoid belief network by VIPS (Park et al. 2020, Alg. 6) on 0/1 rows.
 
     frequency_copies: the copies of the pixel frequencies in each release (privacy_wall.queries.sbn);
-    init_scale: the spread of the initial weights (worker.models.sbn); None: as the service chooses them with
+    init_scale: the spread of the initial weights (vips.models.sbn); None: as the service chooses them with
     epsilon (control.planning.schedules), else the model's defaults.
     """
 
@@ -636,7 +636,7 @@ class VIPSSigmoidBeliefNetwork(DensityMixin, VipsEstimator):  # type: ignore[mis
     def heldout_nll(self, Y: ArrayLike) -> dict[str, Any]:
         """The rows' held-out negative log-likelihood, mean -log p(y_n) in nats with z summed out (exactly up
         to 12 hidden units, else importance-sampled: an upper bound in expectation), with its "method" and
-        "samples" (worker.models.sbn.heldout_nll; what `vips evaluate` reports as "nll")."""
+        "samples" (vips.models.sbn.heldout_nll; what `vips evaluate` reports as "nll")."""
         return heldout_nll(self._rows(Y), self.W_, self.b_, self.c_)
 
     def score(self, Y: ArrayLike, y: object = None) -> float:

@@ -11,7 +11,7 @@ without looking at the rows, so the preprocessing itself spends no privacy budge
 - every row is divided by the fixed maximum possible norm sqrt(1 + #numeric + #categorical), so that
   ||x|| <= 1 without any row-dependent statistic.
 
-Label 1 means income '>50K'. Source and licence: worker/datasets/data/README.md.
+Label 1 means income '>50K'. Source and licence: vips/datasets/data/README.md.
 """
 
 from __future__ import annotations
@@ -254,7 +254,7 @@ def encode_rows(rows: Sequence[Sequence[str]]) -> NDArray[np.float64]:
 
 
 def _read_split(split: Literal["train", "test"]) -> list[list[str]]:
-    resource = resources.files("worker.datasets").joinpath("data").joinpath(_FILES[split])
+    resource = resources.files("vips.datasets").joinpath("data").joinpath(_FILES[split])
     with resource.open("rb") as raw, gzip.open(raw, "rt", encoding="ascii", newline="") as text:
         reader = csv.reader(text, skipinitialspace=True)
         return [row for row in reader if row and not row[0].startswith("|")]

@@ -1,4 +1,4 @@
-"""The bundled CSV datasets' common loading (worker/datasets/data): a gzipped CSV with a header row, read
+"""The bundled CSV datasets' common loading (vips/datasets/data): a gzipped CSV with a header row, read
 into dicts; the public, data-independent encoding of a tabular file (an intercept, numeric columns scaled
 by fixed bounds, 0/1 columns, one-hot levels, rows of norm <= 1); and the fixed public 70% / 30% split
 of a dataset without an official test split (a permutation by seed 0, whatever the rows)."""
@@ -16,7 +16,7 @@ from typing import Literal
 import numpy as np
 from numpy.typing import NDArray
 
-from worker.datasets.adult import TabularData
+from vips.datasets.adult import TabularData
 
 __all__ = ["TRAIN_FRACTION", "Bounds", "encode_tabular", "load_split", "read_csv_gz", "tabular_feature_names"]
 
@@ -28,8 +28,8 @@ TRAIN_FRACTION = 0.7
 
 
 def read_csv_gz(name: str) -> list[dict[str, str]]:
-    """The rows of worker/datasets/data/<name> (a gzipped CSV with a header row), as dicts of strings."""
-    resource = resources.files("worker.datasets").joinpath("data").joinpath(name)
+    """The rows of vips/datasets/data/<name> (a gzipped CSV with a header row), as dicts of strings."""
+    resource = resources.files("vips.datasets").joinpath("data").joinpath(name)
     with resource.open("rb") as raw:
         text = gzip.decompress(raw.read()).decode("utf-8")
     return list(csv.DictReader(io.StringIO(text)))

@@ -62,7 +62,7 @@ from privacy_wall.queries.sbn import (
     SigmoidBeliefNetworkQuery,
     hidden_posterior,
 )
-from worker.models.base import Array
+from vips.models.base import Array
 
 #: The service's default number of hidden units (option "hidden"; control.planning.options.SBN_DEFAULTS).
 DEFAULT_HIDDEN = SBN_DEFAULTS["hidden"]

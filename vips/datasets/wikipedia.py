@@ -12,7 +12,7 @@ document, short paragraphs being merged with the next one in the same section un
 Tokens: lower-case alphabetic runs of >= 3 letters, minus scikit-learn's English stop words. Articles are
 split into train and test (seeded, by article, so test documents come from unseen articles); the public
 vocabulary is chosen from the training documents only (document frequency >= min_df and <= max_df, the
-max_words most frequent). Source and licence: worker/datasets/data/README.md.
+max_words most frequent). Source and licence: vips/datasets/data/README.md.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ class WikipediaCorpus:
 
 
 def data_path() -> Path:
-    return Path(str(resources.files("worker.datasets").joinpath("data", FILE)))
+    return Path(str(resources.files("vips.datasets").joinpath("data", FILE)))
 
 
 def load_articles(path: Path | None = None) -> list[tuple[str, str]]:

@@ -100,7 +100,7 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy.special import expit
 
-from worker.models.base import Array
+from vips.models.base import Array
 
 
 @dataclass(frozen=True)

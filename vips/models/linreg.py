@@ -45,8 +45,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from privacy_wall.queries.linreg import LinearRegressionQuery
-from worker.models.base import Array
-from worker.models.blr import gaussian_moments
+from vips.models.base import Array
+from vips.models.blr import gaussian_moments
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """One in-process fit on an in-memory store: sigma for the schedule, the gate, a throwaway ledger (and a
 shared PrivacyBudget when given), the VIPS loop and the posterior document. No scikit-learn: `vips fit
---local` calls it directly, the estimators (worker.estimator) through their fit."""
+--local` calls it directly, the estimators (vips.estimators) through their fit."""
 
 from __future__ import annotations
 
@@ -20,12 +20,12 @@ from privacy_wall.accounting.sigma_range import sigma_problem
 from privacy_wall.data.store import RowStore
 from privacy_wall.gate import Gate, PrivacyError
 from privacy_wall.ledger.base import InMemoryLedger
-from worker.models.registry import model_setup
-from worker.posterior import Privacy, build_posterior
-from worker.runner import LoopSettings, run_vips
+from vips.models.registry import model_setup
+from vips.posterior import Privacy, build_posterior
+from vips.runner import LoopSettings, run_vips
 
-if TYPE_CHECKING:  # a fit without a shared budget (`vips fit --local`) never loads worker.budget
-    from worker.budget import PrivacyBudget
+if TYPE_CHECKING:  # a fit without a shared budget (`vips fit --local`) never loads vips.budget
+    from vips.budget import PrivacyBudget
 
 Progress = Callable[[int, int, float], None]
 """fit's progress hook: called after each iteration with (iterations done, iterations total, epsilon
@@ -40,7 +40,7 @@ PRICE_INTERVAL = 0.1
 @dataclass(frozen=True, kw_only=True)
 class Schedule:
     """A fit's privacy schedule and step sizes, as the estimators' constructor arguments name them
-    (worker.estimator.VipsEstimator documents each)."""
+    (vips.estimators.VipsEstimator documents each)."""
 
     epsilon: float | None
     delta: float

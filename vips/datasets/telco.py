@@ -10,7 +10,7 @@ published data dictionary or a fixed round bound chosen without looking at the r
 - a constant intercept 1 first; each row divided by the fixed maximum norm sqrt(1 + 3 + 6 + 10).
 
 There is no official test split: `load_telco` splits by a fixed public permutation (seed 0), 70% / 30%.
-Source and licence: worker/datasets/data/README.md.
+Source and licence: vips/datasets/data/README.md.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from typing import Literal
 import numpy as np
 from numpy.typing import NDArray
 
-from worker.datasets.adult import TabularData
-from worker.datasets.bundled import encode_tabular, load_split, tabular_feature_names
+from vips.datasets.adult import TabularData
+from vips.datasets.bundled import encode_tabular, load_split, tabular_feature_names
 
 __all__ = ["BINARY", "CATEGORICAL", "NUMERIC_BOUNDS", "feature_names", "load_telco"]
 

@@ -46,7 +46,7 @@ values. noise_aware=False reports q_T as the paper does. Measured on data of kno
 docs/calibration.md.
 
 Prediction uses the posterior document's "mean" and "covariance" (diagonal) with the probit
-approximation of worker.models.blr.predict_proba, exactly as for VIPS-BLR.
+approximation of vips.models.blr.predict_proba, exactly as for VIPS-BLR.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ import numpy as np
 
 from control.planning.options import DPVI_DEFAULTS
 from privacy_wall.queries.dpvi import BLOCK, DpviLogisticRegressionQuery
-from worker.models.base import Array
+from vips.models.base import Array
 
 #: Default per-record clipping bound c_t. With ||x|| <= 1 the gradient of the data term w.r.t. the mean has
 #: norm <= 1 for every record, so c = 1 never clips that part; only the log_std part (which scales with

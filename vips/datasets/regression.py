@@ -22,7 +22,7 @@ privacy_wall.queries.linreg):
 The feature centres and half-ranges and the target centre and scale are computed from the training rows.
 That is fine for this public dataset, and the constants are returned (`RegressionSplit.feature_centre`, ...)
 so the scaling is documented and reproducible. In a private deployment they would leak information about
-the rows: they must then be public bounds fixed without looking at the data (as worker.datasets.adult
+the rows: they must then be public bounds fixed without looking at the data (as vips.datasets.adult
 does), e.g. published ranges of each measurement. (scikit-learn's diabetes features themselves were
 centred and scaled by their standard deviation over all 442 rows before shipping; that is part of the
 public dataset as distributed.)

@@ -15,7 +15,7 @@ before any fit on the rows:
 - a constant intercept 1 first; each row divided by the fixed maximum norm sqrt(1 + 11 + 2 + 1).
 
 There is no official test split: `load_mlc_churn` splits by a fixed public permutation (seed 0),
-70% / 30%. Source and licence: worker/datasets/data/README.md.
+70% / 30%. Source and licence: vips/datasets/data/README.md.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from typing import Literal
 import numpy as np
 from numpy.typing import NDArray
 
-from worker.datasets.adult import TabularData
-from worker.datasets.bundled import encode_tabular, load_split, tabular_feature_names
+from vips.datasets.adult import TabularData
+from vips.datasets.bundled import encode_tabular, load_split, tabular_feature_names
 
 __all__ = ["BINARY", "CATEGORICAL", "NUMERIC_BOUNDS", "feature_names", "load_mlc_churn"]
 

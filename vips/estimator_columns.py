@@ -8,9 +8,9 @@ from typing import Any
 import numpy as np
 from sklearn.utils.validation import validate_data
 
-from worker.columns import by_name
-from worker.models.base import Array
-from worker.posterior import feature_columns
+from vips.columns import by_name
+from vips.models.base import Array
+from vips.posterior import feature_columns
 
 
 def expected_columns(estimator: Any) -> tuple[str, ...] | None:
