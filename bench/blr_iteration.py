@@ -5,7 +5,7 @@ The products: the quadratic forms x_n^T M x_n (rowsum((X M) * X)) and X^T diag(x
 what a private job runs: the release (sigma 10, S = N) and the noise-aware M-step with the release's
 noise std (the shrink_h path).
 
---against REF (repeatable) also times the same iteration with vips/models/blr.py and
+--against REF (repeatable) also times the same iteration with vips/models/blr/model.py and
 privacy_wall/queries/blr.py as committed at REF (read with `git show`, loaded under other module names;
 the rest of the code is the working tree's), interleaved with the current code in the same run, and
 prints how far REF's posterior mean is from the current code's on the same release.
@@ -35,7 +35,7 @@ from privacy_wall.gate import Gate
 from privacy_wall.ledger.base import InMemoryLedger
 from privacy_wall.queries.blr import LogisticRegressionQuery
 from vips.datasets.adult import load_adult
-from vips.models.blr import BayesianLogisticRegression
+from vips.models.blr.model import BayesianLogisticRegression
 
 SIGMA = 10.0
 
@@ -115,7 +115,7 @@ def main() -> None:
     differences: list[float] = []
     with tempfile.TemporaryDirectory() as directory:
         for index, ref in enumerate(args.against):
-            model_module = module_at(ref, "vips/models/blr.py", f"_blr_model_{index}", Path(directory))
+            model_module = module_at(ref, "vips/models/blr/model.py", f"_blr_model_{index}", Path(directory))
             query_module = module_at(
                 ref, "privacy_wall/queries/blr.py", f"_blr_query_{index}", Path(directory)
             )

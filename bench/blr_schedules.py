@@ -52,7 +52,7 @@ from vips.datasets.imbalanced import imbalanced_split
 from vips.datasets.mlc_churn import load_mlc_churn
 from vips.datasets.telco import load_telco
 from vips.estimators import DPVILogisticRegression, VIPSLogisticRegression
-from vips.models.blr import BayesianLogisticRegression, predict_proba
+from vips.models.blr.model import BayesianLogisticRegression, predict_proba
 from vips.runner import LoopSettings, run_vips
 
 DELTA = 1e-5

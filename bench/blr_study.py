@@ -52,7 +52,7 @@ from privacy_wall.ledger.base import InMemoryLedger
 from privacy_wall.queries.base import Array
 from privacy_wall.queries.blr import JOINT_SENSITIVITY, LogisticRegressionQuery
 from vips.datasets.adult import TabularData, load_adult
-from vips.models.blr import BayesianLogisticRegression, BlrState, predict_proba
+from vips.models.blr.model import BayesianLogisticRegression, BlrState, predict_proba
 
 DELTA = 1e-5
 EPSILONS: tuple[float, ...] = (0.3, 0.8, 2.0)
@@ -67,7 +67,7 @@ class Variant:
     schedule: str = "1/t"  # "1/t" | "burn <k>" | "linear" | "quadratic" | "kappa 0.7"
     iterations: int = BASE_T
     ratio: float = 1.0  # r: weight of s2 relative to s1 (simulated releases unless 1)
-    aware: bool = False  # the noise-aware M-step (vips.models.blr, the default since issue 12)
+    aware: bool = False  # the noise-aware M-step (vips.models.blr.model, the default since issue 12)
 
     def label(self) -> str:
         parts = [f"s2 {self.s2}", f"rho {self.schedule}", f"T {self.iterations}"]

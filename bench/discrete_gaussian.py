@@ -110,8 +110,8 @@ def iterations() -> dict[str, tuple[float, float]]:
     from privacy_wall.noise.mechanisms import release_blocks
     from privacy_wall.queries.blr import LogisticRegressionQuery
     from vips.datasets.adult import load_adult
-    from vips.models.blr import BayesianLogisticRegression
-    from vips.models.sbn import SigmoidBeliefNetwork
+    from vips.models.blr.model import BayesianLogisticRegression
+    from vips.models.sbn.model import SigmoidBeliefNetwork
     from vips.runner import LoopSettings, run_vips
 
     out: dict[str, tuple[float, float]] = {}

@@ -9,7 +9,7 @@ Sections:
   minibatches private fits use), alpha = eta = 1/K and step sizes
   rho_t = (tau0 + t)^-kappa (gensim: its own formula with offset = tau0, decay = kappa). Documents per
   second of fitting (one thread each: BLAS limited to 1 thread) and held-out perplexity, all computed by
-  the same code (vips.models.lda) from each library's lambda: document completion and the paper's bound.
+  the same code (vips.models.lda.model) from each library's lambda: document completion and the paper's bound.
 - private (synthetic): a corpus with planted topics (vips.datasets.synthetic_lda, D >= 100,000) at the
   paper's sampling rate S / D = 0.05, T = 20 iterations (one epoch), N_w = 500, epsilon ~2.4 at
   delta = 1e-4: sigma from the moments accountant (privacy_wall.accounting.calibration.calibrate_sigma) vs
@@ -105,7 +105,7 @@ from privacy_wall.queries.lda import (
     shifted_topic_word,
 )
 from vips.datasets.wikipedia import load_wikipedia
-from vips.models.lda import (
+from vips.models.lda.model import (
     expected_log_beta,
     unigram_perplexity,
 )

@@ -19,7 +19,7 @@ from privacy_wall.queries.lda import (
     LdaQuery,
 )
 from vips.datasets.synthetic_lda import generate_corpus, planted_topics
-from vips.models.lda import (
+from vips.models.lda.model import (
     LatentDirichletAllocation,
     LdaState,
     completion_perplexity,

@@ -33,7 +33,7 @@ from bench.lda_common import (
 )
 from privacy_wall.data.store import InMemoryBowStore
 from vips.datasets.synthetic_lda import generate_corpus, planted_topics
-from vips.models.lda import (
+from vips.models.lda.model import (
     LdaState,
     unigram_perplexity,
 )

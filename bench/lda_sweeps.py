@@ -31,7 +31,7 @@ from privacy_wall.accounting.calibration import calibrate_sigma
 from privacy_wall.data.store import InMemoryBowStore
 from vips.datasets.synthetic_lda import generate_corpus
 from vips.datasets.wikipedia import load_wikipedia
-from vips.models.lda import (
+from vips.models.lda.model import (
     LatentDirichletAllocation,
     unigram_perplexity,
 )
@@ -274,10 +274,11 @@ def unigram_sweep_section(
     its last row), `seeds` fits each, against the training unigram: on the bundled corpus (K 50), then per
     size D a planted-topic corpus (vips.datasets.synthetic_lda; V 5,000, ~50 tokens, K 20) and the
     stand-in (`dirichlet_corpus`, K 20). `word_prior` (as a job's default option): the M-step shrinks the
-    unigram towards the public English word frequencies of the corpus's vocabulary (vips.models.word_prior;
-    the synthetic corpora have no words, so they get no prior). `texts` (bench.text_corpus, --text-csv):
+    unigram towards the public English word frequencies of the corpus's vocabulary
+    (vips.models.lda.word_prior; the synthetic corpora have no words, so they get no prior). `texts`
+    (bench.text_corpus, --text-csv):
     each such corpus instead of the bundled one, at each of `text_topics`."""
-    from vips.models.word_prior import english_prior
+    from vips.models.lda.word_prior import english_prior
 
     priors: dict[str, tuple[float, ...] | None] = {}
     corpora: list[tuple[str, Counts, Counts, int]] = []

@@ -74,7 +74,7 @@ from privacy_wall.gate import Gate
 from privacy_wall.ledger.base import InMemoryLedger
 from privacy_wall.queries.sbn import DEFAULT_FREQUENCY_COPIES
 from vips.datasets.digits import load_binary_digits
-from vips.models.sbn import (
+from vips.models.sbn.model import (
     SigmoidBeliefNetwork,
     heldout_nll,
     pixel_mean_metrics,
@@ -235,7 +235,7 @@ def rbm_nll(train: Array, test: Array, hidden: int, learning_rate: float, epochs
     """BernoulliRBM reconstruction NLL: -log p(v | E[h | v]) with p(v_j = 1 | h) = sigmoid(W_j h + a_j)."""
     from sklearn.neural_network import BernoulliRBM
 
-    from vips.models.sbn import bernoulli_nll
+    from vips.models.sbn.model import bernoulli_nll
 
     rbm = BernoulliRBM(n_components=hidden, learning_rate=learning_rate, n_iter=epochs, random_state=seed)
     rbm.fit(train)
@@ -256,7 +256,7 @@ def fit_images(
 ) -> tuple[float, float, float, float]:
     """(held-out NLL by importance sampling, reconstruction NLL, ledger epsilon, CPU seconds per iteration)
     of one SBN fit, K 50 (S 400, T 50 and the model's default frequency_copies and init_scale unless
-    given); vips.models.sbn.heldout_nll and reconstruction_metrics say what each score is."""
+    given); vips.models.sbn.model.heldout_nll and reconstruction_metrics say what each score is."""
     private = sigma > 0
     ledger = InMemoryLedger(delta=1e-5)
     gate = Gate(

@@ -15,7 +15,7 @@ from privacy_wall.ledger.base import InMemoryLedger
 from privacy_wall.queries.blr import LogisticRegressionQuery
 from tests.fitting import cosine, fit_through_gate, relative_error
 from vips.estimators import VIPSLogisticRegression
-from vips.models.blr import BayesianLogisticRegression, BlrState, predict_proba
+from vips.models.blr.model import BayesianLogisticRegression, BlrState, predict_proba
 from vips.runner import LoopSettings
 
 D = 10

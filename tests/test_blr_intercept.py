@@ -1,5 +1,6 @@
-"""BLR's intercept step (vips.models.blr, issue 35): with few positives, z = sum (y - 1/2) x is dominated
-by (share - 1/2) N mean(x), which only the intercept explains. With the intercept's entries of H thresholded
+"""BLR's intercept step (vips.models.blr.model, issue 35): with few positives, z = sum (y - 1/2) x is
+dominated by (share - 1/2) N mean(x), which only the intercept explains. With the intercept's entries of H
+thresholded
 like the rest and a prior that shrinks it, the noise-aware step put that mean into the feature weights
 (w_j ~ -mean(x_j)), and rows with larger features scored lower: test AUC below 1/2 on data whose features
 are nonnegative with nonzero means (MLC churn, held out). The intercept's row and column of H now get
@@ -17,7 +18,7 @@ from privacy_wall.data.store import InMemoryTabularStore
 from privacy_wall.queries.blr import LogisticRegressionQuery
 from tests.fitting import fit_through_gate
 from vips.datasets.imbalanced import imbalanced_split
-from vips.models.blr import (
+from vips.models.blr.model import (
     BayesianLogisticRegression,
     BlrState,
     intercept_moments,

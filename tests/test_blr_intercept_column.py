@@ -25,7 +25,7 @@ from tests.dbservers import fresh_database
 from tests.test_blr_intercept import imbalanced_arrays
 from vips.cli import main
 from vips.estimators import VIPSLogisticRegression
-from vips.models.blr import BayesianLogisticRegression
+from vips.models.blr.model import BayesianLogisticRegression
 from vips.models.registry import ModelSetup, intercept_column, model_setup
 
 INTERCEPT_LAST = ["x1", "x2", "intercept"]

@@ -1,4 +1,4 @@
-"""VIPS-BLR's Laplace releases (vips.models.blr, privacy_wall.queries.blr Laplace mode): without noise
+"""VIPS-BLR's Laplace releases (vips.models.blr.model, privacy_wall.queries.blr Laplace mode): without noise
 the steps reach the maximum a posteriori and its Laplace covariance; with the service's schedule at
 epsilon 1 the posterior covers the true weights (issue 51)."""
 
@@ -18,7 +18,7 @@ from privacy_wall.data.store import InMemoryTabularStore
 from privacy_wall.queries.blr import LogisticRegressionQuery
 from tests.fitting import fit_through_gate
 from vips.estimators import DPSEPLogisticRegression, VIPSLogisticRegression
-from vips.models.blr import BayesianLogisticRegression, widened_covariance
+from vips.models.blr.model import BayesianLogisticRegression, widened_covariance
 from vips.runner import LoopSettings
 
 
@@ -113,7 +113,7 @@ def test_the_services_schedule_at_epsilon_one_covers_the_true_weights() -> None:
     w ~ N(0, 9 I); seeds 500-649, apart from the tuning seeds 0-99 and the judging seeds 1000 and up): the
     nominal 90% intervals cover 80-97% of the 1,500 true weights and the means' slope on the truth is
     0.85-1.15 (issue 51). Three runs of this computation gave coverage 0.867-0.882 and slope 0.961-0.974
-    (q unwidened, vips.models.blr "The last step", four runs: 0.847-0.877, standard deviation about
+    (q unwidened, vips.models.blr.model "The last step", four runs: 0.847-0.877, standard deviation about
     0.014; without the bound too: 0.838-0.878, slope 0.935-0.951): 0.80 is about five of them below. The
     noise is not seeded (private releases)."""
     truths, means, sds = [], [], []

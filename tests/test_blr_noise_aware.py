@@ -1,4 +1,4 @@
-"""BLR's noise-aware M-step (vips.models.blr, issue 12): the closed form is the exact posterior of the
+"""BLR's noise-aware M-step (vips.models.blr.model, issue 12): the closed form is the exact posterior of the
 linear-Gaussian model it assumes, it is Bayes-calibrated under that model, it reduces to the paper's update
 without noise, and through the real gate it predicts better than the paper's update from the same releases."""
 
@@ -13,7 +13,7 @@ from control.planning.options import option_problem
 from privacy_wall.data.store import InMemoryTabularStore
 from privacy_wall.queries.blr import LogisticRegressionQuery
 from tests.fitting import fit_through_gate
-from vips.models.blr import (
+from vips.models.blr.model import (
     BayesianLogisticRegression,
     gaussian_moments,
     noise_aware_moments,

@@ -1,5 +1,5 @@
-"""BLR's treatment of the releases' noise on H and z (vips.models.blr, issue 35): SURE soft-thresholding of
-H's off-diagonal entries (weighted by the error of H w) and the projections' excess ridge (shrink_h, the
+"""BLR's treatment of the releases' noise on H and z (vips.models.blr.model, issue 35): SURE soft-thresholding
+of H's off-diagonal entries (weighted by the error of H w) and the projections' excess ridge (shrink_h, the
 default), z pooled over all releases; each step reads only released values and public noise stds, and the
 default recovers known weights better than the issue-12 step."""
 
@@ -16,7 +16,7 @@ from privacy_wall.queries.blr import LogisticRegressionQuery
 from tests.fitting import fit_through_gate, relative_error
 from tests.test_blr_noise_aware import one_hot_design
 from vips.models.base import step_size
-from vips.models.blr import (
+from vips.models.blr.model import (
     PROJECTION_RIDGE,
     BayesianLogisticRegression,
     BlrState,

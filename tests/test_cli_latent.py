@@ -17,8 +17,8 @@ from vips.cli import main
 from vips.commands.predict import warn_if_no_better
 from vips.datasets.synthetic_lda import generate_corpus, planted_topics
 from vips.datasets.wikipedia import write_bag_of_words
-from vips.models.lda import unigram_perplexity
-from vips.models.sbn import pixel_mean_metrics
+from vips.models.lda.model import unigram_perplexity
+from vips.models.sbn.model import pixel_mean_metrics
 
 TOPICS, WORDS = 3, 30
 

@@ -22,9 +22,9 @@ from tests.privacy_wall.queries.test_linreg import regression_store
 from tests.test_blr import D, N
 from tests.test_blr import synthetic as logistic_data  # the same synthetic logistic data
 from vips.datasets.adult import load_adult
-from vips.models.blr import predict_proba
+from vips.models.blr.model import predict_proba
 from vips.models.dpsep import DpSepLinearRegression, DpSepLogisticRegression, DpSepState, site_norm
-from vips.models.linreg import predict, rmse
+from vips.models.linreg.model import predict, rmse
 from vips.runner import LoopSettings
 
 #: Non-private VIPS-BLR's test AUC on Adult (bench/README.md: batch, sigma = 0, T = 10).
@@ -117,7 +117,7 @@ def test_minibatch_sigma_zero_recovers_synthetic_logistic_weights(
 def test_adult_auc_at_sigma_zero_matches_vips_blr() -> None:
     """UCI Adult (N = 32,561, d = 114; official test split): DP-SEP at sigma = 0 in batch mode (S = N, damping
     1, T = 10; converged after ~8 iterations) reaches test AUC 0.8990 against non-private VIPS-BLR's 0.8997
-    (asked: within 0.01), predicting with vips.models.blr.predict_proba on the posterior document's
+    (asked: within 0.01), predicting with vips.models.blr.model.predict_proba on the posterior document's
     "mean" and "covariance" exactly as for VIPS-BLR. Minibatches (S = 1000, T = 100, gamma_t = 1/t) reach
     0.8989. The test takes ~3 s (loading Adult ~1 s, each batch iteration ~0.15 s)."""
     train, test = load_adult("train"), load_adult("test")
@@ -364,7 +364,7 @@ def test_the_services_schedule_at_epsilon_one_covers_the_true_weights() -> None:
     bench.calibration's family (d 10 with an intercept, N 10,000, w ~ N(0, 9 I); seeds 3000-3099, apart
     from the tuning seeds 0-99 and the judging seeds 1000-1099): the nominal 90% intervals cover 80-97% of
     the 1,000 true weights with slope 0.85-1.15 (issue 51). Two runs of this computation gave
-    0.848-0.854 and slope 0.96 (q unwidened, vips.models.blr "The last step", nine runs: 0.825-0.853,
+    0.848-0.854 and slope 0.96 (q unwidened, vips.models.blr.model "The last step", nine runs: 0.825-0.853,
     standard deviation about 0.01): 0.80 is about five of them below. The paper's damped
     site average on the first 20 of them covers under 0.6 (measured 0.29-0.47): the test can fail. The
     noise is not seeded (private releases)."""

@@ -24,8 +24,8 @@ from tests.fitting import cosine, fit_through_gate, relative_error
 from tests.test_blr import D, N, synthetic  # the same synthetic logistic data
 from vips.datasets.adult import load_adult
 from vips.estimators import DPVILogisticRegression
-from vips.models.blr import BayesianLogisticRegression, predict_proba
-from vips.models.dpvi import DpviLogisticRegression, DpviState, adagrad_step
+from vips.models.blr.dpvi import DpviLogisticRegression, DpviState, adagrad_step
+from vips.models.blr.model import BayesianLogisticRegression, predict_proba
 from vips.posterior import blr_parameters
 from vips.runner import LoopSettings, run_vips
 
@@ -37,7 +37,7 @@ def data() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def direct_mean_field(x: np.ndarray, y: np.ndarray, prior_variance: float) -> tuple[np.ndarray, np.ndarray]:
     """The exact optimum of the same ELBO, without DP, Monte Carlo or minibatches (written independently of
-    vips.models.dpvi): x^T w ~ N(u, v^2) with u = x^T m, v^2 = sum_i x_i^2 exp(2 s_i) under q, so each
+    vips.models.blr.dpvi): x^T w ~ N(u, v^2) with u = x^T m, v^2 = sum_i x_i^2 exp(2 s_i) under q, so each
     record's E_q[log sigmoid((2y - 1) x^T w)] is a 1-D Gauss-Hermite integral (20 nodes: the optimum
     agrees with 60 nodes to 1e-12), with gradients d/du = E[f'], d/dv = E[f' z]; L-BFGS to gtol 1e-10.
     Returns (mean, log_std)."""

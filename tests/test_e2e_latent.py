@@ -23,8 +23,8 @@ from tests.e2e import Service, production_service
 from vips.datasets.digits import load_binary_digits
 from vips.datasets.synthetic_lda import generate_corpus, planted_topics
 from vips.datasets.wikipedia import write_bag_of_words
-from vips.models.lda import unigram_perplexity
-from vips.models.sbn import pixel_mean_metrics
+from vips.models.lda.model import unigram_perplexity
+from vips.models.sbn.model import pixel_mean_metrics
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.redis]
 

@@ -506,7 +506,7 @@ def test_a_job_whose_first_update_cannot_run_fails_before_any_charge(
     """Issue 52: options admitted but unrunnable (an update that divides by zero, as LDA's unigram_clip
     1e-300 did after spending) fail the job at the rehearsal on a public stand-in: no charge, nothing
     reserved, and the message says nothing was spent."""
-    from vips.models.blr import BayesianLogisticRegression
+    from vips.models.blr.model import BayesianLogisticRegression
 
     def divides_by_zero(*_args: object, **_kwargs: object) -> None:
         raise ZeroDivisionError("float division by zero")

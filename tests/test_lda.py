@@ -21,7 +21,7 @@ from privacy_wall.data.store import InMemoryBowStore
 from privacy_wall.queries.lda import LdaQuery
 from tests.fitting import fit_through_gate
 from vips.datasets.synthetic_lda import SyntheticCorpus, generate_corpus, planted_topics
-from vips.models.lda import (
+from vips.models.lda.model import (
     SMOOTHING,
     LatentDirichletAllocation,
     LdaState,
@@ -429,7 +429,7 @@ def test_keep_threshold_keeps_pure_noise_at_most_one_time_in_a_hundred() -> None
     1,200 noise entries; the binomial standard error of 1% is 0.16%, so 1.5% is three of them above."""
     from scipy.special import ndtr
 
-    from vips.models.lda import NOISE_KEPT, keep_threshold
+    from vips.models.lda.model import NOISE_KEPT, keep_threshold
 
     for entries in (1200, 250_000):
         z = keep_threshold(entries)

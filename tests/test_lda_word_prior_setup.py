@@ -1,7 +1,7 @@
 """LDA's public word prior is wired where a fit is set up: the option, the registry, the estimators, the
 worker's jobs (the dataset's public vocabulary) and the posterior that names the prior it used.
 
-The estimate itself (vips.models.word_prior) is tested in tests/test_word_prior.py.
+The estimate itself (vips.models.lda.word_prior) is tested in tests/test_word_prior.py.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from service.app import create_app
 from tests.dbservers import fresh_database
 from vips.datasets.wikipedia import write_bag_of_words
 from vips.estimators import VIPSLatentDirichletAllocation
-from vips.models.lda import LatentDirichletAllocation
+from vips.models.lda.model import LatentDirichletAllocation
 from vips.models.registry import model_setup
 from worker.jobs import execute_job
 

@@ -16,7 +16,7 @@ from privacy_wall.ledger.base import InMemoryLedger
 from tests.fitting import fit_through_gate, relative_error
 from tests.privacy_wall.queries.test_linreg import regression_store
 from vips.datasets.regression import load_regression
-from vips.models.linreg import BayesianLinearRegression, LinregState, predict, rmse
+from vips.models.linreg.model import BayesianLinearRegression, LinregState, predict, rmse
 from vips.runner import LoopSettings
 
 D = 5

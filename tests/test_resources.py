@@ -37,7 +37,8 @@ from tests.test_api import Api, populate
 from vips.datasets.adult import load_adult
 from vips.datasets.digits import load_binary_digits
 from vips.datasets.wikipedia import load_wikipedia
-from vips.models import registry, sbn
+from vips.models import registry
+from vips.models.sbn import model as sbn
 from vips.runner import LoopSettings
 
 DELTA = 1e-5

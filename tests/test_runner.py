@@ -14,8 +14,8 @@ import scipy.sparse as sp
 from privacy_wall.data.store import InMemoryBowStore, InMemoryTabularStore
 from privacy_wall.queries.lda import LdaQuery
 from tests.fitting import fit_through_gate
-from vips.models.dpvi import DpviLogisticRegression
-from vips.models.lda import LatentDirichletAllocation
+from vips.models.blr.dpvi import DpviLogisticRegression
+from vips.models.lda.model import LatentDirichletAllocation
 from vips.runner import LoopSettings, UnrunnableOptions
 
 

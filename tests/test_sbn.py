@@ -18,7 +18,7 @@ from privacy_wall.ledger.base import InMemoryLedger
 from privacy_wall.queries.sbn import SigmoidBeliefNetworkQuery, hidden_posterior
 from tests.fitting import fit_through_gate
 from vips.datasets.digits import load_binary_digits
-from vips.models.sbn import (
+from vips.models.sbn.model import (
     SbnState,
     SigmoidBeliefNetwork,
     bernoulli_nll,
@@ -358,7 +358,7 @@ def test_heldout_nll_by_importance_sampling_agrees_with_the_exact_sum(
     (exact: 256 configurations) 2,000 samples per row land within 0.005 nats of the exact mean (0.0014 at
     most over 10 seeds), and its
     expectation is an upper bound (Jensen): the estimate is not below the exact value by more than that."""
-    import vips.models.sbn as sbn_module
+    import vips.models.sbn.model as sbn_module
 
     rng = np.random.default_rng(5)
     W, b, c = rng.normal(0, 1.5, (12, 8)), rng.normal(0, 1, 8), rng.normal(0, 1, 12)

@@ -12,7 +12,7 @@ from privacy_wall.accounting.calibration import calibrate_sigma
 from privacy_wall.data.store import Batch, InMemoryBinaryStore
 from privacy_wall.queries.sbn import DEFAULT_FREQUENCY_COPIES
 from tests.fitting import fit_through_gate
-from vips.models.sbn import (
+from vips.models.sbn.model import (
     NoiseVariances,
     SbnState,
     SigmoidBeliefNetwork,

@@ -31,7 +31,7 @@ from tests.test_api import Api, N, make_api
 from vips import fit_loop
 from vips.cli import main
 from vips.estimators import DPVILogisticRegression, VIPSLogisticRegression
-from vips.models.blr import BayesianLogisticRegression
+from vips.models.blr.model import BayesianLogisticRegression
 
 
 @pytest.fixture

@@ -236,7 +236,7 @@ def test_reserved_is_spent_plus_in_flight_on_the_page_as_over_http(api: Api) -> 
 def test_the_dpvi_signal_is_the_workers_own_adagrad_replayed(api: Api) -> None:
     """The service's replay of DPVI's steps (it may not import the worker) against the worker's model."""
     from service.routes.job_reads import get_job
-    from vips.models.dpvi import DpviLogisticRegression
+    from vips.models.blr.dpvi import DpviLogisticRegression
 
     job_id = api.submit("alice", iterations=50, sigma=LIGHT_SIGMA).json()["id"]
     with api.engine.begin() as conn:

@@ -1,4 +1,4 @@
-"""The unigram fallback's public word prior (vips.models.word_prior): wordfreq's p0 over a vocabulary,
+"""The unigram fallback's public word prior (vips.models.lda.word_prior): wordfreq's p0 over a vocabulary,
 and the empirical-Bayes log-normal regression estimate from a noisy release.
 
 The simulations draw true counts from the model itself, log c_v ~ N(a + b x_v, omega^2) with x = log p0
@@ -17,10 +17,10 @@ import numpy as np
 import pytest
 from scipy.special import ndtr
 
-import vips.models.word_prior
+import vips.models.lda.word_prior
 from vips.models.base import Array
-from vips.models.lda import unigram_estimate
-from vips.models.word_prior import (
+from vips.models.lda.model import unigram_estimate
+from vips.models.lda.word_prior import (
     LOW,
     TOP,
     _grid,
@@ -145,7 +145,7 @@ def test_newton_stops_after_gradient_steps_that_gain_nothing(monkeypatch: pytest
     start = _start(y, x)
     stopped = marginal.derivatives(_newton(Counting(), start))[0]  # type: ignore[arg-type]
     assert calls <= 150
-    monkeypatch.setattr(vips.models.word_prior, "GRADIENT_STALLS", 10**6)
+    monkeypatch.setattr(vips.models.lda.word_prior, "GRADIENT_STALLS", 10**6)
     calls = 0
     unstopped = marginal.derivatives(_newton(Counting(), start))[0]  # type: ignore[arg-type]
     assert calls > 300 and abs(stopped - unstopped) < 1e-4

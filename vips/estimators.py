@@ -59,10 +59,10 @@ from vips.budget import PrivacyBudget
 from vips.estimator_columns import validated_by_name
 from vips.fit_loop import Progress, Schedule, fit_store
 from vips.models.base import Array
-from vips.models.blr import predict_proba
-from vips.models.lda import completion_perplexity, document_topics, perplexity_bound, split_documents
-from vips.models.linreg import predict as linreg_predict
-from vips.models.sbn import heldout_nll, reconstruct_proba, reconstruction_metrics
+from vips.models.blr.model import predict_proba
+from vips.models.lda.model import completion_perplexity, document_topics, perplexity_bound, split_documents
+from vips.models.linreg.model import predict as linreg_predict
+from vips.models.sbn.model import heldout_nll, reconstruct_proba, reconstruction_metrics
 from vips.posterior import (
     PosteriorError,
     blr_parameters,
@@ -370,7 +370,7 @@ class _LogisticRegressionFit(ClassifierMixin, _BoundedRows):  # type: ignore[mis
 class VIPSLogisticRegression(_LogisticRegressionFit):
     """Private Bayesian logistic regression by VIPS (Park et al. 2020, Alg. 5); a0, b0: the Gamma prior
     on the weights' precision; noise_aware: the M-step that accounts for the noise on s1 (False: the
-    paper's update; vips.models.blr); laplace_from: the first release taken as the log-likelihood's
+    paper's update; vips.models.blr.model); laplace_from: the first release taken as the log-likelihood's
     gradient and curvature at the current mean, a Newton step whose posterior is the Laplace
     approximation's (0: the paper's Polya-Gamma E-step throughout; None: the service's rule with epsilon,
     else 2); pool_from: the first Laplace release whose curvature is pooled (None: the rule's, else
@@ -395,7 +395,7 @@ class DPVILogisticRegression(_LogisticRegressionFit):
     iterations are AdaGrad steps (DPVI needs many more than VIPS: hundreds or thousands, not tens; the
     step sizes tau0, kappa do not apply); clip bounds each example's gradient, learning_rate is AdaGrad's,
     draws the Monte Carlo samples per step; noise_aware: the posterior from the iterates' trace, whose
-    intervals carry the noise of the steps (vips.models.dpvi; False: the last iterate, as the paper).
+    intervals carry the noise of the steps (vips.models.blr.dpvi; False: the last iterate, as the paper).
     """
 
     algorithm = "dpvi"
@@ -498,9 +498,9 @@ class VIPSLatentDirichletAllocation(TransformerMixin, VipsEstimator):  # type: i
     fallback (privacy_wall.queries.lda); None: as the service chooses them with epsilon
     (control.planning.schedules), else the model's default (none). vocabulary: the words of the columns
     (public), carried into the posterior; word_prior 1 (default) lets the fallback's unigram shrink towards
-    public English word frequencies when the vocabulary is English (vips.models.word_prior), 0 not.
+    public English word frequencies when the vocabulary is English (vips.models.lda.word_prior), 0 not.
     smoothing f: the M-step's pull of the topics towards the corpus's word frequencies (None: a job's
-    default, vips.models.lda.default_smoothing: 0.2 with resampled documents, 0 with doc_length 0; 0 is
+    default, vips.models.lda.model.default_smoothing: 0.2 with resampled documents, 0 with doc_length 0; 0 is
     the paper's M-step).
     """
 
@@ -589,8 +589,8 @@ class VIPSSigmoidBeliefNetwork(DensityMixin, VipsEstimator):  # type: ignore[mis
     """Private sigmoid belief network by VIPS (Park et al. 2020, Alg. 6) on 0/1 rows.
 
     frequency_copies: the copies of the pixel frequencies in each release (privacy_wall.queries.sbn);
-    init_scale: the spread of the initial weights (vips.models.sbn); None: as the service chooses them with
-    epsilon (control.planning.schedules), else the model's defaults.
+    init_scale: the spread of the initial weights (vips.models.sbn.model); None: as the service chooses them
+    with epsilon (control.planning.schedules), else the model's defaults.
     """
 
     model_name = "sbn"
@@ -636,7 +636,7 @@ class VIPSSigmoidBeliefNetwork(DensityMixin, VipsEstimator):  # type: ignore[mis
     def heldout_nll(self, Y: ArrayLike) -> dict[str, Any]:
         """The rows' held-out negative log-likelihood, mean -log p(y_n) in nats with z summed out (exactly up
         to 12 hidden units, else importance-sampled: an upper bound in expectation), with its "method" and
-        "samples" (vips.models.sbn.heldout_nll; what `vips evaluate` reports as "nll")."""
+        "samples" (vips.models.sbn.model.heldout_nll; what `vips evaluate` reports as "nll")."""
         return heldout_nll(self._rows(Y), self.W_, self.b_, self.c_)
 
     def score(self, Y: ArrayLike, y: object = None) -> float:

@@ -3,8 +3,9 @@
 Measured by bench/calibration.py on synthetic datasets of known weights (d 10, N 10,000) with nominal 90%
 marginal intervals, each algorithm given only epsilon (its rule's schedule) or sigma 0, on the tuning seeds
 and the unseen seeds from 1000; docs/calibration.md has the tables. VIPS's and DP-SEP's logistic lines are
-of posteriors widened along their last step (vips.models.blr, "The last step"): the job page gives no line
-for one stored without it (service.ui.routes). A job's line is the one for its scale, read as its rule reads
+of posteriors widened along their last step (vips.models.blr.model, "The last step"): the job page gives no
+line for one stored without it (service.ui.routes). A job's line is the one for its scale, read as its rule
+reads
 it (control.planning.schedules.job_scale: epsilon x N x sqrt(10 / d) for VIPS's and DP-SEP's logistic
 regression, epsilon x N otherwise). Update these lines with that file when an algorithm's posterior
 changes.

@@ -38,7 +38,7 @@ _SHARE = OptionSpec(lambda v: 0 <= v < 1, "must be in [0, 1)")
 
 #: LDA's defaults for its options that planning reads too (the worker's model setup reads them from here).
 LDA_DEFAULTS = {"topics": 10, "doc_length": 500, "clip": 0.1}
-#: DPVI-BLR's defaults that the dashboard's convergence replay reads too (vips.models.dpvi's fields take
+#: DPVI-BLR's defaults that the dashboard's convergence replay reads too (vips.models.blr.dpvi's fields take
 #: them from here; the learning rate's reason is there).
 DPVI_DEFAULTS = {"prior_variance": 1.0, "learning_rate": 0.5}
 #: The SBN's default number of hidden units, which planning reads too (its memory, its rule's scale; the
@@ -53,7 +53,7 @@ COMMON_OPTIONS: dict[str, OptionSpec] = {"tau0": _between(0.0, 1e9), "kappa": _U
 MODEL_OPTIONS: dict[str, dict[str, OptionSpec]] = {
     # noise_aware 1 (default): the M-step that accounts for s1's noise; 0: the paper's Eq. 53-55.
     # laplace_from k: releases k, k + 1, ... are Laplace-mode (Newton) releases at q's mean
-    # (vips.models.blr); 0: the Polya-Gamma E-step throughout (the paper's). pool_from k: the first
+    # (vips.models.blr.model); 0: the Polya-Gamma E-step throughout (the paper's). pool_from k: the first
     # Laplace release whose curvature is pooled (0: laplace_from). gradient_bound A: the wall's per-record
     # bound on s1 (privacy_wall.queries.blr; 1/2, the default, clips nothing).
     "blr": {
@@ -69,7 +69,7 @@ MODEL_OPTIONS: dict[str, dict[str, OptionSpec]] = {
         "topics": _whole(1, 1000),
         "alpha": _SCALE,
         "eta": _SCALE,
-        # The M-step's pull of the topics towards the corpus's word frequencies (vips.models.lda; 0: the
+        # The M-step's pull of the topics towards the corpus's word frequencies (vips.models.lda.model; 0: the
         # paper's M-step).
         "smoothing": _NON_NEGATIVE,
         "doc_length": _whole(0, 100_000),
@@ -79,11 +79,11 @@ MODEL_OPTIONS: dict[str, dict[str, OptionSpec]] = {
         "unigram_share": _SHARE,
         "unigram_clip": _SCALE,
         # word_prior 1 (default): the fallback's unigram shrinks towards public English word frequencies
-        # when the vocabulary is English (vips.models.word_prior); 0: towards nothing but the release.
+        # when the vocabulary is English (vips.models.lda.word_prior); 0: towards nothing but the release.
         "word_prior": _whole(0, 1),
     },
     # frequency_copies: the copies of the pixel frequencies in each release (privacy_wall.queries.sbn);
-    # init_scale: the spread of the initial weights (vips.models.sbn; public, it shapes only the start).
+    # init_scale: the spread of the initial weights (vips.models.sbn.model; public, it shapes only the start).
     "sbn": {
         "hidden": _whole(1, 500),
         "frequency_copies": _whole(1, 64),
@@ -105,7 +105,7 @@ ALGORITHM_OPTIONS: dict[tuple[str, str], dict[str, OptionSpec]] = {
         "learning_rate": _SCALE,
         "draws": _whole(1, 100),
         "prior_variance": _SCALE,
-        # noise_aware 1 (default): the posterior from the iterates' trace (vips.models.dpvi); 0: q_T.
+        # noise_aware 1 (default): the posterior from the iterates' trace (vips.models.blr.dpvi); 0: q_T.
         "noise_aware": _whole(0, 1),
     },
     # noise_aware 1 (default): centred releases and the noise-aware Newton step (vips.models.dpsep);

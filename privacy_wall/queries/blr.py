@@ -9,7 +9,7 @@ Laplace mode (params {"mean": m}, a public point): with p_n = sigmoid(x_n^T m),
   s1 = sum_n (y_n - p_n) / 2 x_n         (half the log-likelihood's gradient at m; |y - p| / 2 < 1/2)
   s2 = sum_n p_n (1 - p_n) x_n x_n^T     (minus its Hessian at m; p (1 - p) <= 1/4)
 the same blocks with the same bounds: each record's coefficients stay in the ranges the proof below uses,
-so the sensitivity and every statement about the blocks hold unchanged (vips.models.blr takes a Newton
+so the sensitivity and every statement about the blocks hold unchanged (vips.models.blr.model takes a Newton
 step from these and reads the Laplace approximation's covariance from them).
 A smaller gradient bound (LogisticRegressionQuery(gradient_bound=A), A < 1/2; VIPS-BLR's option
 gradient_bound, issue 51) clips each record's s1 term to norm A: the s1 block's bound, and so its noise,

@@ -9,7 +9,7 @@ Public parameters (all drawn or computed outside the wall, none depends on data)
   mean     (d,)          the variational mean
   log_std  (d,)          the variational log standard deviations
   eps      (draws, d)    the reparameterisation noise of this iteration; standard normal, drawn by the
-                         public half (vips.models.dpvi) from its public generator
+                         public half (vips.models.blr.dpvi) from its public generator
 Per record n (x_n, y_n), with r_nj = y_n - sigmoid(x_n^T w_j) (d/dz log p(y | z) = y - sigmoid(z)):
   g_n = (1/draws) sum_j ( r_nj x_n,  r_nj x_n * exp(log_std) * eps_j )        (2d,)
 the Monte Carlo (reparameterisation) gradient of the record's data term E_q[log p(y_n | x_n, w)] with

@@ -6,7 +6,7 @@ w | tau ~ N(0, (tau lambda0)^-1 I). The complete-data likelihood of a record is 
 variables: the "expected" sufficient statistics of the E-step are the data statistics themselves and do not
 depend on the current posterior. So the query takes no public parameters, and VIPS at sigma = 0 in batch
 mode is exact Bayesian inference (the posterior natural parameters are prior + N times the batch means;
-vips.models.linreg).
+vips.models.linreg.model).
 
 Ingestion bounds: ||x|| <= 1 and |y| <= 1. Released blocks (per-record contribution, its L2 bound C, the
 replace-one sensitivity of the batch mean; docs/design.md section 2):

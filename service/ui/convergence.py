@@ -9,7 +9,7 @@ redo without the worker's models (the import contract keeps them apart):
   1 in exact batch mode, S >= N at sigma 0, as vips.runner does). The signal is the M-step's update
   relative to what it updates, ||nu_t - nu_(t-1)|| / ||nu_t|| over the data part of nu (N times the
   averaged releases; the prior's constant part is left out, which only ever makes the ratio larger).
-- DPVI: AdaGrad on the ELBO's gradient (N g - m / v, N g_s - exp(2 s) / v + 1, as vips.models.dpvi),
+- DPVI: AdaGrad on the ELBO's gradient (N g - m / v, N g_s - exp(2 s) / v + 1, as vips.models.blr.dpvi),
   and the signal is how far the posterior mean moved in posterior standard deviations (root mean square
   over the coefficients of (m_t - m_(t-1)) / sd_t).
 

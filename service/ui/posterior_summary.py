@@ -23,7 +23,7 @@ class TopicWords:
 
 def top_words(document: dict[str, Any], count: int = 10) -> list[TopicWords]:
     """Each topic's `count` (at most 20) most probable words: the document's "topics" (word ids and
-    E[beta_kw], most probable first, as vips.models.lda writes them) named by its "vocabulary" (word
+    E[beta_kw], most probable first, as vips.models.lda.model writes them) named by its "vocabulary" (word
     ids as text when it has none), with each topic's share of "lambda"."""
     lam: list[list[float]] = document["lambda"]
     vocabulary: list[str] = document.get("vocabulary") or [str(v) for v in range(len(lam[0]))]
@@ -44,7 +44,7 @@ def repeated_topics(document: dict[str, Any]) -> int:
     """How many topics share their word distribution E[beta_k] = lambda_k / sum_w lambda_kw with another
     topic (to 1e-9 of the largest probability). Topics in which no excess over the word frequencies cleared
     the noise threshold are all that one distribution, the corpus's private word frequencies (the fallback
-    of vips.models.lda): K of K when nothing cleared it. Rows are bucketed by sum_w beta_kw^2 (equal
+    of vips.models.lda.model): K of K when nothing cleared it. Rows are bucketed by sum_w beta_kw^2 (equal
     distributions share it to rounding) and compared within a bucket."""
     groups: dict[str, list[tuple[list[float], list[int]]]] = {}
     for row in document["lambda"]:

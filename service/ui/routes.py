@@ -465,7 +465,7 @@ def job_page(request: Request, engine: EngineDep, settings: SettingsDep, job_id:
 
 def _as_measured(job: Any, document: dict[str, Any]) -> bool:
     """Whether the posterior is of the kind control.planning.coverage's lines were measured on: VIPS's and
-    DP-SEP's noise-aware logistic posteriors are widened along their last step (vips.models.blr), which
+    DP-SEP's noise-aware logistic posteriors are widened along their last step (vips.models.blr.model), which
     one stored before that, without variational_parameters.last_step, was not."""
     if job.model != "blr" or job.algorithm not in ("vips", "dpsep") or job.options.get("noise_aware", 1) == 0:
         return True

@@ -41,8 +41,8 @@ from privacy_wall.data.formats import TabularFile, read_binary_csv
 from vips.columns import ColumnMismatch, column_order
 from vips.errors import UsageError
 from vips.models.base import Array
-from vips.models.blr import predict_proba
-from vips.models.lda import (
+from vips.models.blr.model import predict_proba
+from vips.models.lda.model import (
     completion_perplexity,
     document_topics,
     perplexity_bound,
@@ -50,9 +50,9 @@ from vips.models.lda import (
     unigram_perplexity,
     word_frequency_perplexity,
 )
-from vips.models.linreg import predict as linreg_predict
-from vips.models.linreg import rmse
-from vips.models.sbn import heldout_nll, pixel_mean_metrics, reconstruct_proba, reconstruction_metrics
+from vips.models.linreg.model import predict as linreg_predict
+from vips.models.linreg.model import rmse
+from vips.models.sbn.model import heldout_nll, pixel_mean_metrics, reconstruct_proba, reconstruction_metrics
 from vips.output import print_json, write_text_atomically
 from vips.posterior import (
     LdaPosterior,

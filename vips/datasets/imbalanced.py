@@ -2,7 +2,7 @@
 for held-out data with few positives): an intercept, 11 Beta(4, 4) features (mean 1/2), two rare 0/1
 flags (10% and 27%) and a 3-level one-hot, divided by sqrt(15) (norm <= 1); weights mostly positive on the
 numeric features (as usage drives churn), the offset set for ~14% positives. Nonnegative features with
-nonzero means make z = sum (y - 1/2) x mostly (share - 1/2) N mean(x) (vips/models/blr.py, the
+nonzero means make z = sum (y - 1/2) x mostly (share - 1/2) N mean(x) (vips/models/blr/model.py, the
 intercept step)."""
 
 from __future__ import annotations

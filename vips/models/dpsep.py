@@ -36,7 +36,7 @@ releases each site centred at the cavity mean (privacy_wall.queries.dpsep, "Cent
 the records' clipped site gradients G = sum (alpha_n - beta_n m_n) x_n and site precisions
 Lambda = sum beta_n x_n x_n^T. EP's update q's natural parameters (P0 + Lambda, G + Lambda mu_c) is then the
 Newton step mu_c + (P0 + Lambda)^-1 (G - P0 mu_c) with the tilted (cavity-smoothed) gradient and curvature,
-and the public half takes it as VIPS-BLR takes its Laplace releases (vips.models.blr,
+and the public half takes it as VIPS-BLR takes its Laplace releases (vips.models.blr.model,
 BayesianLogisticRegression with laplace_from 1): z = G + Lambda mu_c is a pseudo-observation of w,
 z | w ~ N(Lambda w, Lambda + v I) with v the public noise variance of G; Lambda is SURE-thresholded and
 pooled by inverse variance over the releases from the second on (the first, taken at the prior's mean,
@@ -49,9 +49,9 @@ std and N only. damping does not apply in this mode (the step replaces the dampe
 
 Two likelihoods:
 - DpSepLogisticRegression: p(y = 1 | w) = sigmoid(w^T x); posterior documents carry "mean" and
-  "covariance", so vips.models.blr.predict_proba predicts exactly as for VIPS-BLR.
+  "covariance", so vips.models.blr.model.predict_proba predicts exactly as for VIPS-BLR.
 - DpSepLinearRegression: exact sites, so at sigma = 0 with S = N and damping 1 one iteration gives the exact
-  posterior; vips.models.linreg.predict predicts with the document's "mean", "covariance" and
+  posterior; vips.models.linreg.model.predict predicts with the document's "mean", "covariance" and
   "noise_variance". Noise-aware (the default; issue 51): Normal-Gamma with the noise variance learned, the
   site (y x, x x^T, y^2) released and read as VIPS-linreg reads its statistics, the release noise
   propagated to the weights. The paper's mode: y ~ N(w^T x, noise_variance) with the noise variance known
@@ -78,8 +78,8 @@ from privacy_wall.queries.dpsep import (
     DpSepNormalGammaQuery,
 )
 from vips.models.base import Array
-from vips.models.blr import BayesianLogisticRegression, BlrState, gaussian_moments
-from vips.models.linreg import BayesianLinearRegression, LinregState
+from vips.models.blr.model import BayesianLogisticRegression, BlrState, gaussian_moments
+from vips.models.linreg.model import BayesianLinearRegression, LinregState
 
 #: The paper's clipping norm C (its experiments use C = 1).
 DEFAULT_CLIP = 1.0
@@ -216,7 +216,7 @@ class DpSepLogisticRegression(_DpSepModel):
     """DP-SEP for Bayesian logistic regression, w ~ N(0, prior_variance I); clip is the paper's C.
     noise_aware (default): centred releases and the noise-aware Newton step (module docstring; the prior
     variance then the mean of a learned one); False: the paper's damped site average. intercept: the column
-    of the constant intercept (noise-aware mode; vips.models.blr), None for none."""
+    of the constant intercept (noise-aware mode; vips.models.blr.model), None for none."""
 
     clip: float = DEFAULT_CLIP
     noise_aware: bool = True
@@ -291,8 +291,8 @@ class DpSepLogisticRegression(_DpSepModel):
 class DpSepLinearRegression(_DpSepModel):
     """DP-SEP for linear regression, w ~ N(0, prior_variance I) a priori.
 
-    noise_aware (default): the noise variance is unknown, the model Normal-Gamma (vips.models.linreg with
-    w | tau ~ N(0, prior_variance / tau I), tau ~ Gamma(1, 0.01)); each record's exact site (y x, x x^T,
+    noise_aware (default): the noise variance is unknown, the model Normal-Gamma (vips.models.linreg.model
+    with w | tau ~ N(0, prior_variance / tau I), tau ~ Gamma(1, 0.01)); each record's exact site (y x, x x^T,
     y^2) is clipped jointly to C and released (privacy_wall.queries.dpsep, "Normal-Gamma sites"), the
     damped average of the releases is read as VIPS-linreg reads its statistics, and the release noise is
     propagated to the weights' covariance. clip None: sqrt(3), which clips nothing. noise_variance is then
@@ -365,7 +365,7 @@ class DpSepLinearRegression(_DpSepModel):
         noise_std: Mapping[str, float] | None = None,
     ) -> Any:
         """The damped site average; in noise-aware mode of the Normal-Gamma natural parameters, with the
-        release's one noise std on every entry of xx and yx (vips.models.linreg)."""
+        release's one noise std on every entry of xx and yx (vips.models.linreg.model)."""
         if not isinstance(state, LinregState):
             return super().m_step(state, statistics, population, rho, noise_std)
         released = float((noise_std or {}).get(BLOCK, 0.0))

@@ -64,7 +64,7 @@ def intercept_column(columns: Sequence[str] | None) -> int:
     """The column VIPS-BLR's intercept step treats as the intercept: the first one named "intercept" (as
     `vips scale` and PublicBoundsScaler name the column of 1s they add), or "<step>__intercept" (the name a
     scikit-learn ColumnTransformer gives it), else column 0, where they put it; the step itself checks that
-    the column carries the features' means (vips.models.blr)."""
+    the column carries the features' means (vips.models.blr.model)."""
     names = [] if columns is None else [str(name) for name in columns]
     found = [j for j, name in enumerate(names) if name == "intercept" or name.endswith("__intercept")]
     return found[0] if found else 0
@@ -86,7 +86,7 @@ def model_setup(
     check_model_options(model, options, sigma, algorithm)
     given: dict[str, Any] = {name: value for name, value in options.items() if name not in ("tau0", "kappa")}
     if algorithm == "dpvi":
-        from vips.models.dpvi import DpviLogisticRegression
+        from vips.models.blr.dpvi import DpviLogisticRegression
 
         if "draws" in given:
             given["draws"] = int(given["draws"])
@@ -107,7 +107,7 @@ def model_setup(
         return ModelSetup(dpsep, dpsep.query())
     if model == "blr":
         from privacy_wall.queries.blr import S1_BOUND, LogisticRegressionQuery
-        from vips.models.blr import BayesianLogisticRegression
+        from vips.models.blr.model import BayesianLogisticRegression
 
         if "noise_aware" in given:
             given["noise_aware"] = bool(given["noise_aware"])
@@ -118,20 +118,20 @@ def model_setup(
         blr = BayesianLogisticRegression(**given, intercept=intercept_column(columns))
         return ModelSetup(blr, blr_query)
     if model == "linreg":
-        from vips.models.linreg import BayesianLinearRegression
+        from vips.models.linreg.model import BayesianLinearRegression
 
         linreg = BayesianLinearRegression(**given)
         return ModelSetup(linreg, linreg.query())
     if model == "lda":
         from privacy_wall.queries.lda import LdaQuery
-        from vips.models.lda import LatentDirichletAllocation, default_smoothing
+        from vips.models.lda.model import LatentDirichletAllocation, default_smoothing
 
         topics = int(options.get("topics", LDA_DEFAULTS["topics"]))
         doc_length = int(options.get("doc_length", LDA_DEFAULTS["doc_length"]))
         unigram_share = float(options.get("unigram_share", 0.0))
         word_prior, source = None, None
         if unigram_share > 0 and vocabulary and options.get("word_prior", 1):
-            from vips.models.word_prior import english_prior
+            from vips.models.lda.word_prior import english_prior
 
             word_prior, source = english_prior(vocabulary) or (None, None)
         lda = LatentDirichletAllocation(
@@ -153,7 +153,7 @@ def model_setup(
         )
         return ModelSetup(lda, query)
     from privacy_wall.queries.sbn import DEFAULT_FREQUENCY_COPIES
-    from vips.models.sbn import DEFAULT_HIDDEN, SigmoidBeliefNetwork
+    from vips.models.sbn.model import DEFAULT_HIDDEN, SigmoidBeliefNetwork
 
     sbn = SigmoidBeliefNetwork(
         hidden=int(options.get("hidden", DEFAULT_HIDDEN)),

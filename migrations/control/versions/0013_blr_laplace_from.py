@@ -1,7 +1,7 @@
 """VIPS-BLR jobs from before the Laplace releases keep the Polya-Gamma E-step: laplace_from 0 (issue 51).
 
 The model's default became laplace_from 2 (releases from the second on are taken at q's mean:
-vips.models.blr). A job's options decide how its stored releases are read when it resumes and what its
+vips.models.blr.model). A job's options decide how its stored releases are read when it resumes and what its
 posterior was fitted with, so every earlier VIPS-BLR job without the option gets the value it ran with.
 
 Revision ID: 0013

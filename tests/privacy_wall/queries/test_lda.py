@@ -263,7 +263,7 @@ def test_float32_iterations_release_todays_statistics_and_posterior() -> None:
     from privacy_wall.data.store import InMemoryBowStore
     from tests.fitting import fit_through_gate
     from vips.datasets.synthetic_lda import generate_corpus, planted_topics
-    from vips.models.lda import LatentDirichletAllocation
+    from vips.models.lda.model import LatentDirichletAllocation
     from vips.runner import LoopSettings
 
     topics, words, length = 5, 120, 60

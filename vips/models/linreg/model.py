@@ -46,7 +46,7 @@ import numpy as np
 
 from privacy_wall.queries.linreg import LinearRegressionQuery
 from vips.models.base import Array
-from vips.models.blr import gaussian_moments
+from vips.models.blr.model import gaussian_moments
 
 
 @dataclass(frozen=True)

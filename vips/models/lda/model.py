@@ -14,7 +14,7 @@ the batch mean of each document's clipped word counts, and s keeps its negative 
   - averages the u releases with inverse-variance weights into u_bar; the unigram p_u is each word's
     posterior mean under an empirical-Bayes prior fitted to all of u_bar (`unigram_estimate`), normalised;
     with a public word-frequency prior p0 (word_prior) the empirical-Bayes prior is a log-normal
-    regression on log p0 instead (vips.models.word_prior.prior_unigram_estimate);
+    regression on log p0 instead (vips.models.lda.word_prior.prior_unigram_estimate);
   - mixes the raw D s as above into X (rho_t), tracking X's per-entry noise variance v from the stds;
   - per topic, n_k = sum_v X_kv, r = X_k - n_k p_u, and the topic's counts are m_k p_u + hard(r, t) (r_kv
     where |r_kv| > t, else 0), with m_k = n_k floored at 3 noise stds of that sum and t = sqrt(v) z, z the
@@ -196,7 +196,7 @@ class LatentDirichletAllocation:
     eta: float | None = None
     seed: int = 0
     name: str = "lda"
-    #: A public word-frequency prior p0 over the vocabulary (vips.models.word_prior.public_prior), or
+    #: A public word-frequency prior p0 over the vocabulary (vips.models.lda.word_prior.public_prior), or
     #: None: with the unigram block the M-step's unigram then shrinks towards it (prior_unigram_estimate).
     word_prior: tuple[float, ...] | None = None
     #: Where word_prior came from ("wordfreq 3.1.1, en, large"), named in the posterior.
@@ -295,7 +295,7 @@ class LatentDirichletAllocation:
         u_bar = unigram_sum / unigram_weight
         u_bar_std = math.sqrt(1.0 / unigram_weight) if noisy else 0.0
         if self.word_prior is not None and len(self.word_prior) == u_bar.size:
-            from vips.models.word_prior import prior_unigram_estimate  # scipy.optimize: only here
+            from vips.models.lda.word_prior import prior_unigram_estimate  # scipy.optimize: only here
 
             return prior_unigram_estimate(u_bar, u_bar_std, np.asarray(self.word_prior, dtype=np.float64))
         return unigram_estimate(u_bar, u_bar_std)

@@ -24,7 +24,7 @@ E[r^2] / omega^2 - 1) and d^2 log m_v = E[d^2 l | y_v] + Cov[dl | y_v], all from
 Newton's method with step halving (`_newton`; a step is scaled as a whole, never clipped coordinate by
 coordinate) finds theta in about ten likelihood evaluations from a regression of log y on x over the
 words well above the noise (`_start`), 0.05-0.1 s at V = 5,000.
-A nonparametric prior on log c_v - b x_v (Kiefer-Wolfowitz, as vips.models.lda.posterior_means) gave
+A nonparametric prior on log c_v - b x_v (Kiefer-Wolfowitz, as vips.models.lda.model.posterior_means) gave
 the same perplexities on the Wikipedia corpus at every epsilon tried, so only this estimator is kept.
 """
 
@@ -312,7 +312,7 @@ def fit_prior(y: Array, std: float, p0: Array) -> tuple[Array, dict[str, float]]
 def prior_unigram_estimate(u_bar: Array, std: float, p0: Array) -> Array:
     """The unigram from the averaged release u_bar (noise std `std`, public) and the public prior p0:
     posterior means under the empirical-Bayes prior (module docstring), floored at 1e-12 and normalised.
-    At std = 0, u_bar itself (floored as vips.models.lda.unigram_estimate)."""
+    At std = 0, u_bar itself (floored as vips.models.lda.model.unigram_estimate)."""
     u_bar = np.asarray(u_bar, dtype=np.float64)
     if not (std > 0 and math.isfinite(std)):
         floor = 1e-12 * max(float(np.abs(u_bar).max(initial=0.0)), 1.0)

@@ -46,7 +46,7 @@ values. noise_aware=False reports q_T as the paper does. Measured on data of kno
 docs/calibration.md.
 
 Prediction uses the posterior document's "mean" and "covariance" (diagonal) with the probit
-approximation of vips.models.blr.predict_proba, exactly as for VIPS-BLR.
+approximation of vips.models.blr.model.predict_proba, exactly as for VIPS-BLR.
 """
 
 from __future__ import annotations
