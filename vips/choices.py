@@ -1,22 +1,14 @@
-"""The CLI's choices and defaults. Imports nothing, so `vips --help` builds its parser without numpy."""
+"""The CLI's choices and defaults. The models' choices come from their facts (vips.models.catalog), which
+import only the standard library, so `vips --help` builds its parser without numpy."""
 
 from __future__ import annotations
 
-KINDS = ("tabular", "regression", "bow", "binary")
-MODELS = ("blr", "linreg", "lda", "sbn")
-ALGORITHMS = ("vips", "dpvi", "dpsep")
-#: Names other tools give the models, and the model each means here (a mistyped --model names it).
-MODEL_ALIASES = {
-    "logreg": ("blr", "logistic regression"),
-    "logistic": ("blr", "logistic regression"),
-    "logit": ("blr", "logistic regression"),
-    "lr": ("blr", "logistic regression"),
-    "logisticregression": ("blr", "logistic regression"),
-    "linearregression": ("linreg", "linear regression"),
-    "linear": ("linreg", "linear regression"),
-    "ols": ("linreg", "linear regression"),
-    "topics": ("lda", "a topic model"),
-    "sigmoid": ("sbn", "a sigmoid belief network"),
-}
+from vips.models.catalog import ALGORITHM_MODELS, KINDS, MODEL_ALIASES
+from vips.models.catalog import MODELS as MODEL_SPECS
+
+__all__ = ["ALGORITHMS", "DEFAULT_DELTA", "DEFAULT_LABEL", "KINDS", "MODELS", "MODEL_ALIASES"]
+
+MODELS = tuple(MODEL_SPECS)
+ALGORITHMS = tuple(ALGORITHM_MODELS)
 DEFAULT_LABEL = "label"
 DEFAULT_DELTA = 1e-5

@@ -58,9 +58,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from control.planning.options import DPVI_DEFAULTS
 from privacy_wall.queries.dpvi import BLOCK, DpviLogisticRegressionQuery
 from vips.models.base import Array
+from vips.models.blr.spec import DPVI_DEFAULTS
 
 #: Default per-record clipping bound c_t. With ||x|| <= 1 the gradient of the data term w.r.t. the mean has
 #: norm <= 1 for every record, so c = 1 never clips that part; only the log_std part (which scales with

@@ -54,7 +54,6 @@ from typing import Any
 import numpy as np
 from scipy.special import expit, log_expit, logsumexp
 
-from control.planning.options import SBN_DEFAULTS
 from privacy_wall.queries.blr import polya_gamma_mean
 from privacy_wall.queries.sbn import (
     DEFAULT_FREQUENCY_COPIES,
@@ -63,9 +62,10 @@ from privacy_wall.queries.sbn import (
     hidden_posterior,
 )
 from vips.models.base import Array
+from vips.models.sbn.spec import DEFAULTS
 
-#: The service's default number of hidden units (option "hidden"; control.planning.options.SBN_DEFAULTS).
-DEFAULT_HIDDEN = SBN_DEFAULTS["hidden"]
+#: The default number of hidden units (option "hidden"; the model's spec, vips.models.sbn.spec).
+DEFAULT_HIDDEN = int(DEFAULTS["hidden"])
 
 
 @dataclass(frozen=True)

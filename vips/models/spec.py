@@ -1,0 +1,79 @@
+"""What a model is, written once (issue 53): the dataset kind it fits, its options with their bounds, the
+algorithms that fit it with theirs, and the defaults that planning reads. Each model's folder holds its
+`spec.py` (a ModelSpec); vips.models.catalog lists them. The API's validation (control.planning.options),
+the CLI's choices and help and the dashboard read them, so this module and every spec import nothing
+beyond the standard library: `vips --help` and the API load them without the models' numerical code
+(pyproject.toml's import contracts)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class OptionSpec:
+    """A numeric option: its check and how the check reads in an error message."""
+
+    check: Callable[[float], bool]
+    requirement: str
+    whole: bool = False  # a count or a switch (topics, hidden, noise_aware): an int wherever it is shown
+
+
+def whole(low: int, high: int) -> OptionSpec:
+    """A whole-number option in [low, high]."""
+    return OptionSpec(
+        lambda v: v == int(v) and low <= v <= high, f"must be a whole number in [{low}, {high}]", whole=True
+    )
+
+
+def between(low: float, high: float) -> OptionSpec:
+    """A real option in [low, high]: finite bounds, so that no admitted value overflows or divides by zero
+    in an update (issue 52: tau0 1e300 and unigram_clip 1e-300 were admitted, spent, then failed)."""
+    return OptionSpec(lambda v: low <= v <= high, f"must be in [{low:g}, {high:g}]")
+
+
+#: A scale (a prior's variance or precision, a Gamma parameter, a clip, a step size): from 1e-6 to 1e6,
+#: twelve orders of magnitude around the unit scale every row is normalised to.
+SCALE = between(1e-6, 1e6)
+NON_NEGATIVE = between(0.0, 1e6)
+UNIT_INTERVAL = OptionSpec(lambda v: 0 <= v <= 1, "must be in [0, 1]")
+CLIP_FRACTION = OptionSpec(lambda v: 0 < v <= 1, "must be in (0, 1]")
+SHARE = OptionSpec(lambda v: 0 <= v < 1, "must be in [0, 1)")
+#: A switch between two modes (noise_aware, word_prior): 1 or 0.
+SWITCH = whole(0, 1)
+
+#: Options every model takes: the VIPS loop's step sizes rho_t = (tau0 + t)^-kappa.
+COMMON_OPTIONS: dict[str, OptionSpec] = {"tau0": between(0.0, 1e9), "kappa": UNIT_INTERVAL}
+#: The algorithms, VIPS first (docs/design.md sections 4-5).
+ALGORITHMS = ("vips", "dpvi", "dpsep")
+#: The options DP-SEP takes for every model it fits (its site clip, the paper's damping, the prior).
+DPSEP_OPTIONS: dict[str, OptionSpec] = {"clip": SCALE, "damping": CLIP_FRACTION, "prior_variance": SCALE}
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One model's facts.
+
+    `options`: VIPS's options for it (beside COMMON_OPTIONS); `algorithms`: each other algorithm that fits
+    it and its options, which replace VIPS's (a fixed prior variance for a0, b0, say); `defaults` and
+    `algorithm_defaults`: the defaults planning or the dashboard read too (the model's code reads them
+    from here); `aliases`: names other tools give the model, so a mistyped --model names it."""
+
+    name: str
+    kind: str
+    title: str
+    options: Mapping[str, OptionSpec]
+    algorithms: Mapping[str, Mapping[str, OptionSpec]] = field(default_factory=dict)
+    defaults: Mapping[str, float] = field(default_factory=dict)
+    algorithm_defaults: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    aliases: tuple[str, ...] = ()
+
+    def fitted_by(self) -> tuple[str, ...]:
+        """The algorithms that fit this model, VIPS first."""
+        return ("vips", *(name for name in ALGORITHMS if name in self.algorithms))
+
+    def option_specs(self, algorithm: str = "vips") -> dict[str, OptionSpec]:
+        """Every option a job of this model fitted by `algorithm` may set."""
+        own = self.options if algorithm == "vips" else self.algorithms.get(algorithm, {})
+        return {**COMMON_OPTIONS, **own}
