@@ -7,6 +7,7 @@ beyond the standard library: `vips --help` and the API load them without the mod
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -52,13 +53,43 @@ DPSEP_OPTIONS: dict[str, OptionSpec] = {"clip": SCALE, "damping": CLIP_FRACTION,
 
 
 @dataclass(frozen=True)
+class Rule:
+    """One model/algorithm's schedule: T and S (a fraction of N, with a floor and a cap in rows) by privacy
+    scale (the first row whose bound on epsilon x N is at least the job's holds)."""
+
+    #: (largest epsilon x N of the row, iterations T), increasing; the last row's bound is infinite.
+    iterations: tuple[tuple[float, int], ...]
+    #: (largest epsilon x N of the row, S as a fraction of N), increasing, the last bound infinite.
+    batch_fractions: tuple[tuple[float, float], ...] = ((math.inf, 1.0),)
+    min_batch: int = 1
+    max_batch: int | None = None
+    source: str = ""
+    #: (largest epsilon x N of the row, model options it chooses), increasing; empty: the model's defaults.
+    options: tuple[tuple[float, Mapping[str, float]], ...] = ()
+    #: The size of the released statistics the rows were read at (statistic_size), when the signal per
+    #: entry is what matters (LDA's K x V topic-word counts): a job's scale is then epsilon x N x
+    #: reference_size / its size. None: epsilon x N.
+    reference_size: int | None = None
+    #: The power of reference_size / size that scales epsilon x N (1: signal per entry; 1/2: signal against
+    #: the spectral norm of a d x d noise matrix, which grows as sqrt(d)).
+    size_exponent: float = 1.0
+    #: (largest epsilon x N of the row, what a fit there was measured to give, in words for the quote),
+    #: increasing; scales past the last row (and jobs that give sigma) get no such words.
+    expect: tuple[tuple[float, str], ...] = ()
+    #: Option values that select another mode of the model, which the rows were not read for: a job that
+    #: gives one of them gets none of the rows' options (its mode's defaults).
+    other_modes: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class ModelSpec:
     """One model's facts.
 
     `options`: VIPS's options for it (beside COMMON_OPTIONS); `algorithms`: each other algorithm that fits
     it and its options, which replace VIPS's (a fixed prior variance for a0, b0, say); `defaults` and
     `algorithm_defaults`: the defaults planning or the dashboard read too (the model's code reads them
-    from here); `aliases`: names other tools give the model, so a mistyped --model names it."""
+    from here); `aliases`: names other tools give the model, so a mistyped --model names it; `rules`:
+    each algorithm's schedule rule."""
 
     name: str
     kind: str
@@ -68,6 +99,11 @@ class ModelSpec:
     defaults: Mapping[str, float] = field(default_factory=dict)
     algorithm_defaults: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     aliases: tuple[str, ...] = ()
+    #: The schedule rule of each algorithm that fits the model (control.planning.schedules reads them).
+    rules: Mapping[str, Rule] = field(default_factory=dict)
+    #: The entries of the statistic whose signal to noise a rule reads, given the job's options and the
+    #: data's d (a rule with a reference_size reads it); None: d.
+    statistic_size: Callable[[Mapping[str, float], int], int] | None = None
 
     def fitted_by(self) -> tuple[str, ...]:
         """The algorithms that fit this model, VIPS first."""

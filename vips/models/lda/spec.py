@@ -4,11 +4,58 @@ tokens."""
 
 from __future__ import annotations
 
-from vips.models.spec import CLIP_FRACTION, NON_NEGATIVE, SCALE, SHARE, SWITCH, ModelSpec, whole
+import math
+import sys
+from collections.abc import Mapping
+
+from vips.models.spec import CLIP_FRACTION, NON_NEGATIVE, SCALE, SHARE, SWITCH, ModelSpec, Rule, whole
 
 #: The defaults planning reads too (the worker's model setup reads them from here): the paper's K = 10,
 #: N_w = 500 and clip a = 0.1.
 DEFAULTS = {"topics": 10, "doc_length": 500, "clip": 0.1}
+
+
+def statistic_size(options: Mapping[str, float], dimension: int) -> int:
+    """The entries of LDA's K x V topic-word counts (K the job's topics, else the default), whose signal
+    to noise its rule reads."""
+    return int(options.get("topics", DEFAULTS["topics"])) * dimension
+
+
+#: The schedule rule of each algorithm (control.planning.schedules; docs/schedules.md has the table each
+#: was read off).
+RULES: dict[str, Rule] = {
+    # Small epsilon x D: most of each release on the word frequencies (the unigram fallback) and few
+    # iterations; the topics get more as the scale grows. T 10 for a job that gives sigma. Read off V about
+    # 5,000 and K 20-50 (docs/schedules.md, "VIPS-LDA"); a topic-word count's signal to noise grows as
+    # epsilon x D / (K V), so K topics over V words read the rows at epsilon x D x 100,000 / (K V). Above
+    # 600,000 the topic statistics stand far above their noise and the fallback only costs.
+    "vips": Rule(
+        iterations=((10_000.0, 3), (200_000.0, 10), (sys.float_info.max, 20), (math.inf, 10)),
+        options=(
+            (10_000.0, {"unigram_share": 0.97, "unigram_clip": 3.0}),
+            (60_000.0, {"unigram_share": 0.8, "unigram_clip": 3.0}),
+            (200_000.0, {"unigram_share": 0.5, "unigram_clip": 3.0}),
+            (600_000.0, {"unigram_share": 0.3, "unigram_clip": 3.0}),
+            (math.inf, {"unigram_share": 0.0}),
+        ),
+        source="VIPS-LDA's grids on the bundled Wikipedia corpus and planted-topic corpora "
+        "(bench/lda.py --sweep-unigram)",
+        reference_size=100_000,
+        # What the sweeps measured against the private unigram at the same epsilon (docs/schedules.md,
+        # "What the topics buy over a private unigram at the same epsilon").
+        expect=(
+            (
+                10_000.0,
+                "about the private word frequencies the fit falls back to (its posterior's private_unigram): "
+                "at this scale topics clear the noise only where they are very strong",
+            ),
+            (
+                60_000.0,
+                "strong topics to pay; on encyclopedia or news text, about the private word frequencies",
+            ),
+        ),
+    ),
+}
 
 SPEC = ModelSpec(
     name="lda",
@@ -33,4 +80,6 @@ SPEC = ModelSpec(
     },
     defaults=DEFAULTS,
     aliases=("topics",),
+    rules=RULES,
+    statistic_size=statistic_size,
 )

@@ -3,7 +3,26 @@ by VIPS and DP-SEP."""
 
 from __future__ import annotations
 
-from vips.models.spec import DPSEP_OPTIONS, SCALE, SWITCH, ModelSpec
+import math
+
+from vips.models.spec import DPSEP_OPTIONS, SCALE, SWITCH, ModelSpec, Rule
+
+#: The schedule rule of each algorithm (control.planning.schedules; docs/schedules.md has the table each
+#: was read off).
+RULES: dict[str, Rule] = {
+    "vips": Rule(iterations=((math.inf, 5),), source="the regression section of bench/compare_algorithms.py"),
+    # The noise-aware mode's clip of each record's site P(z z^T) (vips.models.dpsep): 0.7 against 0.5, 1
+    # and sqrt(3) (nothing clipped) on 30 synthetic datasets at epsilon 0.3 / 1 / 3 (N 10,000), the lowest
+    # held-out negative log density or within 0.001 of it at each, with coverage 0.89-0.93 (0.5: 0.81 at
+    # epsilon 3; sqrt(3): 0.09 worse at 0.3); docs/schedules.md, "DP-SEP linear regression: the clip".
+    "dpsep": Rule(
+        iterations=((math.inf, 5),),
+        options=((math.inf, {"clip": 0.7}),),
+        source="the regression section of bench/compare_algorithms.py; the clip by held-out log density "
+        "and coverage on synthetic data (bench/calibration.py)",
+        other_modes={"noise_aware": 0},  # the paper's model keeps its clip, the bound of its own sites
+    ),
+}
 
 SPEC = ModelSpec(
     name="linreg",
@@ -16,4 +35,5 @@ SPEC = ModelSpec(
         "dpsep": {**DPSEP_OPTIONS, "noise_variance": SCALE, "noise_aware": SWITCH},
     },
     aliases=("linearregression", "linear", "ols"),
+    rules=RULES,
 )
