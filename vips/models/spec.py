@@ -82,6 +82,20 @@ class Rule:
 
 
 @dataclass(frozen=True)
+class Tested:
+    """Coverage of one kind of interval: of private fits by scale band, and at sigma 0."""
+
+    #: (largest scale of the band, the band in words, coverage there, a caution or ""), increasing; the
+    #: last band's bound is infinite.
+    bands: tuple[tuple[float, str, str, str], ...]
+    at_zero: str
+
+    def band(self, scale: float) -> tuple[str, str, str]:
+        """(the band in words, coverage, caution) of the first band whose bound is at least `scale`."""
+        return next((words, found, caution) for bound, words, found, caution in self.bands if scale <= bound)
+
+
+@dataclass(frozen=True)
 class ModelSpec:
     """One model's facts.
 
@@ -104,6 +118,10 @@ class ModelSpec:
     #: The entries of the statistic whose signal to noise a rule reads, given the job's options and the
     #: data's d (a rule with a reference_size reads it); None: d.
     statistic_size: Callable[[Mapping[str, float], int], int] | None = None
+    #: What each algorithm's intervals were tested to cover (control.planning.coverage), and for a paper
+    #: mode a job selects with noise_aware 0; none measured: no line.
+    tested: Mapping[str, Tested] = field(default_factory=dict)
+    paper_mode: Mapping[str, Tested] = field(default_factory=dict)
 
     def fitted_by(self) -> tuple[str, ...]:
         """The algorithms that fit this model, VIPS first."""
