@@ -95,23 +95,9 @@ def option_problem(model: str, name: str, value: float, algorithm: str = "vips")
 
 
 def schedule_problem(model: str, options: dict[str, float], sigma: float) -> tuple[str, str] | None:
-    """(option name, why) when valid options conflict with the job's sigma, or None.
-
-    LDA's doc_length 0 keeps documents as they are; their length then bounds each contribution, and a
-    private dataset does not publish it, so it is allowed only without noise (docs/design.md section 6).
-    DP-SEP-BLR's damping weighs the paper's damped site average, which its noise-aware mode (the default,
-    and the rule's choice above its smallest scales) replaces by Newton steps: it is taken only with
-    noise_aware 0 (damping is an option of no other logistic model). DP-SEP linear regression's
-    noise_variance is the paper's known one; its noise-aware mode (the default) learns it: it is taken only
-    with noise_aware 0 (noise_variance is an option of no other linear model).
-    """
-    if model == "lda" and options.get("doc_length") == 0 and sigma > 0:
-        return "doc_length", "doc_length 0 (documents kept as they are) is only allowed with sigma 0"
-    if model == "blr" and "damping" in options and options.get("noise_aware", 1) != 0:
-        return "damping", "damping weighs DP-SEP's damped site average: give it with noise_aware=0"
-    if model == "linreg" and "noise_variance" in options and options.get("noise_aware", 1) != 0:
-        return (
-            "noise_variance",
-            "DP-SEP's noise-aware mode learns the noise variance: give it with noise_aware=0",
-        )
-    return None
+    """(option name, why) when valid options conflict with the job's sigma, or None: the model's own rule
+    (its spec's `conflict`: LDA's doc_length 0 only without noise, DP-SEP's damping and noise_variance only
+    with noise_aware 0)."""
+    spec = MODELS.get(model)
+    conflict = spec.conflict if spec is not None else None
+    return None if conflict is None else conflict(options, sigma)

@@ -23,6 +23,7 @@ from control.planning.options import (
 from privacy_wall.data.store import MAX_COUNT
 from privacy_wall.queries.base import Query
 from vips.models.base import VipsModel
+from vips.models.catalog import MODELS
 
 # Each model's modules (and the wall's query for it) are imported by model_setup when a job of that model
 # is set up: a process that fits LDA (`vips fit --local`) does not load the SBN, DPVI or DP-SEP code.
@@ -165,15 +166,8 @@ def model_setup(
 
 def public_schema_extra(model: str, schema: dict[str, Any]) -> dict[str, Any]:
     """What a posterior carries from the dataset's public schema so that clients can use it on their own
-    files: LDA the vocabulary (word ids -> words), SBN the column names, BLR and linreg the feature
-    columns' names and the label's, by which inputs are matched (docs/posterior-format.md)."""
-    if model in ("blr", "linreg") and "features" in schema:
-        extra: dict[str, Any] = {"columns": list(schema["features"])}
-        if schema.get("label") is not None:
-            extra["label"] = str(schema["label"])
-        return extra
-    if model == "lda" and "vocabulary" in schema:
-        return {"vocabulary": list(schema["vocabulary"])}
-    if model == "sbn" and "columns" in schema:
-        return {"columns": list(schema["columns"])}
-    return {}
+    files (the model's spec's `public_extra`: LDA the vocabulary, SBN the column names, BLR and linreg the
+    feature columns' names and the label's, by which inputs are matched; docs/posterior-format.md)."""
+    spec = MODELS.get(model)
+    extra = spec.public_extra if spec is not None else None
+    return {} if extra is None else extra(schema)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -122,6 +123,12 @@ class ModelSpec:
     #: mode a job selects with noise_aware 0; none measured: no line.
     tested: Mapping[str, Tested] = field(default_factory=dict)
     paper_mode: Mapping[str, Tested] = field(default_factory=dict)
+    #: (option name, why) when the job's options conflict with its sigma, else None (given valid options;
+    #: control.planning.options.schedule_problem); None: no such conflicts.
+    conflict: Callable[[Mapping[str, float], float], tuple[str, str] | None] | None = None
+    #: What a posterior carries from the dataset's public schema so that clients can use it on their own
+    #: files (docs/posterior-format.md); None: nothing.
+    public_extra: Callable[[Mapping[str, Any]], dict[str, Any]] | None = None
 
     def fitted_by(self) -> tuple[str, ...]:
         """The algorithms that fit this model, VIPS first."""

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Mapping
+from typing import Any
 
 from vips.models.spec import DPSEP_OPTIONS, SCALE, SWITCH, ModelSpec, OptionSpec, Rule, Tested, whole
 
@@ -165,6 +167,25 @@ PAPER_MODE: dict[str, Tested] = {
 }
 
 
+def conflict(options: Mapping[str, float], sigma: float) -> tuple[str, str] | None:
+    """DP-SEP's damping weighs the paper's damped site average, which its noise-aware mode (the default,
+    and the rule's choice above its smallest scales) replaces by Newton steps: it is taken only with
+    noise_aware 0 (damping is an option of no other logistic model)."""
+    if "damping" in options and options.get("noise_aware", 1) != 0:
+        return "damping", "damping weighs DP-SEP's damped site average: give it with noise_aware=0"
+    return None
+
+
+def public_extra(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """The feature columns' names and the label's, by which a client's inputs are matched."""
+    if "features" not in schema:
+        return {}
+    extra: dict[str, Any] = {"columns": list(schema["features"])}
+    if schema.get("label") is not None:
+        extra["label"] = str(schema["label"])
+    return extra
+
+
 SPEC = ModelSpec(
     name="blr",
     kind="tabular",
@@ -200,4 +221,6 @@ SPEC = ModelSpec(
     rules=RULES,
     tested=TESTED,
     paper_mode=PAPER_MODE,
+    conflict=conflict,
+    public_extra=public_extra,
 )

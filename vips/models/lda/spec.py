@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Mapping
+from typing import Any
 
 from vips.models.spec import CLIP_FRACTION, NON_NEGATIVE, SCALE, SHARE, SWITCH, ModelSpec, Rule, whole
 
@@ -57,6 +58,20 @@ RULES: dict[str, Rule] = {
     ),
 }
 
+
+def conflict(options: Mapping[str, float], sigma: float) -> tuple[str, str] | None:
+    """doc_length 0 keeps documents as they are; their length then bounds each contribution, and a private
+    dataset does not publish it, so it is allowed only without noise (docs/design.md section 6)."""
+    if options.get("doc_length") == 0 and sigma > 0:
+        return "doc_length", "doc_length 0 (documents kept as they are) is only allowed with sigma 0"
+    return None
+
+
+def public_extra(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """The vocabulary (word ids -> words)."""
+    return {"vocabulary": list(schema["vocabulary"])} if "vocabulary" in schema else {}
+
+
 SPEC = ModelSpec(
     name="lda",
     kind="bow",
@@ -82,4 +97,6 @@ SPEC = ModelSpec(
     aliases=("topics",),
     rules=RULES,
     statistic_size=statistic_size,
+    conflict=conflict,
+    public_extra=public_extra,
 )

@@ -4,7 +4,10 @@ by VIPS and DP-SEP."""
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from typing import Any
 
+from vips.models.blr.spec import public_extra as blr_public_extra
 from vips.models.spec import DPSEP_OPTIONS, SCALE, SWITCH, ModelSpec, Rule, Tested
 
 #: The schedule rule of each algorithm (control.planning.schedules; docs/schedules.md has the table each
@@ -51,6 +54,22 @@ PAPER_MODE: dict[str, Tested] = {
 }
 
 
+def conflict(options: Mapping[str, float], sigma: float) -> tuple[str, str] | None:
+    """DP-SEP's noise_variance is the paper's known one; its noise-aware mode (the default) learns it: it is
+    taken only with noise_aware 0 (noise_variance is an option of no other linear model)."""
+    if "noise_variance" in options and options.get("noise_aware", 1) != 0:
+        return (
+            "noise_variance",
+            "DP-SEP's noise-aware mode learns the noise variance: give it with noise_aware=0",
+        )
+    return None
+
+
+def public_extra(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """The feature columns' names and the label's, by which a client's inputs are matched (as BLR's)."""
+    return blr_public_extra(schema)
+
+
 SPEC = ModelSpec(
     name="linreg",
     kind="regression",
@@ -65,4 +84,6 @@ SPEC = ModelSpec(
     rules=RULES,
     tested=TESTED,
     paper_mode=PAPER_MODE,
+    conflict=conflict,
+    public_extra=public_extra,
 )

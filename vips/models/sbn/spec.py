@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from typing import Any
 
 from vips.models.spec import ModelSpec, OptionSpec, Rule, whole
 
@@ -42,6 +43,12 @@ RULES: dict[str, Rule] = {
     ),
 }
 
+
+def public_extra(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """The pixels' column names."""
+    return {"columns": list(schema["columns"])} if "columns" in schema else {}
+
+
 SPEC = ModelSpec(
     name="sbn",
     kind="binary",
@@ -57,4 +64,5 @@ SPEC = ModelSpec(
     aliases=("sigmoid",),
     rules=RULES,
     statistic_size=statistic_size,
+    public_extra=public_extra,
 )
