@@ -26,7 +26,8 @@ from tests.test_blr_intercept import imbalanced_arrays
 from vips.cli import main
 from vips.estimators import VIPSLogisticRegression
 from vips.models.blr.model import BayesianLogisticRegression
-from vips.models.registry import ModelSetup, intercept_column, model_setup
+from vips.models.blr.setup import intercept_column
+from vips.models.registry import ModelSetup, model_setup
 
 INTERCEPT_LAST = ["x1", "x2", "intercept"]
 

@@ -22,8 +22,9 @@ from tests.privacy_wall.queries.test_linreg import regression_store
 from tests.test_blr import D, N
 from tests.test_blr import synthetic as logistic_data  # the same synthetic logistic data
 from vips.datasets.adult import load_adult
+from vips.models.blr.dpsep import DpSepLogisticRegression, DpSepState, site_norm
 from vips.models.blr.model import predict_proba
-from vips.models.dpsep import DpSepLinearRegression, DpSepLogisticRegression, DpSepState, site_norm
+from vips.models.linreg.dpsep import DpSepLinearRegression
 from vips.models.linreg.model import predict, rmse
 from vips.runner import LoopSettings
 
@@ -335,7 +336,7 @@ def test_model_options_are_checked() -> None:
 
 
 # --------------------------------------------------------------------------------------------------------
-# Logistic regression, noise-aware mode (centred releases, Newton steps: vips.models.dpsep).
+# Logistic regression, noise-aware mode (centred releases, Newton steps: vips.models.blr.dpsep).
 
 
 def test_noise_aware_steps_without_noise_reach_the_ep_fixed_point(

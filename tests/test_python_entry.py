@@ -89,9 +89,12 @@ NOT_FOR_A_PUBLIC_LDA_FIT = {
     "vips.estimators",
     "vips.models.sbn.model",
     "vips.models.blr.dpvi",
-    "vips.models.dpsep",
+    "vips.models.blr.dpsep",
     "vips.models.blr.model",
+    "vips.models.blr.setup",
+    "vips.models.linreg.dpsep",
     "vips.models.linreg.model",
+    "vips.models.sbn.setup",
 }
 
 

@@ -38,6 +38,7 @@ from vips.datasets.adult import load_adult
 from vips.datasets.digits import load_binary_digits
 from vips.datasets.wikipedia import load_wikipedia
 from vips.models import registry
+from vips.models.lda import setup as lda_setup
 from vips.models.sbn import model as sbn
 from vips.runner import LoopSettings
 
@@ -173,7 +174,7 @@ def test_the_mirrored_constants_match_the_wall_and_the_models() -> None:
     assert resources.LDA_CHUNK_ELEMENTS == lda_query.CHUNK_ELEMENTS
     assert resources.SBN_DEFAULTS["hidden"] == sbn.DEFAULT_HIDDEN  # one fact, read by both
     assert resources.SBN_DEFAULT_FREQUENCY_COPIES == sbn_query.DEFAULT_FREQUENCY_COPIES
-    assert registry.LDA_DEFAULTS is resources.LDA_DEFAULTS  # one fact, read by both
+    assert lda_setup.DEFAULTS is resources.LDA_DEFAULTS  # one fact, read by both
 
 
 # --------------------------------------------------------------------------------------------------------

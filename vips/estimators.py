@@ -414,7 +414,7 @@ class DPSEPLogisticRegression(_LogisticRegressionFit):
     shared Gaussian site moment-matched per datapoint behind the wall, clipped to norm `clip`, noised, and
     mixed in with damping x rho_t (kappa = 0 is the paper's constant damping); noise_aware: each site
     released centred at the current mean and read by a noise-aware Newton step, whose intervals carry the
-    release noise (vips.models.dpsep; False: the paper's damped average; None: the service's rule)."""
+    release noise (vips.models.blr.dpsep; False: the paper's damped average; None: the service's rule)."""
 
     algorithm = "dpsep"
     option_names = ("clip", "damping", "prior_variance", "noise_aware")
@@ -473,9 +473,9 @@ class VIPSLinearRegression(_LinearRegressionFit):
 
 @dataclass(kw_only=True, eq=False, repr=False)
 class DPSEPLinearRegression(_LinearRegressionFit):
-    """Private Bayesian linear regression by DP-SEP (vips.models.dpsep): noise_aware True (default) learns
-    the noise variance and carries the release noise into the intervals; False is the paper's model with a
-    known noise_variance (1 unless given). None options: as the service chooses them with epsilon, else
+    """Private Bayesian linear regression by DP-SEP (vips.models.linreg.dpsep): noise_aware True (default)
+    learns the noise variance and carries the release noise into the intervals; False is the paper's model
+    with a known noise_variance (1 unless given). None options: as the service chooses them with epsilon, else
     the model's default (clip: each site's bound under the ingestion bounds, so nothing is clipped)."""
 
     algorithm = "dpsep"

@@ -3,7 +3,7 @@ regression and for linear regression (with a known noise variance, or Normal-Gam
 
 SEP keeps one Gaussian site factor f(w), with natural parameters theta_f = (eta_f, Lambda_f)
 (precision-times-mean, precision), replicated N times: q(w) = p0(w) f(w)^N. Given the public cavity
-q_-1 = q / f = p0 f^(N - 1) = N(mu_c, Sigma_c) (vips.models.dpsep computes it from released values), for
+q_-1 = q / f = p0 f^(N - 1) = N(mu_c, Sigma_c) (vips.models.blr.dpsep computes it from released values), for
 each record n of the minibatch (Alg. 3 steps 4-7, vectorised over the batch):
 
   tilted        p~_n(w) propto q_-1(w) p(y_n | w^T x_n)
@@ -36,7 +36,7 @@ theta_fn): the L2 norm of the concatenation (eta_fn, Lambda_fn) with the matrix 
 (eta_fn, packed upper triangle of Lambda_fn), whose norm is at most ||theta_fn|| (the packed triangle
 counts each off-diagonal entry once), so each record's released contribution has norm <= C.
 
-Centred release (DpSepLogisticQuery(centred=True), vips.models.dpsep's noise_aware mode; issue 51). The
+Centred release (DpSepLogisticQuery(centred=True), vips.models.blr.dpsep's noise_aware mode; issue 51). The
 site's eta part is released relative to the cavity's mean: per record the pair
 
   (kappa (alpha_n - beta_n m_n) x_n,  beta_n x_n x_n^T),   alpha_n - beta_n m_n = g_n (1 + v_n beta_n),
@@ -51,7 +51,8 @@ between the two parts as VIPS-BLR's release (g / 2 beside H) does. Privacy: the 
 word for word, since it never uses what the clipped vector holds: every record's released contribution has
 norm <= C after the clip, so replacing one record moves the block's sum by at most 2 C.
 
-Normal-Gamma sites (DpSepNormalGammaQuery, vips.models.dpsep's noise-aware linear regression; issue 51).
+Normal-Gamma sites (DpSepNormalGammaQuery, vips.models.linreg.dpsep's noise-aware linear regression; issue
+51).
 With the noise precision tau unknown, a record's likelihood tau^(1/2) exp(-tau (y - w^T x)^2 / 2) is an
 exponential family in (w, tau) with statistics (y x, x x^T, y^2, 1): the Normal-Gamma prior is conjugate, so
 moment matching is exact and the site is the likelihood itself, whatever the cavity (no public parameters).
@@ -73,7 +74,7 @@ bound C, replace-one sensitivity Delta = 2 C / S. Post-processing (data-independ
 p0 + N Lambda_f stays >= the prior's after the public damped update).
 
 Privacy of the released quantity versus the paper's damped update. The public half updates the shared
-site by theta_f <- (1 - gamma) theta_f + gamma r, where r is the release (vips.models.dpsep). The paper
+site by theta_f <- (1 - gamma) theta_f + gamma r, where r is the release (vips.models.blr.dpsep). The paper
 instead noises the damped update itself, one datapoint at a time:
   theta_new = (1 - gamma_p / N) theta_f + (gamma_p / N) clip(theta_fn) + n,
   n ~ N(0, sigma^2 Delta_new^2 I),  Delta_new = 2 gamma_p C / N                       (Alg. 3, Prop. 1).

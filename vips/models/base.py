@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
+
+from privacy_wall.queries.base import Query
 
 Array = NDArray[np.float64]
 State = TypeVar("State")
@@ -48,3 +51,16 @@ class VipsModel(Protocol[State]):
 def step_size(t: int, tau0: float, kappa: float) -> float:
     """rho_t = (tau0 + t)^-kappa for t = 1, 2, ...; capped at 1."""
     return float(min(1.0, (tau0 + t) ** -kappa))
+
+
+@dataclass(frozen=True)
+class ModelSetup:
+    """The public half (M-step, posterior) and the wall's query (E-step) of one job."""
+
+    model: VipsModel[Any]
+    query: Query
+
+
+def model_options(options: Mapping[str, float]) -> dict[str, Any]:
+    """A job's options less the VIPS loop's step sizes (tau0, kappa), which are not the model's."""
+    return {name: value for name, value in options.items() if name not in ("tau0", "kappa")}

@@ -2,7 +2,7 @@
 (issue 51).
 
 The model's default became noise_aware 1 (the wall releases each site centred at the cavity mean and the
-public half takes noise-aware Newton steps: vips.models.dpsep). A job's options decide which query its
+public half takes noise-aware Newton steps: vips.models.blr.dpsep). A job's options decide which query its
 releases come from, how its stored releases are read when it resumes and what its posterior was fitted
 with, so every earlier DP-SEP-BLR job without the option gets the value it ran with.
 

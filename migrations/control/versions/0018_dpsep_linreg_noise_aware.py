@@ -2,7 +2,7 @@
 (issue 51).
 
 The model's default became noise_aware 1 (Normal-Gamma sites released and the noise variance learned:
-vips.models.dpsep). A job's options decide which query its releases come from, how its stored releases
+vips.models.linreg.dpsep). A job's options decide which query its releases come from, how its stored releases
 are read when it resumes and what its posterior was fitted with, so every earlier DP-SEP linear regression
 job without the option gets the value it ran with.
 

@@ -74,7 +74,7 @@ RULES: dict[str, Rule] = {
         "epsilon x N = 150,000 its usual schedule (Jalko et al.)",
     ),
     # Read at epsilon x N x sqrt(10 / d), as VIPS-BLR's rule. Above 2,000 the noise-aware mode (centred
-    # releases, a noise-aware Newton step: vips.models.dpsep), whose intervals cover, with the site clip
+    # releases, a noise-aware Newton step: vips.models.blr.dpsep), whose intervals cover, with the site clip
     # 0.3 up to 8,000 and 0.35 above: on 100 synthetic datasets at epsilon 0.3 / 0.6 / 1 / 3 coverage
     # 0.88 / 0.86 / 0.84 / 0.84, slope 0.95-0.99, and the lowest held-out log loss measured on Adult and
     # Telco or within 0.002 of it (Adult 0.3530 / 0.3409 / 0.3389 / 0.3334); a smaller clip biases the
@@ -212,7 +212,7 @@ SPEC = ModelSpec(
             # noise_aware 1 (default): the posterior from the iterates' trace (vips.models.blr.dpvi); 0: q_T.
             "noise_aware": SWITCH,
         },
-        # noise_aware 1 (default): centred releases and the noise-aware Newton step (vips.models.dpsep);
+        # noise_aware 1 (default): centred releases and the noise-aware Newton step (vips.models.blr.dpsep);
         # 0: the paper's damped site average.
         "dpsep": {**DPSEP_OPTIONS, "noise_aware": SWITCH},
     },

@@ -1,2 +1,3 @@
-"""Bayesian linear regression: VIPS's public half (model.py); DP-SEP's is in vips.models.dpsep. Its facts
-(kind, options, defaults) are in spec.py. Importing this package loads nothing."""
+"""Bayesian linear regression: VIPS's public half (model.py) and DP-SEP's (dpsep.py); which of them a job
+runs (setup.py). Its facts (kind, options, defaults, rules) are in spec.py. Importing this package loads
+nothing."""

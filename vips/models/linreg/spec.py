@@ -14,8 +14,8 @@ from vips.models.spec import DPSEP_OPTIONS, SCALE, SWITCH, ModelSpec, Rule, Test
 #: was read off).
 RULES: dict[str, Rule] = {
     "vips": Rule(iterations=((math.inf, 5),), source="the regression section of bench/compare_algorithms.py"),
-    # The noise-aware mode's clip of each record's site P(z z^T) (vips.models.dpsep): 0.7 against 0.5, 1
-    # and sqrt(3) (nothing clipped) on 30 synthetic datasets at epsilon 0.3 / 1 / 3 (N 10,000), the lowest
+    # The noise-aware mode's clip of each record's site P(z z^T) (vips.models.linreg.dpsep): 0.7 against 0.5,
+    # 1 and sqrt(3) (nothing clipped) on 30 synthetic datasets at epsilon 0.3 / 1 / 3 (N 10,000), the lowest
     # held-out negative log density or within 0.001 of it at each, with coverage 0.89-0.93 (0.5: 0.81 at
     # epsilon 3; sqrt(3): 0.09 worse at 0.3); docs/schedules.md, "DP-SEP linear regression: the clip".
     "dpsep": Rule(
@@ -77,7 +77,7 @@ SPEC = ModelSpec(
     options={"prior_precision": SCALE, "a0": SCALE, "b0": SCALE},
     algorithms={
         # noise_aware 1 (default): Normal-Gamma, the noise variance learned and the release noise propagated
-        # (vips.models.dpsep); 0: the paper's known noise_variance (1 unless given).
+        # (vips.models.linreg.dpsep); 0: the paper's known noise_variance (1 unless given).
         "dpsep": {**DPSEP_OPTIONS, "noise_variance": SCALE, "noise_aware": SWITCH},
     },
     aliases=("linearregression", "linear", "ols"),
