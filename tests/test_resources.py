@@ -38,8 +38,12 @@ from vips.datasets.adult import load_adult
 from vips.datasets.digits import load_binary_digits
 from vips.datasets.wikipedia import load_wikipedia
 from vips.models import registry
+from vips.models import spec as model_spec
+from vips.models.blr import spec as blr_spec
 from vips.models.lda import setup as lda_setup
+from vips.models.lda import spec as lda_spec
 from vips.models.sbn import model as sbn
+from vips.models.sbn import spec as sbn_spec
 from vips.runner import LoopSettings
 
 DELTA = 1e-5
@@ -166,15 +170,15 @@ def test_a_normal_job_is_admitted_and_quoted(api: Api) -> None:
 
 
 def test_the_mirrored_constants_match_the_wall_and_the_models() -> None:
-    """service may not import the worker or the wall's queries, so it copies the few constants it needs."""
-    assert resources.SBN_CHUNK_ROWS == sbn_query.CHUNK_ROWS
-    assert resources.QUERY_CHUNK_ELEMENTS == query_base.CHUNK_ELEMENTS
-    assert resources.QUERY_MIN_CHUNK_ROWS == query_base.MIN_CHUNK_ROWS
-    assert resources.LDA_RESAMPLE_CHUNK == lda_query.RESAMPLE_CHUNK
-    assert resources.LDA_CHUNK_ELEMENTS == lda_query.CHUNK_ELEMENTS
-    assert resources.SBN_DEFAULTS["hidden"] == sbn.DEFAULT_HIDDEN  # one fact, read by both
-    assert resources.SBN_DEFAULT_FREQUENCY_COPIES == sbn_query.DEFAULT_FREQUENCY_COPIES
-    assert lda_setup.DEFAULTS is resources.LDA_DEFAULTS  # one fact, read by both
+    """The models' facts import no numpy, so they copy the few constants of the wall's queries they need."""
+    assert sbn_spec.SBN_CHUNK_ROWS == sbn_query.CHUNK_ROWS
+    assert model_spec.QUERY_CHUNK_ELEMENTS == query_base.CHUNK_ELEMENTS
+    assert model_spec.QUERY_MIN_CHUNK_ROWS == query_base.MIN_CHUNK_ROWS
+    assert lda_spec.LDA_RESAMPLE_CHUNK == lda_query.RESAMPLE_CHUNK
+    assert lda_spec.LDA_CHUNK_ELEMENTS == lda_query.CHUNK_ELEMENTS
+    assert sbn_spec.DEFAULTS["hidden"] == sbn.DEFAULT_HIDDEN  # one fact, read by both
+    assert sbn_spec.SBN_DEFAULT_FREQUENCY_COPIES == sbn_query.DEFAULT_FREQUENCY_COPIES
+    assert lda_setup.DEFAULTS is lda_spec.DEFAULTS  # one fact, read by both
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -359,4 +363,4 @@ def test_the_dpsep_quadrature_mirror_matches_the_wall() -> None:
     """control.planning.resources mirrors the DP-SEP query's number of quadrature nodes (7 S K arrays)."""
     from privacy_wall.queries import dpsep as dpsep_query
 
-    assert resources.DPSEP_QUADRATURE_NODES == dpsep_query.QUADRATURE_NODES
+    assert blr_spec.DPSEP_QUADRATURE_NODES == dpsep_query.QUADRATURE_NODES

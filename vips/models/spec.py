@@ -97,6 +97,34 @@ class Tested:
 
 
 @dataclass(frozen=True)
+class Footprint:
+    """Float64 counts of one job (control.planning.resources) and what drives them, for the refusal's
+    message: the arrays alive at its busiest moment (working), one stored release and the posterior."""
+
+    working: int
+    release: int
+    posterior: int
+    driver: tuple[str, ...]  # the spec field that makes the arrays large
+    why: str  # the shape in words, e.g. "hidden 500 x 256 pixels"
+
+
+#: privacy_wall.queries.base.CHUNK_ELEMENTS and MIN_CHUNK_ROWS, mirrored (the facts import no numpy;
+#: tests/test_resources.py checks they agree): the per-record queries (BLR, linear regression, DPVI,
+#: DP-SEP) compute on chunks of rows, so their temporaries are C x d, not S x d.
+QUERY_CHUNK_ELEMENTS = 1 << 18
+QUERY_MIN_CHUNK_ROWS = 256
+
+
+def chunk_rows(d: int, s: int) -> int:
+    """C: the rows of one chunk of a per-record query's batch (privacy_wall.queries.base.chunked_sums)."""
+    return min(s, max(QUERY_MIN_CHUNK_ROWS, QUERY_CHUNK_ELEMENTS // max(1, d)))
+
+
+#: A model's footprint for one algorithm: (the job's options, the data's d / V / J, the batch size S).
+FootprintRule = Callable[[Mapping[str, float], int, int], Footprint]
+
+
+@dataclass(frozen=True)
 class ModelSpec:
     """One model's facts.
 
@@ -129,6 +157,8 @@ class ModelSpec:
     #: What a posterior carries from the dataset's public schema so that clients can use it on their own
     #: files (docs/posterior-format.md); None: nothing.
     public_extra: Callable[[Mapping[str, Any]], dict[str, Any]] | None = None
+    #: Each algorithm's resource footprint (control.planning.resources turns it into bytes).
+    footprints: Mapping[str, FootprintRule] = field(default_factory=dict)
 
     def fitted_by(self) -> tuple[str, ...]:
         """The algorithms that fit this model, VIPS first."""

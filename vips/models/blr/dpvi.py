@@ -60,7 +60,7 @@ import numpy as np
 
 from privacy_wall.queries.dpvi import BLOCK, DpviLogisticRegressionQuery
 from vips.models.base import Array
-from vips.models.blr.spec import DPVI_DEFAULTS
+from vips.models.blr.spec import DPVI_DEFAULT_DRAWS, DPVI_DEFAULTS
 
 #: Default per-record clipping bound c_t. With ||x|| <= 1 the gradient of the data term w.r.t. the mean has
 #: norm <= 1 for every record, so c = 1 never clips that part; only the log_std part (which scales with
@@ -151,7 +151,7 @@ class DpviLogisticRegression:
     prior_variance: float = DPVI_DEFAULTS["prior_variance"]
     learning_rate: float = DPVI_DEFAULTS["learning_rate"]
     clip: float = DEFAULT_CLIP
-    draws: int = 1
+    draws: int = DPVI_DEFAULT_DRAWS
     seed: int = 0
     noise_aware: bool = True
     name: str = "blr"

@@ -8,7 +8,19 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from vips.models.spec import DPSEP_OPTIONS, SCALE, SWITCH, ModelSpec, OptionSpec, Rule, Tested, whole
+from vips.models.spec import (
+    DPSEP_OPTIONS,
+    SCALE,
+    SWITCH,
+    Footprint,
+    FootprintRule,
+    ModelSpec,
+    OptionSpec,
+    Rule,
+    Tested,
+    chunk_rows,
+    whole,
+)
 
 #: DPVI's defaults, which the dashboard's convergence replay reads too (vips.models.blr.dpvi's fields take
 #: them from here; the learning rate's reason is there).
@@ -186,6 +198,66 @@ def public_extra(schema: Mapping[str, Any]) -> dict[str, Any]:
     return extra
 
 
+#: privacy_wall.queries.dpsep.QUADRATURE_NODES (the logistic sites' Gauss-Hermite nodes), mirrored.
+DPSEP_QUADRATURE_NODES = 64
+#: DPVI's default Monte Carlo draws per step (vips.models.blr.dpvi reads it from here).
+DPVI_DEFAULT_DRAWS = 1
+
+
+def vips_footprint(d: int, s: int) -> Footprint:
+    """VIPS-BLR (chunks of C rows): the batch (S d) and, per chunk, x E[ww^T] and x * xi (2 C d); the
+    d x d blocks of the E-step, the PSD projection of s2 and the Gaussian state (10 d^2). Release s1 (d)
+    + s2 mirrored (d^2). Posterior: five d x d matrices and six d-vectors (5 d^2 + 6 d)."""
+    working = s * d + 2 * chunk_rows(d, s) * d + 10 * d * d
+    return Footprint(working, d + d * d, 5 * d * d + 6 * d, ("batch_size",), f"{d} features")
+
+
+def dpvi_footprint(d: int, s: int, draws: int) -> Footprint:
+    """DPVI-BLR (D draws, chunks of C rows): the batch (S d) and its labels (S); per chunk, at clip_rows'
+    norm, the C x 2d per-example gradients, their finite copy, that copy divided by each row's peak and
+    its squares inside np.linalg.norm (8 C d; the halves and their concatenation before it peak at
+    4 C d); the C x D logits, their NaN-free copy and the residuals (3 C D); the per-row peaks, scales,
+    norms and factors (5 C); the posterior's
+    d x d diagonals and second moment (4 d^2). Release the 2 d gradient. Posterior: the diagonal precision
+    and covariance and -E[w w^T] / 2 (3 d^2), the gradient (2 d) and five d-vectors (7 d)."""
+    return Footprint(
+        s * d + s + chunk_rows(d, s) * (8 * d + 3 * draws + 5) + 4 * d * d,
+        2 * d,
+        3 * d * d + 7 * d,
+        ("batch_size",),
+        f"{d} features",
+    )
+
+
+def dpsep_footprint(d: int, s: int, logistic: bool) -> Footprint:
+    """DP-SEP (chunks of C rows): the batch (S d) and its labels (S); per chunk, its finite-masked copy and
+    x Sigma (or x beta) (2 C d); for the logistic likelihood, the quadrature's C x K arrays (K = 64 nodes:
+    the nodes a, log-weights, weights, sigmoids and the products of g, h and the curvature, 7 C K); the
+    labels' copies, cavity marginals, site parameters, norms and clip_sites' temporaries (23 C); the
+    site precision, its mirror and PSD projection and the Gaussian states (12 d^2). Release eta (d) +
+    precision (d^2); for linear regression's Normal-Gamma sites the chunk's bounded copies of x, z = (x, y),
+    z^2 and the scaled z (5 C d in place of 2 C d) and a release of at most (d + 1)^2. Posterior:
+    6 d^2 + 6 d."""
+    c = chunk_rows(d, s)
+    copies = 2 if logistic else 5
+    quadrature = 7 * c * DPSEP_QUADRATURE_NODES if logistic else 0
+    return Footprint(
+        s * d + s + copies * c * d + quadrature + 23 * c + 12 * d * d,
+        d + d * d if logistic else (d + 1) ** 2,
+        6 * d * d + 6 * d,
+        ("batch_size",),
+        f"{d} features",
+    )
+
+
+#: Each algorithm's footprint from (options, d, S).
+FOOTPRINTS: dict[str, FootprintRule] = {
+    "vips": lambda options, d, s: vips_footprint(d, s),
+    "dpvi": lambda options, d, s: dpvi_footprint(d, s, int(options.get("draws", DPVI_DEFAULT_DRAWS))),
+    "dpsep": lambda options, d, s: dpsep_footprint(d, s, logistic=True),
+}
+
+
 SPEC = ModelSpec(
     name="blr",
     kind="tabular",
@@ -223,4 +295,5 @@ SPEC = ModelSpec(
     paper_mode=PAPER_MODE,
     conflict=conflict,
     public_extra=public_extra,
+    footprints=FOOTPRINTS,
 )

@@ -9,7 +9,17 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from vips.models.spec import CLIP_FRACTION, NON_NEGATIVE, SCALE, SHARE, SWITCH, ModelSpec, Rule, whole
+from vips.models.spec import (
+    CLIP_FRACTION,
+    NON_NEGATIVE,
+    SCALE,
+    SHARE,
+    SWITCH,
+    Footprint,
+    ModelSpec,
+    Rule,
+    whole,
+)
 
 #: The defaults planning reads too (the worker's model setup reads them from here): the paper's K = 10,
 #: N_w = 500 and clip a = 0.1.
@@ -72,6 +82,35 @@ def public_extra(schema: Mapping[str, Any]) -> dict[str, Any]:
     return {"vocabulary": list(schema["vocabulary"])} if "vocabulary" in schema else {}
 
 
+#: privacy_wall.queries.lda.RESAMPLE_CHUNK and CHUNK_ELEMENTS, mirrored (tests/test_resources.py).
+LDA_RESAMPLE_CHUNK = 1024
+LDA_CHUNK_ELEMENTS = 2**19
+
+
+def lda_footprint(v: int, s: int, topics: int, doc_length: int, unigram: bool = False) -> Footprint:
+    """LDA (K topics, V words, N_w tokens per document): the K x V arrays, i.e. lambda, the last release,
+    E[log beta], the query's table and totals, means, noise, noised and clipped copies (9 K V); the
+    resampling's S x N_w uniforms plus 4 arrays of min(S, 1024) x N_w per chunk of documents; the
+    resampled counts (2 S min(V, N_w)); and the E-step's padded chunks (4 x 2^19). Release s (K V), with
+    the unigram fallback also u (V). Posterior: E[log beta], the statistics and lambda twice (4 K V) plus
+    K x 10 top words."""
+    tokens = doc_length if doc_length > 0 else v
+    resample = s * doc_length + 4 * min(s, LDA_RESAMPLE_CHUNK) * doc_length
+    kv = topics * v
+    working = 9 * kv + resample + 2 * s * min(v, tokens) + 4 * LDA_CHUNK_ELEMENTS
+    driver = ("options", "doc_length") if resample > 9 * kv else ("options", "topics")
+    why = f"{topics} topics x {v} words, {s} documents x doc_length {doc_length}"
+    release = kv + (v if unigram else 0)
+    return Footprint(working, release, 4 * kv + 10 * topics, driver, why)
+
+
+def footprint(options: Mapping[str, float], v: int, s: int) -> Footprint:
+    """VIPS-LDA's footprint from the job's options (the defaults where it gives none)."""
+    topics = int(options.get("topics", DEFAULTS["topics"]))
+    doc_length = int(options.get("doc_length", DEFAULTS["doc_length"]))
+    return lda_footprint(v, s, topics, doc_length, unigram=options.get("unigram_share", 0.0) > 0)
+
+
 SPEC = ModelSpec(
     name="lda",
     kind="bow",
@@ -99,4 +138,5 @@ SPEC = ModelSpec(
     statistic_size=statistic_size,
     conflict=conflict,
     public_extra=public_extra,
+    footprints={"vips": footprint},
 )

@@ -7,8 +7,19 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from vips.models.blr.spec import dpsep_footprint
 from vips.models.blr.spec import public_extra as blr_public_extra
-from vips.models.spec import DPSEP_OPTIONS, SCALE, SWITCH, ModelSpec, Rule, Tested
+from vips.models.spec import (
+    DPSEP_OPTIONS,
+    SCALE,
+    SWITCH,
+    Footprint,
+    FootprintRule,
+    ModelSpec,
+    Rule,
+    Tested,
+    chunk_rows,
+)
 
 #: The schedule rule of each algorithm (control.planning.schedules; docs/schedules.md has the table each
 #: was read off).
@@ -70,6 +81,28 @@ def public_extra(schema: Mapping[str, Any]) -> dict[str, Any]:
     return blr_public_extra(schema)
 
 
+def vips_footprint(d: int, s: int) -> Footprint:
+    """Bayesian linear regression (chunks of C rows): the batch (S d) and its labels (S); per chunk, its
+    finite-masked copy and the clipped copy (2 C d), the labels' masked and clipped copies, the row norms
+    and clip factors (7 C); the (d + 1)^2 joint moment, its
+    PSD projection and the state (10 (d + 1)^2). Release xx (d^2) + yx (d) + yy (1). Posterior: Lambda
+    twice, the statistics' xx and the covariance (4 d^2), eta, yx and the mean twice (4 d), 8 scalars."""
+    return Footprint(
+        s * d + s + 2 * chunk_rows(d, s) * d + 7 * chunk_rows(d, s) + 10 * (d + 1) ** 2,
+        d * d + d + 1,
+        4 * d * d + 4 * d + 8,
+        ("batch_size",),
+        f"{d} features",
+    )
+
+
+#: Each algorithm's footprint from (options, d, S).
+FOOTPRINTS: dict[str, FootprintRule] = {
+    "vips": lambda options, d, s: vips_footprint(d, s),
+    "dpsep": lambda options, d, s: dpsep_footprint(d, s, logistic=False),
+}
+
+
 SPEC = ModelSpec(
     name="linreg",
     kind="regression",
@@ -86,4 +119,5 @@ SPEC = ModelSpec(
     paper_mode=PAPER_MODE,
     conflict=conflict,
     public_extra=public_extra,
+    footprints=FOOTPRINTS,
 )

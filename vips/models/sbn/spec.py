@@ -7,7 +7,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from vips.models.spec import ModelSpec, OptionSpec, Rule, whole
+from vips.models.spec import Footprint, ModelSpec, OptionSpec, Rule, whole
 
 #: The default number of hidden units (the paper's K = 50), which planning reads too (its memory, its
 #: rule's scale; the model reads it from here).
@@ -49,6 +49,36 @@ def public_extra(schema: Mapping[str, Any]) -> dict[str, Any]:
     return {"columns": list(schema["columns"])} if "columns" in schema else {}
 
 
+#: privacy_wall.queries.sbn.CHUNK_ROWS and DEFAULT_FREQUENCY_COPIES, mirrored (tests/test_resources.py).
+SBN_CHUNK_ROWS = 1024
+SBN_DEFAULT_FREQUENCY_COPIES = 4
+
+
+def sbn_footprint(j: int, s: int, hidden: int, frequency_copies: int = 1) -> Footprint:
+    """SBN (J pixels, K hidden units; Q = (K + 1)^2, P = K (K + 1) / 2, chunks of C = min(S, 1024) rows):
+    the J Q blocks, i.e. precision, covariance and running data precision of the state, E[w w^T], its
+    symmetrised copy, the M-step's new average, its shrinkage target and residual, and the PSD projection
+    (9 J Q); the packed J P arrays of the E-step and the gate (sums per chunk,
+    means, noise: (3 + ceil(S / C)) J P); the last release's and the E-step's J K^2 (2 J K^2); per chunk
+    C (2 K^2 + 2 P); the batch (3 S J). Release s1 (K), s3 (J, frequency_copies times), s4 (J), s5, s6
+    (J K), s7 mirrored (J K^2). Posterior: three J Q matrices, four J (K + 1) blocks, the statistics, and
+    vectors (6 K + 2 J)."""
+    k = hidden
+    q, p = (k + 1) ** 2, k * (k + 1) // 2
+    chunk = min(s, SBN_CHUNK_ROWS)
+    chunks = -(-s // SBN_CHUNK_ROWS)
+    release = k + (1 + frequency_copies) * j + 2 * j * k + j * k * k
+    working = 9 * j * q + (3 + chunks) * j * p + 2 * j * k * k + chunk * (2 * k * k + 2 * p) + 3 * s * j
+    posterior = 3 * j * q + 4 * j * (k + 1) + release + 6 * k + 2 * j
+    return Footprint(working, release, posterior, ("options", "hidden"), f"hidden {k} x {j} pixels")
+
+
+def footprint(options: Mapping[str, float], j: int, s: int) -> Footprint:
+    """VIPS-SBN's footprint from the job's options (the defaults where it gives none)."""
+    copies = int(options.get("frequency_copies", SBN_DEFAULT_FREQUENCY_COPIES))
+    return sbn_footprint(j, s, int(options.get("hidden", DEFAULTS["hidden"])), copies)
+
+
 SPEC = ModelSpec(
     name="sbn",
     kind="binary",
@@ -65,4 +95,5 @@ SPEC = ModelSpec(
     rules=RULES,
     statistic_size=statistic_size,
     public_extra=public_extra,
+    footprints={"vips": footprint},
 )
