@@ -13,17 +13,21 @@ from control.store.keys import KEY_NAME_MAX_LENGTH, Role, key_name_problem
 from privacy_wall.accounting.sigma_range import sigma_problem
 from privacy_wall.accounting.weak import WEAK_EPSILON
 from privacy_wall.names import NAME_MAX_LENGTH, NAME_REGEX
+from vips.models.catalog import MODELS
+from vips.models.spec import ALGORITHMS
 
 #: The largest integer a request may carry: every integer column (SQLite and PostgreSQL) holds it.
 INT_MAX = 2**31 - 1
 
+#: The contract's names, spelled out for the OpenAPI document and the type checker; they are the models'
+#: facts (vips.models.catalog), which tests/test_api_docs.py checks they equal.
 Model = Literal["blr", "linreg", "lda", "sbn"]
 Algorithm = Literal["vips", "dpvi", "dpsep"]
 DatasetKind = Literal["tabular", "regression", "bow", "binary"]
 
 #: Models and algorithms that run today; the others are part of the contract but answer 422.
-AVAILABLE_MODELS: tuple[str, ...] = ("blr", "linreg", "lda", "sbn")
-AVAILABLE_ALGORITHMS: tuple[str, ...] = ("vips", "dpvi", "dpsep")
+AVAILABLE_MODELS: tuple[str, ...] = tuple(MODELS)
+AVAILABLE_ALGORITHMS: tuple[str, ...] = ALGORITHMS
 
 #: Request numbers are strict: JSON numbers only (no "2", no true); a float field takes 1 as well as 1.0.
 FiniteFloat = Annotated[float, Field(strict=True, allow_inf_nan=False)]

@@ -189,3 +189,17 @@ def _outside_references(root: Path, path: Path, outside: re.Pattern[str]) -> lis
         lines = enumerate(path.read_text().splitlines(), 1)
         return [f"{path.relative_to(root)}:{n}" for n, line in lines if outside.search(line)]
     return []
+
+
+def test_the_contracts_names_are_the_models_facts() -> None:
+    """The API's Literal types spell out the models, algorithms and kinds for the OpenAPI document; they
+    must be the catalog's (vips.models.catalog), in its order (docs/adding-a-model.md)."""
+    from typing import get_args
+
+    from control import schemas
+    from vips.models.catalog import KINDS, MODELS
+    from vips.models.spec import ALGORITHMS
+
+    assert get_args(schemas.Model) == tuple(MODELS) == schemas.AVAILABLE_MODELS
+    assert get_args(schemas.Algorithm) == ALGORITHMS == schemas.AVAILABLE_ALGORITHMS
+    assert get_args(schemas.DatasetKind) == KINDS

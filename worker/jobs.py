@@ -408,13 +408,15 @@ def _run(
     with reading(control) as conn:
         schema = conn.execute(select(datasets.c.schema).where(datasets.c.name == job.dataset)).scalar_one()
     public = schema if isinstance(schema, dict) else {}
+    # The dataset's public vocabulary (bag of words) or feature names (tabular): each model's setup reads
+    # what it uses.
     setup = model_setup(
         job.model,
         options,
         sigma=job.sigma,
         algorithm=job.algorithm,
-        vocabulary=public.get("vocabulary") if job.model == "lda" else None,
-        columns=public.get("features") if job.model == "blr" else None,
+        vocabulary=public.get("vocabulary"),
+        columns=public.get("features"),
     )
     # One connection of each kind for the whole job: no pool checkout (and its ping) per iteration.
     with (
