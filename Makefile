@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test test-fast run lint typecheck contracts bench clean prerequisites
+.PHONY: test test-fast run notebook lint typecheck contracts bench clean prerequisites
 
 # The install compiles privacy_wall/noise/_discrete_gaussian.pyx (setup.py; needs a C compiler, e.g. Debian's
 # build-essential): editing either rebuilds it.
@@ -43,6 +43,22 @@ test-fast: $(STAMP)
 
 run: $(STAMP)
 	$(BIN)/python -m vips.demo $(if $(KEEP),--keep)
+
+# docs/notebook.ipynb against a running service: `make run KEEP=1` in one shell, its export lines (VIPS_URL,
+# VIPS_API_KEY=$$ANALYST_KEY) in another, then `make notebook` opens it in JupyterLab, or `make notebook
+# RUN=1` runs it top to bottom without a browser and writes the executed copy to var/notebook/.
+NOTEBOOK_STAMP := $(VENV)/.notebook-installed
+$(NOTEBOOK_STAMP): $(STAMP)
+	$(BIN)/pip install -qq -e ".[notebook]"
+	touch $(NOTEBOOK_STAMP)
+
+notebook: $(NOTEBOOK_STAMP)
+	@test -n "$$VIPS_API_KEY" || { echo "make notebook: export VIPS_URL and VIPS_API_KEY as \`make run KEEP=1\` prints them (the analyst's key)" >&2; exit 2; }
+ifdef RUN
+	$(BIN)/jupyter nbconvert --to notebook --execute docs/notebook.ipynb --output-dir var/notebook
+else
+	$(BIN)/jupyter lab docs/notebook.ipynb
+endif
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.adult_blr
