@@ -15,7 +15,6 @@ from privacy_wall.ledger.base import InMemoryLedger
 from privacy_wall.queries.blr import LogisticRegressionQuery
 from tests.fitting import fit_through_gate, relative_error
 from tests.test_blr_noise_aware import one_hot_design
-from vips.models.base import step_size
 from vips.models.blr.model import (
     PROJECTION_RIDGE,
     BayesianLogisticRegression,
@@ -25,6 +24,7 @@ from vips.models.blr.model import (
     sure_threshold,
     weighted_sure_threshold,
 )
+from vips.models.spec import step_size
 from vips.runner import LoopSettings, run_vips
 
 

@@ -19,7 +19,8 @@ import scipy.sparse as sp
 from privacy_wall.data.store import Batch
 from privacy_wall.gate import Release, noised_means
 from privacy_wall.queries.base import Array, Query
-from vips.models.base import State, VipsModel, step_size
+from vips.models.base import State, VipsModel
+from vips.models.spec import step_size
 
 
 class Releaser(Protocol):

@@ -2,7 +2,8 @@
 
 Post-processing of the stored noisy releases and the job's public options (nothing behind the wall is
 read): the releases are replayed through the part of the algorithm's public update that the service can
-redo without the worker's models (the import contract keeps them apart):
+redo without the worker's models (the import contract keeps them apart; the loop's step size is the
+models' facts', vips.models.spec.step_size):
 
 - VIPS (every model) and DP-SEP: the M-step's averaging of the natural parameters,
   nu_t = (1 - g_t) nu_(t-1) + g_t N s_t with g_t = rho_t = (tau0 + t)^-kappa (DP-SEP: damping * rho_t;
@@ -32,6 +33,7 @@ from control.planning.options import DPVI_DEFAULTS
 from control.store.models import releases
 from control.store.release_arrays import decode_arrays
 from privacy_wall.sqlengine import reading
+from vips.models.spec import step_size
 
 #: Jobs whose replays (a few arrays each, LDA's the size of one release) are kept.
 CACHED_JOBS = 32
@@ -82,10 +84,10 @@ class Trace:
 
 
 def _step(options: dict[str, Any], t: int, exact_batch: bool) -> float:
-    """rho_t = (tau0 + t)^-kappa capped at 1 (1 in exact batch mode), as vips.models.base.step_size."""
+    """The loop's rho_t (vips.models.spec.step_size; 1 in exact batch mode, as vips.runner)."""
     if exact_batch:
         return 1.0
-    return float(min(1.0, (float(options.get("tau0", 0.0)) + t) ** -float(options.get("kappa", 1.0))))
+    return step_size(t, float(options.get("tau0", 0.0)), float(options.get("kappa", 1.0)))
 
 
 def _relative(change: float, size: float) -> float:

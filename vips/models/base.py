@@ -48,11 +48,6 @@ class VipsModel(Protocol[State]):
         ...
 
 
-def step_size(t: int, tau0: float, kappa: float) -> float:
-    """rho_t = (tau0 + t)^-kappa for t = 1, 2, ...; capped at 1."""
-    return float(min(1.0, (tau0 + t) ** -kappa))
-
-
 @dataclass(frozen=True)
 class ModelSetup:
     """The public half (M-step, posterior) and the wall's query (E-step) of one job."""

@@ -47,6 +47,14 @@ SWITCH = whole(0, 1)
 
 #: Options every model takes: the VIPS loop's step sizes rho_t = (tau0 + t)^-kappa.
 COMMON_OPTIONS: dict[str, OptionSpec] = {"tau0": between(0.0, 1e9), "kappa": UNIT_INTERVAL}
+
+
+def step_size(t: int, tau0: float, kappa: float) -> float:
+    """The VIPS loop's step size rho_t = (tau0 + t)^-kappa for t = 1, 2, ..., capped at 1 (options tau0,
+    kappa); read by vips.runner and by the dashboard's replay of a job's releases."""
+    return float(min(1.0, (tau0 + t) ** -kappa))
+
+
 #: The algorithms, VIPS first (docs/design.md sections 4-5).
 ALGORITHMS = ("vips", "dpvi", "dpsep")
 #: The options DP-SEP takes for every model it fits (its site clip, the paper's damping, the prior).
