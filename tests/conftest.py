@@ -63,7 +63,7 @@ LONGEST_FIRST = (
     "test_e2e_algorithms.py",
     "test_e2e_latent.py",
     "test_worker_memory.py",
-    "test_dpsep.py",
+    "vips/models/blr/test_dpsep.py",
     "privacy_wall/queries/test_dpsep.py",
     "test_demo.py",
     "test_cli_up.py",

@@ -68,9 +68,9 @@ def test_linear_regression_without_noise_matches_ridge(
         capsys, ["evaluate", "--posterior", str(posterior), "--input", str(test), "--label", "y"]
     )
     assert metrics["n"] == 88
-    # VIPS's batch posterior mean is ridge's estimate exactly (tests/test_linreg.py), and so is noise-aware
-    # DP-SEP's without noise (the same Normal-Gamma posterior); the paper's DP-SEP with a fixed noise variance
-    # of 0.1 weighs the same prior differently: observed 0.997x ridge's RMSE.
+    # VIPS's batch posterior mean is ridge's estimate exactly (tests/vips/models/linreg/test_model.py), and so
+    # is noise-aware DP-SEP's without noise (the same Normal-Gamma posterior); the paper's DP-SEP with a fixed
+    # noise variance of 0.1 weighs the same prior differently: observed 0.997x ridge's RMSE.
     assert metrics["rmse"] == pytest.approx(ridge_rmse, rel=0.02)
     targets = np.loadtxt(test, delimiter=",", skiprows=1)[:, -1]
     assert metrics["baseline"]["rmse"] == pytest.approx(targets.std())

@@ -146,7 +146,8 @@ def sbn_flow(service: Service, tmp_path: Path) -> None:
         service.vips("evaluate", "--posterior", str(posterior), "--input", str(test_csv)).stdout
     )
     baseline = pixel_mean_metrics(train, test)
-    # tests/test_sbn.py: the same fit in-process reaches NLL 17.6 against the baseline's 25.3.
+    # tests/vips/models/sbn/test_model.py: the same fit in-process reaches NLL 17.6 against the baseline's
+    # 25.3.
     assert metrics["nll"] < 0.8 * baseline["nll"], (metrics, baseline)
     assert metrics["pixel_accuracy"] > baseline["pixel_accuracy"] and metrics["n"] == test.shape[0]
     predicted = tmp_path / "reconstruction.csv"

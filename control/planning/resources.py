@@ -15,8 +15,8 @@ The estimates (`estimate`) are then
   release_bytes = 8 release + RELEASE_OVERHEAD_BYTES
   stored_bytes  = T release_bytes + POSTERIOR_BYTES_PER_VALUE posterior
 A release is stored as .npz (control.store.release_arrays: 8 bytes per float64, deflated only where that
-shrinks it, plus headers); the posterior document is JSON (docs/posterior-format.md). The serialisation
-terms count what storing a document costs on top of its arrays. tests/test_resources.py checks the
+shrinks it, plus headers); the posterior document is JSON (docs/posterior-format.md). The serialisation terms
+count what storing a document costs on top of its arrays. tests/control/planning/test_resources.py checks the
 estimates against peaks measured with tracemalloc.
 """
 

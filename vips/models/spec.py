@@ -117,8 +117,8 @@ class Footprint:
 
 
 #: privacy_wall.queries.base.CHUNK_ELEMENTS and MIN_CHUNK_ROWS, mirrored (the facts import no numpy;
-#: tests/test_resources.py checks they agree): the per-record queries (BLR, linear regression, DPVI,
-#: DP-SEP) compute on chunks of rows, so their temporaries are C x d, not S x d.
+#: tests/control/planning/test_resources.py checks they agree): the per-record queries (BLR, linear
+#: regression, DPVI, DP-SEP) compute on chunks of rows, so their temporaries are C x d, not S x d.
 QUERY_CHUNK_ELEMENTS = 1 << 18
 QUERY_MIN_CHUNK_ROWS = 256
 

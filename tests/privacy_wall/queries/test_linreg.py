@@ -1,7 +1,8 @@
 """Bayesian linear regression's E-step behind the wall: the query contract, plus linreg-specific checks.
 
-`regression_store` (the service's in-memory store of kind "regression") is shared with tests/test_linreg.py,
-tests/privacy_wall/queries/test_dpsep.py and tests/test_dpsep.py.
+`regression_store` (the service's in-memory store of kind "regression") is shared with
+tests/vips/models/linreg/test_model.py, tests/privacy_wall/queries/test_dpsep.py and
+tests/vips/models/blr/test_dpsep.py.
 """
 
 from __future__ import annotations

@@ -82,7 +82,8 @@ def public_extra(schema: Mapping[str, Any]) -> dict[str, Any]:
     return {"vocabulary": list(schema["vocabulary"])} if "vocabulary" in schema else {}
 
 
-#: privacy_wall.queries.lda.RESAMPLE_CHUNK and CHUNK_ELEMENTS, mirrored (tests/test_resources.py).
+#: privacy_wall.queries.lda.RESAMPLE_CHUNK and CHUNK_ELEMENTS, mirrored
+#: (tests/control/planning/test_resources.py).
 LDA_RESAMPLE_CHUNK = 1024
 LDA_CHUNK_ELEMENTS = 2**19
 

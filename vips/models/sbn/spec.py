@@ -49,7 +49,8 @@ def public_extra(schema: Mapping[str, Any]) -> dict[str, Any]:
     return {"columns": list(schema["columns"])} if "columns" in schema else {}
 
 
-#: privacy_wall.queries.sbn.CHUNK_ROWS and DEFAULT_FREQUENCY_COPIES, mirrored (tests/test_resources.py).
+#: privacy_wall.queries.sbn.CHUNK_ROWS and DEFAULT_FREQUENCY_COPIES, mirrored
+#: (tests/control/planning/test_resources.py).
 SBN_CHUNK_ROWS = 1024
 SBN_DEFAULT_FREQUENCY_COPIES = 4
 

@@ -21,7 +21,7 @@ from privacy_wall.ledger.base import InMemoryLedger
 from privacy_wall.queries.blr import LogisticRegressionQuery
 from privacy_wall.queries.dpvi import BLOCK, DpviLogisticRegressionQuery
 from tests.fitting import cosine, fit_through_gate, relative_error
-from tests.test_blr import D, N, synthetic  # the same synthetic logistic data
+from tests.vips.models.blr.test_model import D, N, synthetic  # the same synthetic logistic data
 from vips.datasets.adult import load_adult
 from vips.estimators import DPVILogisticRegression
 from vips.models.blr.dpvi import DpviLogisticRegression, DpviState, adagrad_step

@@ -14,7 +14,7 @@ from privacy_wall.gate import Gate, Release
 from privacy_wall.ledger.base import InMemoryLedger
 from privacy_wall.queries.blr import LogisticRegressionQuery
 from tests.fitting import fit_through_gate, relative_error
-from tests.test_blr_noise_aware import one_hot_design
+from tests.vips.models.blr.test_noise_aware import one_hot_design
 from vips.models.blr.model import (
     PROJECTION_RIDGE,
     BayesianLogisticRegression,
@@ -168,7 +168,7 @@ class RecordingGate:
 
 
 def synthetic_store(private: bool) -> tuple[InMemoryTabularStore, np.ndarray]:
-    """A one-hot design of 4,000 rows (tests.test_blr_noise_aware) with known weights."""
+    """A one-hot design of 4,000 rows (tests.vips.models.blr.test_noise_aware) with known weights."""
     rng = np.random.default_rng(4)
     n = 4000
     x = one_hot_design(rng, n)
@@ -216,7 +216,7 @@ def test_noisy_fits_recover_the_weights_better_than_before(iterations: int) -> N
     standard errors 0.004 and 0.005; asserted on 8 seeds: 7 of 8 and a mean gain over 2 s.e. Both
     without the intercept step (intercept=None): each one-hot group sums to the intercept column, so the
     weights are identified only up to offsets that the intercept's flat prior allocates differently
-    (test_blr_intercept.py tests that step)."""
+    (tests/vips/models/blr/test_intercept.py tests that step)."""
     store, w = synthetic_store(private=False)
     sigma = 10.0 * np.sqrt(iterations / 3)
     settings = LoopSettings(iterations=iterations, batch_size=4000, sigma=sigma)

@@ -1,7 +1,7 @@
 """LDA's public word prior is wired where a fit is set up: the option, the registry, the estimators, the
 worker's jobs (the dataset's public vocabulary) and the posterior that names the prior it used.
 
-The estimate itself (vips.models.lda.word_prior) is tested in tests/test_word_prior.py.
+The estimate itself (vips.models.lda.word_prior) is tested in tests/vips/models/lda/test_word_prior.py.
 """
 
 from __future__ import annotations

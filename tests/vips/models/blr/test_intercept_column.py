@@ -1,7 +1,7 @@
 """VIPS-BLR's intercept step finds the intercept by its public name wherever the column is: the registry
 reads the features' names (`intercept_column`), and every way a fit is set up passes them: the worker's
 jobs (the dataset's schema), `vips fit --local` (the CSV's header) and the estimators (a DataFrame's
-columns). The step itself is tested in tests/test_blr_intercept.py."""
+columns). The step itself is tested in tests/vips/models/blr/test_intercept.py."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from privacy_wall.data.ingest import ingest
 from privacy_wall.sqlengine import create_db_engine
 from service.app import create_app
 from tests.dbservers import fresh_database
-from tests.test_blr_intercept import imbalanced_arrays
+from tests.vips.models.blr.test_intercept import imbalanced_arrays
 from vips.cli import main
 from vips.estimators import VIPSLogisticRegression
 from vips.models.blr.model import BayesianLogisticRegression

@@ -84,7 +84,7 @@ def fit(
     """VIPS through the real gate: public + seeded at sigma = 0, private (CSPRNG) otherwise. The M-step is
     the issue-12 step (shrink_h=False), on which the noise levels of test_private_fits_degrade_smoothly were
     calibrated; at sigma = 0 it is the default step. H's thresholding, the default with noise, is tested in
-    tests/test_blr_shrinkage.py."""
+    tests/vips/models/blr/test_shrinkage.py."""
     return fit_through_gate(
         InMemoryTabularStore("synthetic", x, y, public=sigma == 0),
         BayesianLogisticRegression(A0, B0, shrink_h=False, laplace_from=0),

@@ -19,8 +19,8 @@ from privacy_wall.gate import Gate, PrivacyError
 from privacy_wall.ledger.base import InMemoryLedger
 from tests.fitting import cosine, fit_through_gate, relative_error
 from tests.privacy_wall.queries.test_linreg import regression_store
-from tests.test_blr import D, N
-from tests.test_blr import synthetic as logistic_data  # the same synthetic logistic data
+from tests.vips.models.blr.test_model import D, N
+from tests.vips.models.blr.test_model import synthetic as logistic_data  # the same synthetic logistic data
 from vips.datasets.adult import load_adult
 from vips.models.blr.dpsep import DpSepLogisticRegression, DpSepState, site_norm
 from vips.models.blr.model import predict_proba
@@ -233,11 +233,11 @@ def test_private_linear_fit_is_charged_once_per_iteration() -> None:
 
 
 def test_noise_aware_linear_batch_sigma_zero_is_the_exact_normal_gamma_posterior() -> None:
-    """Noise-aware mode with the clip sqrt(3) (nothing clipped), S = N, sigma 0: one release of the sites
-    P(z z^T) gives the Normal-Gamma posterior in closed form with lambda0 = 1 / prior_variance, a0 = 1,
-    b0 = 0.01 (tests/test_linreg.py's exact_posterior; observed agreement 1e-15, asked 1e-8). The document
-    is VIPS-linreg's, with DP-SEP's options named."""
-    from tests.test_linreg import exact_posterior
+    """Noise-aware mode with the clip sqrt(3) (nothing clipped), S = N, sigma 0: one release of the sites P(z
+    z^T) gives the Normal-Gamma posterior in closed form with lambda0 = 1 / prior_variance, a0 = 1, b0 = 0.01
+    (tests/vips/models/linreg/test_model.py's exact_posterior; observed agreement 1e-15, asked 1e-8). The
+    document is VIPS-linreg's, with DP-SEP's options named."""
+    from tests.vips.models.linreg.test_model import exact_posterior
 
     x, y, _ = linear_data(1, 500)
     store = regression_store("linear", x, y, public=True)
@@ -266,7 +266,7 @@ def test_noise_aware_linear_intervals_cover_the_true_weights() -> None:
     1 against the truth's 0.01: 1.000), so 0.80-0.97 is over 5 sds from the mean.
     """
     from bench.calibration import draw
-    from tests.test_linreg import coverage_and_slope
+    from tests.vips.models.linreg.test_model import coverage_and_slope
     from vips.estimators import DPSEPLinearRegression
 
     fits = []
