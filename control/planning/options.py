@@ -11,13 +11,9 @@ from vips.models.spec import COMMON_OPTIONS, OptionSpec
 
 __all__ = [
     "ALGORITHM_MODELS",
-    "ALGORITHM_OPTIONS",
     "COMMON_OPTIONS",
     "DPVI_DEFAULTS",
-    "LDA_DEFAULTS",
     "MODEL_KINDS",
-    "MODEL_OPTIONS",
-    "SBN_DEFAULTS",
     "OptionSpec",
     "algorithm_problem",
     "option_problem",
@@ -27,31 +23,20 @@ __all__ = [
     "typed_options",
 ]
 
-#: LDA's defaults that planning reads (its memory, its rule's scale), from its spec.
-LDA_DEFAULTS: Mapping[str, float] = MODELS["lda"].defaults
 #: DPVI-BLR's defaults that the dashboard's convergence replay reads, from BLR's spec.
 DPVI_DEFAULTS: Mapping[str, float] = MODELS["blr"].algorithm_defaults["dpvi"]
-#: The SBN's defaults that planning reads (its memory, its rule's scale), from its spec.
-SBN_DEFAULTS: Mapping[str, float] = MODELS["sbn"].defaults
 #: The dataset kind each model fits.
 MODEL_KINDS: dict[str, str] = {name: spec.kind for name, spec in MODELS.items()}
-#: VIPS's options of each model.
-MODEL_OPTIONS: dict[str, Mapping[str, OptionSpec]] = {name: spec.options for name, spec in MODELS.items()}
-#: Options of the alternative algorithms, per (algorithm, model); they replace the VIPS model's own.
-ALGORITHM_OPTIONS: dict[tuple[str, str], Mapping[str, OptionSpec]] = {
-    (algorithm, name): options
-    for name, spec in MODELS.items()
-    for algorithm, options in spec.algorithms.items()
-}
 
 
 def option_summary() -> str:
     """Every option by model and algorithm in one line, for the CLI's help."""
     parts = [f"{', '.join(COMMON_OPTIONS)} for every model"]
-    parts += [f"{', '.join(specs)} for {model}" for model, specs in MODEL_OPTIONS.items()]
+    parts += [f"{', '.join(spec.options)} for {name}" for name, spec in MODELS.items()]
     parts += [
-        f"{', '.join(specs)} for {model} by {algorithm}"
-        for (algorithm, model), specs in ALGORITHM_OPTIONS.items()
+        f"{', '.join(options)} for {name} by {algorithm}"
+        for name, spec in MODELS.items()
+        for algorithm, options in spec.algorithms.items()
     ]
     return "; ".join(parts)
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
 
 from vips.models.blr.spec import dpsep_footprint
-from vips.models.blr.spec import public_extra as blr_public_extra
+from vips.models.blr.spec import public_extra as tabular_public_extra  # the feature and label names
 from vips.models.spec import (
     DPSEP_OPTIONS,
     SCALE,
@@ -76,11 +75,6 @@ def conflict(options: Mapping[str, float], sigma: float) -> tuple[str, str] | No
     return None
 
 
-def public_extra(schema: Mapping[str, Any]) -> dict[str, Any]:
-    """The feature columns' names and the label's, by which a client's inputs are matched (as BLR's)."""
-    return blr_public_extra(schema)
-
-
 def vips_footprint(d: int, s: int) -> Footprint:
     """Bayesian linear regression (chunks of C rows): the batch (S d) and its labels (S); per chunk, its
     finite-masked copy and the clipped copy (2 C d), the labels' masked and clipped copies, the row norms
@@ -118,6 +112,6 @@ SPEC = ModelSpec(
     tested=TESTED,
     paper_mode=PAPER_MODE,
     conflict=conflict,
-    public_extra=public_extra,
+    public_extra=tabular_public_extra,
     footprints=FOOTPRINTS,
 )
